@@ -1,0 +1,36 @@
+# Two entry points for a fresh machine: `make run` (the main job) and `make test`.
+# Both create .venv and install everything on first use; later runs reuse it.
+PYTHON ?= $(shell command -v python3.11 || command -v python3)
+VENV := .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed
+
+.PHONY: run test lint typecheck check bench clean
+
+$(STAMP): pyproject.toml
+	@command -v $(PYTHON) >/dev/null 2>&1 || { echo "need $(PYTHON) on PATH (or: make PYTHON=python3 ...)"; exit 2; }
+	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet -e '.[dev]'
+	@touch $(STAMP)
+
+run: $(STAMP)
+	$(PY) -m glidemq.bench.quick
+
+test: $(STAMP)
+	$(VENV)/bin/ruff check glidemq tests
+	$(VENV)/bin/mypy
+	$(PY) tools/run_tests.py $(PYTEST_ARGS)
+
+lint: $(STAMP)
+	$(VENV)/bin/ruff check glidemq tests
+	$(VENV)/bin/ruff format --check glidemq tests
+
+typecheck: $(STAMP)
+	$(VENV)/bin/mypy
+
+bench: $(STAMP)
+	$(PY) -m glidemq.bench.quick --repeat 3
+
+clean:
+	rm -rf $(VENV) build *.egg-info .pytest_cache .mypy_cache .ruff_cache

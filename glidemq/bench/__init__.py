@@ -1,0 +1,1 @@
+"""Benchmarks of glidemq (the side-by-side harness with BullMQ builds on these)."""

@@ -1,0 +1,202 @@
+"""Connection options and valkey-glide client creation (standalone and cluster)."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from dataclasses import dataclass, field, fields
+from typing import Any, TypeAlias
+from urllib.parse import parse_qs, unquote, urlsplit
+
+from glide import (
+    BackoffStrategy,
+    GlideClient,
+    GlideClientConfiguration,
+    GlideClusterClient,
+    GlideClusterClientConfiguration,
+    Logger,
+    LogLevel,
+    NodeAddress,
+    ServerCredentials,
+)
+from glide import ClosingError as _GlideClosing
+from glide import ConnectionError as _GlideConnectionError
+from glide import GlideError as _GlideError
+
+from .errors import ConnectionError, ValidationError
+
+__all__ = ["Client", "ConnectionOptions", "create_client", "resolve_connection"]
+
+Client: TypeAlias = GlideClient | GlideClusterClient
+
+DEFAULT_URL = "valkey://127.0.0.1:6379"
+# valkey-glide's own default (250 ms) would also cut off a slow FCALL that still ran on the
+# server; a command client waits longer and treats the time-out as an error, not a retry.
+DEFAULT_REQUEST_TIMEOUT_MS = 10_000
+
+_quiet = False
+
+
+def _quiet_native_logs() -> None:
+    """Keep the Rust core's warnings off the console (once per process)."""
+    global _quiet
+    if not _quiet:
+        Logger.set_logger_config(LogLevel.ERROR)
+        _quiet = True
+
+
+@dataclass(frozen=True)
+class ConnectionOptions:
+    """Where and how to reach Valkey.
+
+    Build it directly, or from a URL with `ConnectionOptions.from_url`:
+    `valkey://[user:password@]host:port[/db]`, `valkeys://` for TLS, several `host:port`
+    separated by commas (or `?cluster=1`) for a cluster.
+    """
+
+    addresses: tuple[tuple[str, int], ...] = (("127.0.0.1", 6379),)
+    cluster: bool = False
+    tls: bool = False
+    username: str | None = None
+    password: str | None = None
+    database: int = 0
+    request_timeout_ms: int = DEFAULT_REQUEST_TIMEOUT_MS
+    client_name: str | None = None
+    extra: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
+
+    def __post_init__(self) -> None:
+        if not self.addresses:
+            raise ValidationError("addresses", "at least one host:port is required")
+        for host, port in self.addresses:
+            if not isinstance(host, str) or not host:
+                raise ValidationError("addresses", f"bad host {host!r}")
+            if not isinstance(port, int) or not 0 < port < 65536:
+                raise ValidationError("addresses", f"bad port {port!r}")
+        if self.request_timeout_ms <= 0:
+            raise ValidationError("request_timeout_ms", "must be positive")
+        if self.cluster and self.database != 0:
+            raise ValidationError("database", "a cluster has only database 0")
+
+    @classmethod
+    def from_url(cls, url: str, **overrides: Any) -> ConnectionOptions:
+        """Parse a `valkey://` or `valkeys://` URL (also `redis://`, `rediss://`)."""
+        parts = urlsplit(url)
+        if parts.scheme not in ("valkey", "valkeys", "redis", "rediss"):
+            raise ValidationError("url", f"unsupported scheme {parts.scheme!r} in {url!r}")
+        netloc = parts.netloc
+        username = password = None
+        if "@" in netloc:
+            cred, netloc = netloc.rsplit("@", 1)
+            user, _, pw = cred.partition(":")
+            username = unquote(user) or None
+            password = unquote(pw) if pw else None
+        addresses: list[tuple[str, int]] = []
+        for hostport in filter(None, netloc.split(",")):
+            host, _, port = hostport.rpartition(":")
+            if not host:
+                host, port = hostport, "6379"
+            try:
+                addresses.append((host.strip("[]"), int(port)))
+            except ValueError:
+                raise ValidationError("url", f"bad port in {hostport!r}") from None
+        if not addresses:
+            raise ValidationError("url", f"no host in {url!r}")
+        query = parse_qs(parts.query)
+        cluster = len(addresses) > 1 or query.get("cluster", ["0"])[0] in ("1", "true", "yes")
+        path = parts.path.strip("/")
+        try:
+            database = int(path) if path else 0
+        except ValueError:
+            raise ValidationError("url", f"bad database number {path!r}") from None
+        kwargs: dict[str, Any] = {
+            "addresses": tuple(addresses),
+            "cluster": cluster,
+            "tls": parts.scheme in ("valkeys", "rediss"),
+            "username": username,
+            "password": password,
+            "database": database,
+        }
+        if "timeout_ms" in query:
+            kwargs["request_timeout_ms"] = int(query["timeout_ms"][0])
+        known = {f.name for f in fields(cls)}
+        for key in overrides:
+            if key not in known:
+                raise ValidationError(key, "unknown connection option")
+        kwargs.update(overrides)
+        return cls(**kwargs)
+
+    @property
+    def url(self) -> str:
+        """A URL that `from_url` turns back into equal options (without the password)."""
+        scheme = "valkeys" if self.tls else "valkey"
+        hosts = ",".join(f"{h}:{p}" for h, p in self.addresses)
+        suffix = "?cluster=1" if self.cluster and len(self.addresses) == 1 else ""
+        db = f"/{self.database}" if self.database else ""
+        return f"{scheme}://{hosts}{db}{suffix}"
+
+
+ConnectionLike: TypeAlias = ConnectionOptions | str | None
+
+
+def resolve_connection(connection: ConnectionLike) -> ConnectionOptions:
+    """Options from options, a URL, or (None) the `GLIDEMQ_URL` environment variable."""
+    if isinstance(connection, ConnectionOptions):
+        return connection
+    if connection is None:
+        connection = os.environ.get("GLIDEMQ_URL", DEFAULT_URL)
+    if isinstance(connection, str):
+        return ConnectionOptions.from_url(connection)
+    raise ValidationError(
+        "connection", f"expected ConnectionOptions or a URL, got {type(connection).__name__}"
+    )
+
+
+async def create_client(opts: ConnectionOptions, *, name: str | None = None) -> Client:
+    """Connect a new valkey-glide client. Blocking readers must get a client of their own."""
+    _quiet_native_logs()
+    addresses = [NodeAddress(h, p) for h, p in opts.addresses]
+    credentials = (
+        ServerCredentials(password=opts.password, username=opts.username)
+        if opts.password is not None
+        else None
+    )
+    client_name = name or opts.client_name
+    # Reconnect forever with capped backoff: a server restart must not kill a worker.
+    reconnect = BackoffStrategy(num_of_retries=12, factor=50, exponent_base=2)
+    try:
+        if opts.cluster:
+            return await GlideClusterClient.create(
+                GlideClusterClientConfiguration(
+                    addresses,
+                    use_tls=opts.tls,
+                    credentials=credentials,
+                    request_timeout=opts.request_timeout_ms,
+                    reconnect_strategy=reconnect,
+                    client_name=client_name,
+                    **opts.extra,
+                )
+            )
+        return await GlideClient.create(
+            GlideClientConfiguration(
+                addresses,
+                use_tls=opts.tls,
+                credentials=credentials,
+                request_timeout=opts.request_timeout_ms,
+                reconnect_strategy=reconnect,
+                database_id=opts.database or None,
+                client_name=client_name,
+                **opts.extra,
+            )
+        )
+    except (_GlideConnectionError, _GlideClosing) as exc:
+        raise ConnectionError(f"cannot connect to {opts.url}: {exc}") from exc
+    except _GlideError as exc:
+        raise ConnectionError(f"cannot connect to {opts.url}: {exc}") from exc
+
+
+async def close_client(client: Client | None) -> None:
+    """Close a client, ignoring errors from one that is already closed."""
+    if client is None:
+        return
+    with contextlib.suppress(_GlideError):
+        await client.close()

@@ -1,0 +1,142 @@
+"""QueueEvents: a reader of a queue's events stream, on a blocking client of its own."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass, field
+from types import TracebackType
+from typing import Any, Self
+
+from glide import MaxId, MinId, StreamReadOptions
+
+from .connection import Client, ConnectionLike, close_client, create_client, resolve_connection
+from .emitter import Emitter
+from .errors import GlideMQError
+from .keys import DEFAULT_PREFIX, QueueKeys
+
+__all__ = ["QueueEvent", "QueueEvents"]
+
+
+@dataclass(frozen=True, slots=True)
+class QueueEvent:
+    """One lifecycle event: `event` (added, active, completed, failed, retrying, progress,
+    stalled, removed, paused, resumed, ...), the job id if any, and the other fields."""
+
+    id: str
+    event: str
+    job_id: str | None
+    fields: dict[str, str] = field(default_factory=dict)
+
+
+class QueueEvents:
+    """Follow a queue's events, from now on (or from `last_id`).
+
+    Use `on("completed", handler)` and `start()`, or iterate: `async for ev in events`.
+    """
+
+    def __init__(
+        self,
+        name: str,
+        *,
+        connection: ConnectionLike = None,
+        prefix: str = DEFAULT_PREFIX,
+        last_id: str = "$",
+        block_timeout: int = 1000,
+    ) -> None:
+        self.keys = QueueKeys(name, prefix)
+        self.name = name
+        self.connection = resolve_connection(connection)
+        self.last_id = last_id
+        self.block_timeout = block_timeout
+        self.events = Emitter()
+        self._client: Client | None = None
+        self._task: asyncio.Task[None] | None = None
+        self._queue: asyncio.Queue[QueueEvent] | None = None
+        self._closed = False
+
+    async def __aenter__(self) -> Self:
+        await self.start()
+        return self
+
+    async def __aexit__(
+        self, et: type[BaseException] | None, e: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        await self.close()
+
+    def on(self, event: str, handler: Callable[..., Any]) -> Callable[..., Any]:
+        """Call `handler(QueueEvent)` for every event of this name ("*" for all)."""
+        return self.events.on(event, handler)
+
+    async def start(self) -> None:
+        """Connect and start reading. Events written after this call are delivered."""
+        if self._client is not None:
+            return
+        self._client = await create_client(self.connection, name=f"glidemq-events-{self.name}")
+        if self.last_id == "$":
+            # Pin the position now, so nothing between start() and the first read is missed.
+            info = await self._client.xrevrange(self.keys.events, MaxId(), MinId(), 1)
+            self.last_id = self._last(info)
+        self._queue = asyncio.Queue()
+        self._task = asyncio.get_running_loop().create_task(self._read_loop())
+
+    @staticmethod
+    def _last(info: Any) -> str:
+        if isinstance(info, dict) and info:
+            first: bytes = next(iter(info))
+            return first.decode()
+        return "0-0"
+
+    async def _read_loop(self) -> None:
+        assert self._queue is not None
+        backoff = 0.05
+        while self._client is not None:
+            try:
+                reply = await self._client.xread(
+                    {self.keys.events: self.last_id},
+                    StreamReadOptions(block_ms=self.block_timeout, count=500),
+                )
+                backoff = 0.05
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:
+                if self._client is None:  # closed while reading
+                    return
+                self.events.emit("error", GlideMQError(f"events read failed: {exc}"))
+                await asyncio.sleep(backoff)
+                backoff = min(backoff * 2, 5.0)
+                continue
+            if not reply:
+                continue
+            for entries in reply.values():
+                for entry_id, pairs in entries.items():
+                    self.last_id = entry_id.decode()
+                    fields = {k.decode(): v.decode(errors="replace") for k, v in pairs}
+                    ev = QueueEvent(
+                        self.last_id, fields.pop("event", ""), fields.pop("jobId", None), fields
+                    )
+                    self._queue.put_nowait(ev)
+                    self.events.emit(ev.event, ev)
+                    self.events.emit("*", ev)
+
+    async def __aiter__(self) -> AsyncIterator[QueueEvent]:
+        await self.start()
+        assert self._queue is not None
+        while not self._closed:
+            yield await self._queue.get()
+
+    async def next(self, timeout: float | None = None) -> QueueEvent:
+        """The next event (waiting at most `timeout` seconds)."""
+        await self.start()
+        assert self._queue is not None
+        return await asyncio.wait_for(self._queue.get(), timeout)
+
+    async def close(self) -> None:
+        """Stop reading and close the connection. Idempotent."""
+        self._closed = True
+        client, self._client = self._client, None
+        await close_client(client)
+        if self._task is not None:
+            self._task.cancel()
+            await asyncio.gather(self._task, return_exceptions=True)
+            self._task = None

@@ -1,0 +1,288 @@
+"""Typed options: jobs, retention, backoff, deduplication, workers.
+
+Every options class validates itself on construction and raises `ValidationError` naming
+the bad field; `from_mapping` builds one from a dict and rejects unknown keys.
+"""
+
+from __future__ import annotations
+
+import difflib
+from collections.abc import Callable, Mapping
+from dataclasses import MISSING, dataclass, field, fields
+from typing import Any, Literal, TypeAlias, TypeVar
+
+from .errors import ValidationError
+from .keys import validate_job_id
+
+__all__ = [
+    "Backoff",
+    "BackoffStrategy",
+    "Deduplication",
+    "JobOptions",
+    "KeepJobs",
+    "Retention",
+    "WorkerOptions",
+    "from_mapping",
+]
+
+MAX_PRIORITY = 2**21
+
+T = TypeVar("T")
+
+
+def from_mapping(cls: type[T], values: Mapping[str, Any]) -> T:
+    """Build options of type `cls` from a mapping; an unknown key is an error, not ignored."""
+    known = {f.name for f in fields(cls)}  # type: ignore[arg-type]
+    for key in values:
+        if key not in known:
+            hint = difflib.get_close_matches(key, known, n=1)
+            extra = f" (did you mean {hint[0]!r}?)" if hint else ""
+            raise ValidationError(key, f"unknown option for {cls.__name__}{extra}")
+    return cls(**values)
+
+
+def _int(name: str, value: object, *, low: int = 0, high: int | None = None) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ValidationError(name, f"must be an integer, got {value!r}")
+    if value < low or (high is not None and value > high):
+        bound = f"between {low} and {high}" if high is not None else f">= {low}"
+        raise ValidationError(name, f"must be {bound}, got {value}")
+    return value
+
+
+@dataclass(frozen=True, slots=True)
+class KeepJobs:
+    """Keep at most `count` finished jobs and none older than `age` seconds (None: no limit)."""
+
+    count: int | None = None
+    age: int | None = None
+
+    def __post_init__(self) -> None:
+        if self.count is not None:
+            _int("count", self.count)
+        if self.age is not None:
+            _int("age", self.age, low=1)
+
+
+Retention: TypeAlias = bool | int | KeepJobs
+"""True removes a finished job at once, False keeps all, N keeps the newest N."""
+
+
+def retention_args(value: Retention) -> tuple[int, int]:
+    """(keepCount, keepAge) as the server functions take them: -1 keeps all, 0 keeps none."""
+    if value is True:
+        return 0, 0
+    if value is False:
+        return -1, 0
+    if isinstance(value, int):
+        return _int("remove_on_complete", value), 0
+    return (-1 if value.count is None else value.count), (value.age or 0)
+
+
+def _check_retention(name: str, value: object) -> None:
+    if value is None or isinstance(value, bool | KeepJobs):
+        return
+    if isinstance(value, int):
+        _int(name, value)
+        return
+    raise ValidationError(name, f"must be a bool, a count or KeepJobs, got {value!r}")
+
+
+@dataclass(frozen=True, slots=True)
+class Backoff:
+    """How long to wait before a retry: `fixed`, `exponential`, or a named custom strategy."""
+
+    type: str = "fixed"
+    delay: int = 1000
+    jitter: float = 0.0
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.type, str) or not self.type:
+            raise ValidationError("backoff.type", "must be a non-empty string")
+        _int("backoff.delay", self.delay)
+        if not isinstance(self.jitter, int | float) or not 0.0 <= self.jitter <= 1.0:
+            raise ValidationError("backoff.jitter", f"must be within 0..1, got {self.jitter!r}")
+
+
+BackoffStrategy: TypeAlias = Callable[[int, BaseException], int]
+"""A custom backoff: (attempts made, error) -> delay in ms; negative means do not retry."""
+
+
+@dataclass(frozen=True, slots=True)
+class Deduplication:
+    """Skip or replace a job whose deduplication id is already in use (see the wire protocol)."""
+
+    id: str
+    ttl: int = 0
+    mode: Literal["simple", "throttle", "debounce"] = "simple"
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.id, str) or not self.id:
+            raise ValidationError("deduplication.id", "must be a non-empty string")
+        _int("deduplication.ttl", self.ttl)
+        if self.mode not in ("simple", "throttle", "debounce"):
+            raise ValidationError("deduplication.mode", f"unknown mode {self.mode!r}")
+        if self.mode == "throttle" and self.ttl <= 0:
+            raise ValidationError("deduplication.ttl", "throttle mode needs a ttl > 0")
+
+
+@dataclass(frozen=True, slots=True)
+class JobOptions:
+    """Options of one job. Times are in milliseconds.
+
+    attempts counts every try, the first included; `timeout` fails a try that runs longer;
+    `ttl` fails a job that has not started within that time; `job_id` makes adding idempotent.
+    """
+
+    delay: int = 0
+    priority: int = 0
+    attempts: int = 1
+    backoff: Backoff | None = None
+    timeout: int | None = None
+    remove_on_complete: Retention | None = None
+    remove_on_fail: Retention | None = None
+    deduplication: Deduplication | None = None
+    job_id: str | None = None
+    ttl: int = 0
+
+    def __post_init__(self) -> None:
+        _int("delay", self.delay)
+        _int("priority", self.priority, high=MAX_PRIORITY)
+        _int("attempts", self.attempts, low=1)
+        _int("ttl", self.ttl)
+        if self.timeout is not None:
+            _int("timeout", self.timeout, low=1)
+        if self.backoff is not None and not isinstance(self.backoff, Backoff):
+            raise ValidationError("backoff", "must be a Backoff")
+        if self.deduplication is not None and not isinstance(self.deduplication, Deduplication):
+            raise ValidationError("deduplication", "must be a Deduplication")
+        _check_retention("remove_on_complete", self.remove_on_complete)
+        _check_retention("remove_on_fail", self.remove_on_fail)
+        if self.job_id is not None:
+            validate_job_id(self.job_id)
+
+    @classmethod
+    def coerce(cls, value: JobOptions | Mapping[str, Any] | None) -> JobOptions:
+        """Options from options, a dict of the same names (nested dicts allowed), or None."""
+        if value is None:
+            return _DEFAULT_JOB_OPTIONS
+        if isinstance(value, JobOptions):
+            return value
+        if not isinstance(value, Mapping):
+            raise ValidationError("opts", f"expected JobOptions or a dict, got {value!r}")
+        values = dict(value)
+        if isinstance(values.get("backoff"), Mapping):
+            values["backoff"] = from_mapping(Backoff, values["backoff"])
+        if isinstance(values.get("deduplication"), Mapping):
+            values["deduplication"] = from_mapping(Deduplication, values["deduplication"])
+        for key in ("remove_on_complete", "remove_on_fail"):
+            if isinstance(values.get(key), Mapping):
+                values[key] = from_mapping(KeepJobs, values[key])
+        return from_mapping(cls, values)
+
+    def to_wire(self) -> dict[str, Any]:
+        """The `opts` JSON stored in the job hash, in the protocol's camelCase names."""
+        out: dict[str, Any] = {}
+        if self.delay:
+            out["delay"] = self.delay
+        if self.priority:
+            out["priority"] = self.priority
+        if self.attempts != 1:
+            out["attempts"] = self.attempts
+        if self.backoff is not None:
+            b: dict[str, Any] = {"type": self.backoff.type, "delay": self.backoff.delay}
+            if self.backoff.jitter:
+                b["jitter"] = self.backoff.jitter
+            out["backoff"] = b
+        if self.timeout is not None:
+            out["timeout"] = self.timeout
+        for key, value in (
+            ("removeOnComplete", self.remove_on_complete),
+            ("removeOnFail", self.remove_on_fail),
+        ):
+            if isinstance(value, KeepJobs):
+                out[key] = {k: v for k, v in (("count", value.count), ("age", value.age)) if v}
+            elif value is not None:
+                out[key] = value
+        if self.deduplication is not None:
+            d = self.deduplication
+            out["deduplication"] = {"id": d.id, "ttl": d.ttl, "mode": d.mode}
+        if self.job_id is not None:
+            out["jobId"] = self.job_id
+        if self.ttl:
+            out["ttl"] = self.ttl
+        return out
+
+
+_DEFAULT_JOB_OPTIONS = JobOptions()
+
+
+def retention_from_wire(value: Any) -> Retention | None:
+    """Parse a removeOnComplete / removeOnFail value written by any producer; None if absent."""
+    if value is None or isinstance(value, bool):
+        return bool(value) if value is not None else None
+    if isinstance(value, int) and value >= 0:
+        return value
+    if isinstance(value, Mapping):
+        count, age = value.get("count"), value.get("age")
+        return KeepJobs(
+            count=count if isinstance(count, int) and count >= 0 else None,
+            age=age if isinstance(age, int) and age > 0 else None,
+        )
+    return None
+
+
+@dataclass(frozen=True, slots=True)
+class WorkerOptions:
+    """Settings of a Worker. Times are in milliseconds.
+
+    concurrency: jobs run at once by this worker; prefetch: most jobs taken per fetch (default:
+    concurrency); lock_duration: a running job whose worker stops heart-beating for this long
+    is reclaimed by another worker; stalled_interval: how often to look for such jobs;
+    max_stalled_count: reclaims before the job fails; events: write per-job lifecycle events;
+    dead_letter: park jobs that fail for good in the queue's dead-letter set.
+    """
+
+    concurrency: int = 1
+    prefetch: int | None = None
+    block_timeout: int = 5000
+    lock_duration: int = 30_000
+    stalled_interval: int = 30_000
+    max_stalled_count: int = 1
+    promotion_interval: int = 500
+    remove_on_complete: Retention = False
+    remove_on_fail: Retention = False
+    dead_letter: bool = False
+    events: bool = True
+    backoff_strategies: Mapping[str, BackoffStrategy] = field(default_factory=dict)
+    autorun: bool = True
+    close_timeout: float = 30.0
+    consumer: str | None = None
+
+    def __post_init__(self) -> None:
+        _int("concurrency", self.concurrency, low=1, high=100_000)
+        if self.prefetch is not None:
+            _int("prefetch", self.prefetch, low=1, high=100_000)
+        _int("block_timeout", self.block_timeout, low=1)
+        _int("lock_duration", self.lock_duration, low=100)
+        _int("stalled_interval", self.stalled_interval, low=50)
+        _int("max_stalled_count", self.max_stalled_count)
+        _int("promotion_interval", self.promotion_interval, low=10)
+        _check_retention("remove_on_complete", self.remove_on_complete)
+        _check_retention("remove_on_fail", self.remove_on_fail)
+        if not isinstance(self.close_timeout, int | float) or self.close_timeout < 0:
+            raise ValidationError("close_timeout", "must be a number of seconds >= 0")
+        for name, fn in self.backoff_strategies.items():
+            if not callable(fn):
+                raise ValidationError(f"backoff_strategies.{name}", "must be callable")
+
+
+def field_defaults(cls: type[Any]) -> dict[str, Any]:
+    """Default value of every field of an options class (for help texts and docs)."""
+    out: dict[str, Any] = {}
+    for f in fields(cls):
+        if f.default is not MISSING:
+            out[f.name] = f.default
+        elif f.default_factory is not MISSING:
+            out[f.name] = f.default_factory()
+    return out

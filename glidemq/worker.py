@@ -1,0 +1,638 @@
+"""Worker: takes jobs from a queue's stream and runs a processor on them.
+
+Steady state costs at most one FCALL per job and usually much less: completions that finish
+in the same event-loop iteration go out together in one `completeAndFetchNext`, which also
+takes the next jobs. Only an idle worker blocks, on a client of its own.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import logging
+import traceback
+from collections.abc import Awaitable, Callable
+from dataclasses import replace
+from types import TracebackType
+from typing import Any, Generic, Self, TypeVar
+from uuid import uuid4
+
+from glide import StreamReadGroupOptions
+
+from .backoff import retry_delay
+from .connection import Client, ConnectionLike, close_client, create_client, resolve_connection
+from .context import QueueContext, now_ms
+from .emitter import Emitter
+from .errors import (
+    DelayedError,
+    GlideMQError,
+    JobTimeoutError,
+    ServerError,
+    UnrecoverableError,
+    ValidationError,
+)
+from .functions import ensure_library
+from .job import Job
+from .keys import DEFAULT_PREFIX, QueueKeys
+from .serialize import encode_json
+from .types import WorkerOptions, from_mapping, retention_args, retention_from_wire
+
+__all__ = ["Processor", "Worker"]
+
+log = logging.getLogger("glidemq.worker")
+
+D = TypeVar("D")
+R = TypeVar("R")
+
+Processor = Callable[[Job[D, R]], Awaitable[R]]
+
+_MAX_FLUSHES_IN_FLIGHT = 2
+_REASON_TIMEOUT = "timeout"
+_REASON_REVOKED = "revoked"
+_REASON_EXPIRED = "expired"
+
+
+class _Expired(GlideMQError):
+    pass
+
+
+def _pairs(flat: list[Any]) -> dict[bytes, bytes]:
+    it = iter(flat)
+    return dict(zip(it, it, strict=True))
+
+
+class Worker(Generic[D, R]):
+    """Runs `processor(job)` for jobs of queue `name`, up to `concurrency` at once.
+
+    Start it with `async with Worker(...)`, `await worker.start()` or `await worker.run()`;
+    stop it with `close()`, which lets running jobs finish (up to `close_timeout`) and hands
+    the rest back to the queue. Options are `WorkerOptions` fields, as keywords or `options=`.
+    """
+
+    def __init__(
+        self,
+        name: str,
+        processor: Processor[D, R] | Callable[[Job[D, R]], R],
+        *,
+        connection: ConnectionLike = None,
+        prefix: str = DEFAULT_PREFIX,
+        options: WorkerOptions | None = None,
+        **settings: Any,
+    ) -> None:
+        if not callable(processor):
+            raise ValidationError("processor", f"must be callable, got {processor!r}")
+        base = options or WorkerOptions()
+        if settings:
+            from_mapping(WorkerOptions, settings)  # rejects unknown names with a hint
+            base = replace(base, **settings)
+        self.opts = base
+        self.name = name
+        self.keys = QueueKeys(name, prefix)
+        self.connection = resolve_connection(connection)
+        self.consumer = base.consumer or f"worker-{uuid4().hex}"
+        self.events = Emitter()
+        self._processor = processor
+        self._is_async = inspect.iscoroutinefunction(processor) or inspect.iscoroutinefunction(
+            type(processor).__call__
+        )
+        self._concurrency = base.concurrency
+        self._prefetch = base.prefetch or base.concurrency
+        self._keep_complete = retention_args(base.remove_on_complete)
+        self._keep_fail = retention_args(base.remove_on_fail)
+        self._emit_flag = "1" if base.events else "0"
+        self._client: Client | None = None
+        self._blocking: Client | None = None
+        self._ctx: QueueContext | None = None
+        # entry id -> (job, task) for every job this worker holds in the stream's PEL
+        self._active: dict[str, tuple[Job[D, R], asyncio.Task[None] | None]] = {}
+        self._running = 0
+        self._reserved = 0
+        self._pending: list[tuple[Job[D, R], bytes, tuple[int, int]]] = []
+        self._flush_scheduled = False
+        self._flushes = 0
+        self._revoked: set[str] = set()
+        self._wake = asyncio.Event()
+        self._tasks: list[asyncio.Task[None]] = []
+        self._flush_tasks: set[asyncio.Task[None]] = set()
+        self._started = False
+        self._closing = False
+        self._closed = asyncio.Event()
+        self._paused = False
+        self._stall_cursor = "0-0"
+        self._drained_emitted = False
+        self.completed_count = 0
+        self.failed_count = 0
+
+    # -- lifecycle ------------------------------------------------------------------------
+
+    async def __aenter__(self) -> Self:
+        await self.start()
+        return self
+
+    async def __aexit__(
+        self, et: type[BaseException] | None, e: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        await self.close()
+
+    def on(self, event: str, handler: Callable[..., Any]) -> Callable[..., Any]:
+        """Listen to a worker event: active, completed, failed, stalled, drained, error,
+        paused, resumed, closing, closed."""
+        return self.events.on(event, handler)
+
+    async def start(self) -> None:
+        """Connect, make sure the consumer group exists, and start taking jobs."""
+        if self._started:
+            return
+        self._started = True
+        try:
+            self._client = await create_client(self.connection, name=f"glidemq-{self.consumer}")
+            self._blocking = await create_client(self.connection, name=f"glidemq-{self.consumer}-b")
+            await ensure_library(self._client)
+            self._ctx = QueueContext(self._client, self.keys)
+            await self._ensure_group()
+        except BaseException:
+            await close_client(self._client)
+            await close_client(self._blocking)
+            raise
+        loop = asyncio.get_running_loop()
+        self._tasks = [
+            loop.create_task(self._fetch_loop(), name=f"glidemq-fetch-{self.name}"),
+            loop.create_task(self._promote_loop(), name=f"glidemq-promote-{self.name}"),
+            loop.create_task(self._stall_loop(), name=f"glidemq-stall-{self.name}"),
+            loop.create_task(self._heartbeat_loop(), name=f"glidemq-heartbeat-{self.name}"),
+        ]
+
+    async def run(self) -> None:
+        """Start (if needed) and wait until the worker is closed."""
+        await self.start()
+        await self._closed.wait()
+
+    async def wait_until_ready(self) -> None:
+        """Same as `start()`: returns once the worker is connected and fetching."""
+        await self.start()
+
+    def is_running(self) -> bool:
+        return self._started and not self._closing
+
+    def is_paused(self) -> bool:
+        return self._paused
+
+    @property
+    def active_count(self) -> int:
+        """Jobs this worker holds right now (running or being completed)."""
+        return len(self._active)
+
+    def pause(self) -> None:
+        """Stop taking new jobs; running jobs go on."""
+        self._paused = True
+        self.events.emit("paused")
+
+    def resume(self) -> None:
+        """Take jobs again after `pause()`."""
+        self._paused = False
+        self._wake.set()
+        self.events.emit("resumed")
+
+    async def close(self, force: bool = False, timeout: float | None = None) -> None:
+        """Stop fetching, let running jobs finish for up to `timeout` seconds (default
+        `close_timeout`; none with `force`), then hand unfinished jobs straight back to the
+        queue. Idempotent."""
+        if self._closing:
+            await self._closed.wait()
+            return
+        self._closing = True
+        self.events.emit("closing")
+        try:
+            await self._shutdown(force, self.opts.close_timeout if timeout is None else timeout)
+        finally:
+            self._closed.set()
+            self.events.emit("closed")
+
+    async def _shutdown(self, force: bool, timeout: float) -> None:
+        if not self._started:
+            return
+        fetcher = self._tasks[0]
+        fetcher.cancel()
+        # Closing the blocking client ends an XREADGROUP BLOCK in progress on the server.
+        await close_client(self._blocking)
+        await asyncio.gather(fetcher, return_exceptions=True)
+        running = [t for _, t in self._active.values() if t is not None and not t.done()]
+        if running and not force and timeout > 0:
+            await asyncio.wait(running, timeout=timeout)
+        for t in running:
+            t.cancel()
+        await asyncio.gather(*running, return_exceptions=True)
+        while self._pending or self._flush_tasks:
+            self._kick_flush()
+            if self._flush_tasks:
+                await asyncio.gather(*list(self._flush_tasks), return_exceptions=True)
+        for t in self._tasks[1:]:
+            t.cancel()
+        await asyncio.gather(*self._tasks[1:], return_exceptions=True)
+        if self._ctx is not None:
+            try:
+                await self._ctx.fcall(
+                    "glidemq_deferActive", [self.keys.stream, self.keys.events], [self.consumer]
+                )
+            except GlideMQError as exc:
+                # Jobs left in the PEL are still recovered by stall recovery.
+                self.events.emit("error", exc)
+        self._active.clear()
+        await close_client(self._client)
+
+    # -- fetching -------------------------------------------------------------------------
+
+    async def _ensure_group(self) -> None:
+        assert self._client is not None
+        try:
+            await self._client.xgroup_create(self.keys.stream, "workers", "0", _mkstream())
+        except Exception as exc:
+            if "BUSYGROUP" not in str(exc):
+                raise ServerError(f"cannot create the consumer group: {exc}") from exc
+
+    def _free(self) -> int:
+        return self._concurrency - self._running - self._reserved
+
+    async def _fetch_loop(self) -> None:
+        backoff = 0.05
+        while not self._closing:
+            try:
+                if self._paused or self._free() <= 0 or self._flushes or self._pending:
+                    self._wake.clear()
+                    await self._wake.wait()
+                    continue
+                got = await self._fetch_now()
+                if got is None:  # queue paused on the server
+                    await asyncio.sleep(min(0.5, self.opts.block_timeout / 1000))
+                elif got == 0:
+                    await self._fetch_blocking()
+                backoff = 0.05
+            except asyncio.CancelledError:
+                raise
+            except GlideMQError as exc:
+                if "NOGROUP" in str(exc):
+                    await self._ensure_group()
+                    continue
+                self.events.emit("error", exc)
+                await asyncio.sleep(backoff)
+                backoff = min(backoff * 2, 5.0)
+
+    async def _fetch_now(self) -> int | None:
+        """Take up to the free slots without blocking; None when the queue is paused."""
+        assert self._ctx is not None
+        n = min(self._free(), self._prefetch)
+        self._reserved += n
+        try:
+            reply = await self._ctx.fcall(
+                "glidemq_completeAndFetchNext",
+                self._ctx.fetch_keys,
+                [str(now_ms()), self.consumer, str(n), self._emit_flag, "0"],
+            )
+            self._start_jobs(reply[1])
+        finally:
+            self._reserved -= n
+        if reply[2] == 1:
+            return None
+        return len(reply[1]) // 3
+
+    async def _fetch_blocking(self) -> None:
+        """Wait on the dedicated client for new entries, then activate them."""
+        assert self._blocking is not None and self._ctx is not None
+        n = min(self._free(), self._prefetch)
+        if n <= 0:
+            return
+        if not self._drained_emitted:
+            self._drained_emitted = True
+            self.events.emit("drained")
+        self._reserved += n
+        try:
+            try:
+                reply = await self._blocking.xreadgroup(
+                    {self.keys.stream: ">"},
+                    "workers",
+                    self.consumer,
+                    StreamReadGroupOptions(block_ms=self.opts.block_timeout, count=n),
+                )
+            except Exception as exc:
+                if self._closing:
+                    return
+                raise ServerError(f"blocking read failed: {exc}") from exc
+            if not reply:
+                return
+            args = [str(now_ms()), self._emit_flag]
+            for entries in reply.values():
+                for entry_id, fields in entries.items():
+                    job_id = next(
+                        (v for k, v in (fields or []) if k == b"id"), b""
+                    )  # entry fields are [[field, value], ...]
+                    args += [entry_id.decode(), job_id.decode()]
+            flat = await self._ctx.fcall("glidemq_moveToActive", self._ctx.fetch_keys, args)
+            self._start_jobs(flat)
+        finally:
+            self._reserved -= n
+
+    def _start_jobs(self, flat: list[Any]) -> None:
+        if not flat:
+            return
+        self._drained_emitted = False
+        assert self._ctx is not None
+        loop = asyncio.get_running_loop()
+        ctx = self._ctx
+        emit_active = self.events.listens("active")
+        for i in range(0, len(flat), 3):
+            entry_id = flat[i].decode()
+            job: Job[D, R] = Job(ctx, _pairs(flat[i + 2]), entry_id=entry_id, worker=self)
+            self._running += 1
+            task = loop.create_task(self._run(job))
+            self._active[entry_id] = (job, task)
+            if emit_active:
+                self.events.emit("active", job)
+
+    # -- running --------------------------------------------------------------------------
+
+    async def _call(self, job: Job[D, R]) -> Any:
+        if self._is_async:
+            return await self._processor(job)  # type: ignore[misc]
+        result = await asyncio.to_thread(self._processor, job)
+        if inspect.isawaitable(result):
+            return await result
+        return result
+
+    async def _run(self, job: Job[D, R]) -> None:
+        try:
+            if job.expire_at is not None and now_ms() > job.expire_at:
+                raise _Expired(_REASON_EXPIRED)
+            timeout = job.opts.get("timeout")
+            if timeout:
+                try:
+                    result = await asyncio.wait_for(self._call(job), timeout / 1000)
+                except TimeoutError:
+                    raise JobTimeoutError(_REASON_TIMEOUT) from None
+            else:
+                result = await self._call(job)
+            try:
+                rv = encode_json(result)
+            except TypeError as exc:
+                raise TypeError(f"return value is not JSON-serializable: {exc}") from None
+        except asyncio.CancelledError:
+            self._running -= 1
+            if job.id in self._revoked and not self._closing:
+                self._revoked.discard(job.id)
+                await self._fail(job, UnrecoverableError(_REASON_REVOKED), counted=True)
+            # On close, the job stays in the PEL and is handed back by deferActive.
+            return
+        except DelayedError:
+            self._running -= 1
+            if job._moved:
+                self._active.pop(job.entry_id or "", None)
+                self._wake.set()
+            else:
+                await self._fail(job, DelayedError("DelayedError without move_to_delayed"), True)
+            return
+        except BaseException as exc:
+            self._running -= 1
+            if job._moved:  # move_to_failed already recorded the failure
+                self._active.pop(job.entry_id or "", None)
+                self._wake.set()
+                return
+            await self._fail(job, exc, counted=True)
+            return
+        self._running -= 1
+        if job._moved:
+            self._active.pop(job.entry_id or "", None)
+            self._wake.set()
+            return
+        keep = self._keep_complete
+        if "removeOnComplete" in job.opts:
+            wire = retention_from_wire(job.opts["removeOnComplete"])
+            if wire is not None:
+                keep = retention_args(wire)
+        job.returnvalue = result
+        self._pending.append((job, rv, keep))
+        if not self._flush_scheduled:
+            self._flush_scheduled = True
+            asyncio.get_running_loop().call_soon(self._kick_flush)
+
+    # -- completing -----------------------------------------------------------------------
+
+    def _kick_flush(self) -> None:
+        self._flush_scheduled = False
+        if not self._pending or self._flushes >= _MAX_FLUSHES_IN_FLIGHT:
+            return
+        batch, self._pending = self._pending, []
+        fetch = 0
+        if not (self._closing or self._paused):
+            fetch = max(0, min(self._free(), self._prefetch))
+        self._reserved += fetch
+        self._flushes += 1
+        task = asyncio.get_running_loop().create_task(self._flush(batch, fetch))
+        self._flush_tasks.add(task)
+        task.add_done_callback(self._flush_tasks.discard)
+
+    async def _flush(
+        self, batch: list[tuple[Job[D, R], bytes, tuple[int, int]]], fetch: int
+    ) -> None:
+        assert self._ctx is not None
+        args: list[str | bytes] = [
+            str(now_ms()),
+            self.consumer,
+            str(fetch),
+            self._emit_flag,
+            str(len(batch)),
+        ]
+        for job, rv, (keep_count, keep_age) in batch:
+            args += [job.id, job.entry_id or "", rv, str(keep_count), str(keep_age)]
+        reply: Any = None
+        try:
+            for attempt in range(5):
+                try:
+                    reply = await self._ctx.fcall(
+                        "glidemq_completeAndFetchNext", self._ctx.fetch_keys, args
+                    )
+                    break
+                except GlideMQError as exc:
+                    self.events.emit("error", exc)
+                    if attempt == 4 or self._closing:
+                        # The jobs stay in the PEL; stall recovery runs them again.
+                        for job, _, _ in batch:
+                            self._active.pop(job.entry_id or "", None)
+                        return
+                    await asyncio.sleep(0.1 * 2**attempt)
+            statuses = reply[0]
+            emit_completed = self.events.listens("completed")
+            for (job, _, _), status in zip(batch, statuses, strict=True):
+                self._active.pop(job.entry_id or "", None)
+                if status == b"ok":
+                    self.completed_count += 1
+                    if emit_completed:
+                        self.events.emit("completed", job, job.returnvalue)
+                elif status == b"stale":
+                    log.info(
+                        "glidemq: job %s was reclaimed by another worker; result dropped", job.id
+                    )
+            if reply[1]:
+                self._start_jobs(reply[1])
+        finally:
+            self._reserved -= fetch
+            self._flushes -= 1
+            if self._pending and not self._flush_scheduled:
+                self._flush_scheduled = True
+                asyncio.get_running_loop().call_soon(self._kick_flush)
+            self._wake.set()
+
+    async def _fail_now(self, job: Job[D, R], error: BaseException) -> None:
+        """`Job.move_to_failed` from inside the processor."""
+        await self._fail(job, error, counted=False)
+
+    async def _fail(self, job: Job[D, R], error: BaseException, counted: bool) -> None:
+        assert self._ctx is not None
+        final = isinstance(error, UnrecoverableError | _Expired) or job.discarded
+        delay = -1
+        if not final:
+            try:
+                delay = retry_delay(
+                    job.opts.get("backoff"),
+                    job.attempts_made + 1,
+                    error,
+                    self.opts.backoff_strategies,
+                )
+            except KeyError as exc:
+                self.events.emit(
+                    "error", ValidationError("backoff.type", f"no backoff strategy named {exc}")
+                )
+                delay = 0
+        reason = str(error) or type(error).__name__
+        keep = self._keep_fail
+        if "removeOnFail" in job.opts:
+            wire = retention_from_wire(job.opts["removeOnFail"])
+            if wire is not None:
+                keep = retention_args(wire)
+        stack = "".join(traceback.format_exception(error))[-4000:]
+        try:
+            reply = await self._ctx.fcall(
+                "glidemq_fail",
+                self._ctx.fail_keys,
+                [
+                    str(now_ms()),
+                    self._emit_flag,
+                    job.id,
+                    job.entry_id or "",
+                    reason,
+                    str(delay),
+                    str(keep[0]),
+                    str(keep[1]),
+                    "1" if self.opts.dead_letter else "0",
+                    stack,
+                ],
+            )
+        except GlideMQError as exc:
+            # Left in the PEL: stall recovery will retry the job.
+            self.events.emit("error", exc)
+            reply = b"error"
+        if counted:
+            self._active.pop(job.entry_id or "", None)
+        status = reply.decode() if isinstance(reply, bytes) else str(reply)
+        if status in ("retry", "failed"):
+            self.failed_count += 1
+            job.attempts_made += 1
+            job.failed_reason = reason
+            job.state = "failed" if status == "failed" else "retrying"
+            self.events.emit("failed", job, error)
+        self._wake.set()
+
+    # -- background loops -----------------------------------------------------------------
+
+    async def _promote_loop(self) -> None:
+        interval = self.opts.promotion_interval / 1000
+        while True:
+            delay = interval
+            try:
+                assert self._ctx is not None
+                now = now_ms()
+                reply = await self._ctx.fcall(
+                    "glidemq_promote",
+                    [self.keys.scheduled, self.keys.stream, self.keys.events],
+                    [str(now), "1000", str(self._concurrency)],
+                )
+                next_due = int(reply[1])
+                if int(reply[0]) >= 1000:
+                    delay = 0
+                elif next_due >= 0:
+                    delay = max(0.0, min(interval, (next_due - now_ms()) / 1000))
+            except GlideMQError as exc:
+                self.events.emit("error", exc)
+            await asyncio.sleep(delay)
+
+    async def _stall_loop(self) -> None:
+        interval = self.opts.stalled_interval / 1000
+        while True:
+            await asyncio.sleep(interval)
+            try:
+                assert self._ctx is not None
+                while True:
+                    reply = await self._ctx.fcall(
+                        "glidemq_reclaimStalled",
+                        self._ctx.fail_keys,
+                        [
+                            str(now_ms()),
+                            self.consumer,
+                            str(self.opts.lock_duration),
+                            self._stall_cursor,
+                            "100",
+                            str(self.opts.max_stalled_count),
+                            self._emit_flag,
+                        ],
+                    )
+                    cursor = reply[0].decode() if isinstance(reply[0], bytes) else str(reply[0])
+                    requeued, failed = int(reply[1]), int(reply[2])
+                    if requeued or failed:
+                        self.events.emit("stalled", requeued, failed)
+                    self._stall_cursor = cursor
+                    if cursor == "0-0":
+                        break
+            except GlideMQError as exc:
+                self.events.emit("error", exc)
+
+    async def _heartbeat_loop(self) -> None:
+        interval = min(self.opts.lock_duration / 3000, 5.0)
+        while True:
+            await asyncio.sleep(interval)
+            if not self._active:
+                continue
+            try:
+                assert self._ctx is not None
+                args = [self.consumer]
+                for entry_id, (job, _) in list(self._active.items()):
+                    args += [entry_id, job.id]
+                lost, revoked = await self._ctx.fcall("glidemq_heartbeat", [self.keys.stream], args)
+                for raw in revoked:
+                    self._abort(raw.decode(), revoked=True)
+                for raw in lost:
+                    self._abort(raw.decode(), revoked=False)
+            except GlideMQError as exc:
+                self.events.emit("error", exc)
+
+    def _abort(self, job_id: str, *, revoked: bool) -> None:
+        for entry_id, (job, task) in list(self._active.items()):
+            if job.id != job_id or task is None or task.done():
+                continue
+            if revoked:
+                self._revoked.add(job_id)
+            else:
+                # Another worker owns the job now: stop running it here, report nothing.
+                self._active.pop(entry_id, None)
+            task.cancel()
+
+    def abort_job(self, job_id: str) -> bool:
+        """Cancel a job this worker is running; it fails with reason `revoked`."""
+        for job, task in self._active.values():
+            if job.id == job_id and task is not None and not task.done():
+                self._abort(job_id, revoked=True)
+                return True
+        return False
+
+
+def _mkstream() -> Any:
+    from glide import StreamGroupOptions
+
+    return StreamGroupOptions(make_stream=True)
