@@ -6,7 +6,7 @@ import contextlib
 import os
 from dataclasses import dataclass, field, fields
 from typing import Any, TypeAlias
-from urllib.parse import parse_qs, unquote, urlsplit
+from urllib.parse import parse_qs, quote, unquote, urlsplit
 
 from glide import (
     BackoffStrategy,
@@ -58,7 +58,7 @@ class ConnectionOptions:
     cluster: bool = False
     tls: bool = False
     username: str | None = None
-    password: str | None = None
+    password: str | None = field(default=None, repr=False)  # keep secrets out of logs
     database: int = 0
     request_timeout_ms: int = DEFAULT_REQUEST_TIMEOUT_MS
     client_name: str | None = None
@@ -93,7 +93,7 @@ class ConnectionOptions:
         addresses: list[tuple[str, int]] = []
         for hostport in filter(None, netloc.split(",")):
             host, _, port = hostport.rpartition(":")
-            if not host:
+            if not host or hostport.endswith("]"):  # no port, or a bare [IPv6] address
                 host, port = hostport, "6379"
             try:
                 addresses.append((host.strip("[]"), int(port)))
@@ -117,7 +117,10 @@ class ConnectionOptions:
             "database": database,
         }
         if "timeout_ms" in query:
-            kwargs["request_timeout_ms"] = int(query["timeout_ms"][0])
+            try:
+                kwargs["request_timeout_ms"] = int(query["timeout_ms"][0])
+            except ValueError:
+                raise ValidationError("url", f"bad timeout_ms in {url!r}") from None
         known = {f.name for f in fields(cls)}
         for key in overrides:
             if key not in known:
@@ -129,10 +132,16 @@ class ConnectionOptions:
     def url(self) -> str:
         """A URL that `from_url` turns back into equal options (without the password)."""
         scheme = "valkeys" if self.tls else "valkey"
-        hosts = ",".join(f"{h}:{p}" for h, p in self.addresses)
-        suffix = "?cluster=1" if self.cluster and len(self.addresses) == 1 else ""
+        user = f"{quote(self.username, safe='')}@" if self.username else ""
+        hosts = ",".join(f"[{h}]:{p}" if ":" in h else f"{h}:{p}" for h, p in self.addresses)
+        query = []
+        if self.cluster and len(self.addresses) == 1:
+            query.append("cluster=1")
+        if self.request_timeout_ms != DEFAULT_REQUEST_TIMEOUT_MS:
+            query.append(f"timeout_ms={self.request_timeout_ms}")
         db = f"/{self.database}" if self.database else ""
-        return f"{scheme}://{hosts}{db}{suffix}"
+        suffix = f"?{'&'.join(query)}" if query else ""
+        return f"{scheme}://{user}{hosts}{db}{suffix}"
 
 
 ConnectionLike: TypeAlias = ConnectionOptions | str | None

@@ -37,8 +37,8 @@ class ValidationError(GlideMQError, ValueError):
 class PayloadTooLargeError(ValidationError):
     """Job data is larger than the limit (checked before compression, before any write)."""
 
-    def __init__(self, size: int, limit: int) -> None:
-        super().__init__("data", f"serialized payload is {size} bytes, the limit is {limit}")
+    def __init__(self, size: int, limit: int, field: str = "data") -> None:
+        super().__init__(field, f"serialized payload is {size} bytes, the limit is {limit}")
         self.size = size
         self.limit = limit
 

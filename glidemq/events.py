@@ -87,6 +87,11 @@ class QueueEvents:
             return first.decode()
         return "0-0"
 
+    @property
+    def closed(self) -> bool:
+        """True once `close()` was called."""
+        return self._closed
+
     async def _read_loop(self) -> None:
         assert self._queue is not None
         backoff = 0.05
@@ -100,7 +105,7 @@ class QueueEvents:
             except asyncio.CancelledError:
                 raise
             except Exception as exc:
-                if self._client is None:  # closed while reading
+                if self.closed:
                     return
                 self.events.emit("error", GlideMQError(f"events read failed: {exc}"))
                 await asyncio.sleep(backoff)

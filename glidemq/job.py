@@ -113,6 +113,31 @@ class Job(Generic[D, R]):
         self.stalled_count: int = _int(g(b"stalledCount"))
         self.entry_id: str | None = entry_id or _str(g(b"sid"))
 
+    @classmethod
+    def _created(
+        cls,
+        ctx: QueueContext,
+        job_id: str,
+        name: str,
+        data: Any,
+        opts: dict[str, Any],
+        timestamp: int,
+        delay: int,
+        priority: int,
+        attempts: int,
+    ) -> Job[Any, Any]:
+        """A job just added by this process: built from what was sent, without a read."""
+        job: Job[Any, Any] = cls.__new__(cls)
+        job._ctx, job._worker, job._discarded, job._moved = ctx, None, False, False
+        job.id, job.name, job.data, job.opts = job_id, name, data, opts
+        job.timestamp, job.attempts_made, job.max_attempts = timestamp, 0, attempts
+        job.delay, job.priority = delay, priority
+        job.state = "delayed" if delay else ("prioritized" if priority else "waiting")
+        job.processed_on = job.finished_on = job.returnvalue = None
+        job.failed_reason = job.stacktrace = job.parent_id = job.entry_id = None
+        job.progress, job.expire_at, job.revoked, job.stalled_count = 0, None, False, 0
+        return job
+
     def __repr__(self) -> str:
         return f"<Job {self.ctx_name}:{self.id} {self.name!r} {self.state}>"
 

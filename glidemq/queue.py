@@ -8,17 +8,21 @@ from dataclasses import dataclass
 from types import TracebackType
 from typing import Any, Generic, Self, TypeVar
 
-import orjson
 from glide import Batch, ClusterBatch, GlideClusterClient
 
 from .connection import Client, ConnectionLike, close_client, create_client, resolve_connection
 from .context import QueueContext, now_ms
-from .errors import GlideMQError, ServerError, UnsupportedOptionError, ValidationError
+from .errors import (
+    GlideMQError,
+    ServerError,
+    UnsupportedOptionError,
+    ValidationError,
+)
 from .functions import ensure_library
 from .job import Job
 from .keys import DEFAULT_PREFIX, QueueKeys
 from .serialize import encode_data
-from .types import JobOptions
+from .types import JobOptions, wire_opts
 
 __all__ = ["JobCounts", "Queue"]
 
@@ -26,7 +30,9 @@ D = TypeVar("D")
 R = TypeVar("R")
 
 _STATES = ("waiting", "active", "delayed", "prioritized", "completed", "failed", "dead_letter")
-_BULK_CHUNK = 1000
+_BULK_CHUNK = 1000  # most coalesced single adds in one FCALL
+_BULK_PER_CALL = 250  # jobs per glidemq_addBulk call inside add_bulk
+_PIPELINE_CALLS = 8  # calls per pipelined batch
 
 
 @dataclass(frozen=True, slots=True)
@@ -74,6 +80,9 @@ class Queue(Generic[D, R]):
         self._ctx: QueueContext | None = None
         self._lock = asyncio.Lock()
         self._closed = False
+        self._adds: list[tuple[list[str | bytes], asyncio.Future[Any]]] = []
+        self._add_scheduled = False
+        self._add_tasks: set[asyncio.Task[None]] = set()
 
     async def __aenter__(self) -> Self:
         await self._context()
@@ -109,16 +118,32 @@ class Queue(Generic[D, R]):
 
     # -- adding ------------------------------------------------------------------------------
 
-    def _add_call(
-        self, name: str, data: Any, opts: JobOptions, now: int
-    ) -> tuple[str, list[str], list[str | bytes]]:
+    def _compact(self, name: Any, data: Any, opts: JobOptions) -> list[str | bytes]:
+        """The 8 per-job arguments of glidemq_addBulk."""
         if not isinstance(name, str):
             raise ValidationError("name", "must be a string")
-        k = self.keys
-        args: list[str | bytes] = [
+        return [
             name,
             encode_data(data, compress=self.compression),
-            orjson.dumps(opts.to_wire()),
+            wire_opts(opts),
+            str(opts.delay),
+            str(opts.priority),
+            str(opts.attempts),
+            str(opts.ttl),
+            opts.job_id or "",
+        ]
+
+    def _dedup_args(self, name: str, data: Any, opts: JobOptions, now: int) -> list[str | bytes]:
+        """glidemq_dedup's 20 arguments: dedup id, ttl, mode, then addJob's 17."""
+        d = opts.deduplication
+        assert d is not None
+        return [
+            d.id,
+            str(d.ttl),
+            d.mode,
+            name,
+            encode_data(data, compress=self.compression),
+            wire_opts(opts),
             str(now),
             str(opts.delay),
             str(opts.priority),
@@ -134,14 +159,6 @@ class Queue(Generic[D, R]):
             str(opts.ttl),
             opts.job_id or "",
         ]
-        if opts.deduplication is None:
-            return "glidemq_addJob", [k.id, k.stream, k.scheduled, k.events], args
-        d = opts.deduplication
-        return (
-            "glidemq_dedup",
-            [k.dedup, k.id, k.stream, k.scheduled, k.events],
-            [d.id, str(d.ttl), d.mode, *args],
-        )
 
     def _added(
         self, reply: Any, name: str, data: Any, opts: JobOptions, now: int
@@ -155,40 +172,77 @@ class Queue(Generic[D, R]):
             if job_id == "ERR:INVALID_JOB_ID":
                 raise ValidationError("job_id", "rejected by the server")
             raise ServerError(f"add: {job_id}")
-        if opts.delay:
-            state = "delayed"
-        elif opts.priority:
-            state = "prioritized"
-        else:
-            state = "waiting"
-        fields = {
-            b"id": job_id.encode(),
-            b"name": name.encode(),
-            b"timestamp": str(now).encode(),
-            b"delay": str(opts.delay).encode(),
-            b"priority": str(opts.priority).encode(),
-            b"maxAttempts": str(opts.attempts).encode(),
-            b"state": state.encode(),
-        }
-        job: Job[D, R] = Job(self._ctx_now(), fields)
-        job.data = data
-        job.opts = opts.to_wire()
-        return job
-
-    def _ctx_now(self) -> QueueContext:
         assert self._ctx is not None
-        return self._ctx
+        return Job._created(
+            self._ctx,
+            job_id,
+            name,
+            data,
+            opts.to_wire(),
+            now,
+            opts.delay,
+            opts.priority,
+            opts.attempts,
+        )
 
     async def add(
         self, name: str, data: D | None = None, opts: JobOptions | Mapping[str, Any] | None = None
     ) -> Job[D, R] | None:
-        """Add one job. Returns it, or None when a custom id or deduplication skipped it."""
+        """Add one job. Returns it, or None when a custom id or deduplication skipped it.
+
+        Adds made in the same event-loop iteration share one round trip; each is still
+        atomic on its own.
+        """
         options = JobOptions.coerce(opts)
-        now = now_ms()
-        function, keys, args = self._add_call(name, data, options, now)
         ctx = await self._context()
-        reply = await ctx.fcall(function, keys, args)
+        if options.deduplication is not None:
+            now = now_ms()
+            k = self.keys
+            reply = await ctx.fcall(
+                "glidemq_dedup",
+                [k.dedup, k.id, k.stream, k.scheduled, k.events],
+                self._dedup_args(name, data, options, now),
+            )
+            return self._added(reply, name, data, options, now)
+        args = self._compact(name, data, options)
+        future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        self._adds.append((args, future))
+        if not self._add_scheduled:
+            self._add_scheduled = True
+            asyncio.get_running_loop().call_soon(self._flush_adds)
+        reply, now = await future
         return self._added(reply, name, data, options, now)
+
+    def _flush_adds(self) -> None:
+        self._add_scheduled = False
+        pending, self._adds = self._adds, []
+        loop = asyncio.get_running_loop()
+        for start in range(0, len(pending), _BULK_CHUNK):
+            task = loop.create_task(self._send_adds(pending[start : start + _BULK_CHUNK]))
+            self._add_tasks.add(task)
+            task.add_done_callback(self._add_tasks.discard)
+
+    async def _send_adds(
+        self, pending: list[tuple[list[str | bytes], asyncio.Future[Any]]]
+    ) -> None:
+        now = now_ms()
+        args: list[str | bytes] = [str(now)]
+        for job_args, _ in pending:
+            args += job_args
+        k = self.keys
+        try:
+            ctx = await self._context()
+            replies = await ctx.fcall(
+                "glidemq_addBulk", [k.id, k.stream, k.scheduled, k.events], args
+            )
+        except BaseException as exc:
+            for _, future in pending:
+                if not future.done():
+                    future.set_exception(exc)
+            return
+        for (_, future), reply in zip(pending, replies, strict=True):
+            if not future.done():
+                future.set_result((reply, now))
 
     async def add_bulk(
         self, jobs: Iterable[Mapping[str, Any] | tuple[str, Any] | tuple[str, Any, Any]]
@@ -198,7 +252,7 @@ class Queue(Generic[D, R]):
         Every job is validated before anything is sent. Each add is atomic on its own; the
         result list matches the input order (None where a job was skipped as a duplicate).
         """
-        prepared: list[tuple[str, Any, JobOptions, str, list[str], list[str | bytes]]] = []
+        items: list[tuple[str, Any, JobOptions, list[str | bytes]]] = []
         now = now_ms()
         for i, item in enumerate(jobs):
             if isinstance(item, Mapping):
@@ -212,24 +266,68 @@ class Queue(Generic[D, R]):
             else:
                 raise ValidationError(f"jobs[{i}]", "expected a mapping or (name, data[, opts])")
             try:
+                if not isinstance(name, str):
+                    raise ValidationError("name", "must be a string")
                 options = JobOptions.coerce(raw_opts)
-                call = self._add_call(name, data, options, now)  # type: ignore[arg-type]
+                if options.deduplication is not None:
+                    args = self._dedup_args(name, data, options, now)
+                else:
+                    args = self._compact(name, data, options)
             except ValidationError as exc:
                 raise ValidationError(f"jobs[{i}].{exc.field}", exc.reason) from None
-            prepared.append((name, data, options, *call))  # type: ignore[arg-type]
+            items.append((name, data, options, args))
         ctx = await self._context()
-        out: list[Job[D, R] | None] = []
+        k = self.keys
         cluster = isinstance(ctx.client, GlideClusterClient)
-        for start in range(0, len(prepared), _BULK_CHUNK):
-            chunk = prepared[start : start + _BULK_CHUNK]
+        out: list[Job[D, R] | None] = []
+        # Consecutive plain jobs share one FCALL; dedup jobs get their own. Up to
+        # _PIPELINE_CALLS calls go out in one ordered pipeline.
+        calls: list[tuple[str, list[str], list[str | bytes], list[int]]] = []
+        plain: list[int] = []
+
+        def close_plain() -> None:
+            if plain:
+                args: list[str | bytes] = [str(now)]
+                for j in plain:
+                    args += items[j][3]
+                calls.append(
+                    ("glidemq_addBulk", [k.id, k.stream, k.scheduled, k.events], args, list(plain))
+                )
+                plain.clear()
+
+        for j, (_, _, options, _) in enumerate(items):
+            if options.deduplication is None:
+                plain.append(j)
+                if len(plain) >= _BULK_PER_CALL:
+                    close_plain()
+            else:
+                close_plain()
+                calls.append(
+                    (
+                        "glidemq_dedup",
+                        [k.dedup, k.id, k.stream, k.scheduled, k.events],
+                        items[j][3],
+                        [j],
+                    )
+                )
+        close_plain()
+        replies_by_job: list[Any] = [None] * len(items)
+        for start in range(0, len(calls), _PIPELINE_CALLS):
+            chunk = calls[start : start + _PIPELINE_CALLS]
             batch: Batch | ClusterBatch = ClusterBatch(False) if cluster else Batch(False)
-            for _, _, _, function, keys, args in chunk:
+            for function, keys, args, _ in chunk:
                 batch.fcall(function, keys, args)
             replies = await ctx.command(ctx.client.exec(batch, False))  # type: ignore[arg-type,unused-ignore]
-            for (name, data, options, *_), reply in zip(chunk, replies or [], strict=True):
+            for (function, _, _, idx), reply in zip(chunk, replies or [], strict=True):
                 if isinstance(reply, Exception):
                     raise ServerError(f"add_bulk: {reply}")
-                out.append(self._added(reply, name, data, options, now))
+                if function == "glidemq_addBulk":
+                    for j, r in zip(idx, reply, strict=True):
+                        replies_by_job[j] = r
+                else:
+                    replies_by_job[idx[0]] = reply
+        for (name, data, options, _), reply in zip(items, replies_by_job, strict=True):
+            out.append(self._added(reply, name, data, options, now))
         return out
 
     # -- reading -----------------------------------------------------------------------------

@@ -41,6 +41,8 @@ __all__ = [
 CLUSTER_SLOTS = 16384
 _LOG_NAME = "valkey.log"
 _OUT_NAME = "valkey.out"  # stdout/stderr: config errors are printed before the log opens
+_OWNER_NAME = "owner.pid"  # pid of the Python process that created a temp dir
+_TMP_PREFIX = "glidemq-valkey-"
 
 Reply: TypeAlias = "str | int | list[Reply] | None"
 """A decoded RESP2 reply: simple/bulk strings as ``str``, integers, nil, arrays."""
@@ -253,6 +255,34 @@ def _cleanup_all() -> None:
         res.cleanup()
 
 
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+_swept = False
+
+
+def _make_temp_dir() -> Path:
+    """Create a server temp dir; first remove those whose owner process died without cleanup."""
+    global _swept
+    if not _swept and _prctl is not None:
+        # Only where PDEATHSIG guarantees the servers of a dead owner are dead too.
+        _swept = True
+        for stale in Path(tempfile.gettempdir()).glob(_TMP_PREFIX + "*"):
+            with contextlib.suppress(OSError, ValueError):
+                if not _pid_alive(int((stale / _OWNER_NAME).read_text())):
+                    shutil.rmtree(stale, ignore_errors=True)
+    path = Path(tempfile.mkdtemp(prefix=_TMP_PREFIX))
+    (path / _OWNER_NAME).write_text(str(os.getpid()))
+    return path
+
+
 def _tail(path: Path, lines: int = 30) -> str:
     try:
         text = path.read_text(errors="replace")
@@ -368,7 +398,7 @@ class EmbeddedValkey:
             return
         valkey_server_path()  # fail on a missing binary before creating a temp dir
         if self._dir is None:
-            self._dir = Path(tempfile.mkdtemp(prefix="glidemq-valkey-"))
+            self._dir = _make_temp_dir()
             self._res.owned_dir = self._dir
             self._owns_dir = True
         self._dir.mkdir(parents=True, exist_ok=True)

@@ -135,7 +135,12 @@ class EmbeddedCluster:
         argv = [str(valkey_cli_path()), "--cluster", "create"]
         argv += [f"{host}:{port}" for host, port in self.addresses]
         argv += ["--cluster-replicas", str(self._replicas_per_primary), "--cluster-yes"]
-        done = subprocess.run(argv, capture_output=True, text=True, timeout=timeout, check=False)
+        try:
+            done = subprocess.run(
+                argv, capture_output=True, text=True, timeout=timeout, check=False
+            )
+        except subprocess.TimeoutExpired as exc:
+            raise ServerError(f"valkey-cli --cluster create took over {timeout:.1f}s") from exc
         if done.returncode != 0:
             tail = "\n".join((done.stdout + done.stderr).splitlines()[-30:])
             raise ServerError(f"valkey-cli --cluster create failed:\n{tail}")

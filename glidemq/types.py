@@ -7,9 +7,12 @@ the bad field; `from_mapping` builds one from a dict and rejects unknown keys.
 from __future__ import annotations
 
 import difflib
+import functools
 from collections.abc import Callable, Mapping
 from dataclasses import MISSING, dataclass, field, fields
 from typing import Any, Literal, TypeAlias, TypeVar
+
+import orjson
 
 from .errors import ValidationError
 from .keys import validate_job_id
@@ -170,14 +173,26 @@ class JobOptions:
             return value
         if not isinstance(value, Mapping):
             raise ValidationError("opts", f"expected JobOptions or a dict, got {value!r}")
+        try:
+            return _coerce_cached(tuple(sorted(value.items())))
+        except TypeError:  # unhashable values (nested dicts): build it each time
+            pass
         values = dict(value)
-        if isinstance(values.get("backoff"), Mapping):
-            values["backoff"] = from_mapping(Backoff, values["backoff"])
-        if isinstance(values.get("deduplication"), Mapping):
-            values["deduplication"] = from_mapping(Deduplication, values["deduplication"])
-        for key in ("remove_on_complete", "remove_on_fail"):
+        nested: tuple[tuple[str, type[Any]], ...] = (
+            ("backoff", Backoff),
+            ("deduplication", Deduplication),
+            ("remove_on_complete", KeepJobs),
+            ("remove_on_fail", KeepJobs),
+        )
+        for key, kind in nested:
             if isinstance(values.get(key), Mapping):
-                values[key] = from_mapping(KeepJobs, values[key])
+                try:
+                    values[key] = from_mapping(kind, values[key])
+                except ValidationError as exc:
+                    if exc.field.startswith(f"{key}."):
+                        raise
+                    # name the nested field in full: "backoff.typ", "remove_on_fail.count"
+                    raise ValidationError(f"{key}.{exc.field}", exc.reason) from None
         return from_mapping(cls, values)
 
     def to_wire(self) -> dict[str, Any]:
@@ -215,6 +230,17 @@ class JobOptions:
 
 
 _DEFAULT_JOB_OPTIONS = JobOptions()
+
+
+@functools.lru_cache(maxsize=256)
+def _coerce_cached(items: tuple[tuple[str, Any], ...]) -> JobOptions:
+    return from_mapping(JobOptions, dict(items))
+
+
+@functools.lru_cache(maxsize=256)
+def wire_opts(opts: JobOptions) -> bytes:
+    """The job's `opts` JSON, cached: most jobs of a program share a few option sets."""
+    return orjson.dumps(opts.to_wire())
 
 
 def retention_from_wire(value: Any) -> Retention | None:

@@ -46,7 +46,10 @@ R = TypeVar("R")
 
 Processor = Callable[[Job[D, R]], Awaitable[R]]
 
-_MAX_FLUSHES_IN_FLIGHT = 2
+# Completions go out in up to 4 pipelined calls of about concurrency/4 jobs each, so the
+# server works on one chunk while this process runs the jobs of another.
+_MAX_FLUSHES_IN_FLIGHT = 4
+_FLUSH_DIVISOR = 4
 _REASON_TIMEOUT = "timeout"
 _REASON_REVOKED = "revoked"
 _REASON_EXPIRED = "expired"
@@ -417,17 +420,18 @@ class Worker(Generic[D, R]):
 
     def _kick_flush(self) -> None:
         self._flush_scheduled = False
-        if not self._pending or self._flushes >= _MAX_FLUSHES_IN_FLIGHT:
-            return
-        batch, self._pending = self._pending, []
-        fetch = 0
-        if not (self._closing or self._paused):
-            fetch = max(0, min(self._free(), self._prefetch))
-        self._reserved += fetch
-        self._flushes += 1
-        task = asyncio.get_running_loop().create_task(self._flush(batch, fetch))
-        self._flush_tasks.add(task)
-        task.add_done_callback(self._flush_tasks.discard)
+        size = max(1, -(-self._concurrency // _FLUSH_DIVISOR))
+        loop = asyncio.get_running_loop()
+        while self._pending and self._flushes < _MAX_FLUSHES_IN_FLIGHT:
+            batch, self._pending = self._pending[:size], self._pending[size:]
+            fetch = 0
+            if not (self._closing or self._paused):
+                fetch = max(0, min(self._free(), self._prefetch, size))
+            self._reserved += fetch
+            self._flushes += 1
+            task = loop.create_task(self._flush(batch, fetch))
+            self._flush_tasks.add(task)
+            task.add_done_callback(self._flush_tasks.discard)
 
     async def _flush(
         self, batch: list[tuple[Job[D, R], bytes, tuple[int, int]]], fetch: int
