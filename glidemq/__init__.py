@@ -29,7 +29,8 @@ from .errors import (
 from .events import QueueEvent, QueueEvents
 from .job import Job
 from .queue import JobCounts, Queue
-from .types import Backoff, Deduplication, JobOptions, KeepJobs, WorkerOptions
+from .processor import ProcessorSpec, processor
+from .types import Backoff, BatchOptions, Deduplication, JobOptions, KeepJobs, WorkerOptions
 from .worker import Processor, Worker
 
 __version__ = "0.1.0"
@@ -37,6 +38,7 @@ __version__ = "0.1.0"
 __all__ = [
     "Backoff",
     "BatchError",
+    "BatchOptions",
     "ConnectionError",
     "ConnectionOptions",
     "Deduplication",
@@ -52,6 +54,7 @@ __all__ = [
     "LibraryError",
     "PayloadTooLargeError",
     "Processor",
+    "ProcessorSpec",
     "Queue",
     "QueueEvent",
     "QueueEvents",
@@ -62,4 +65,5 @@ __all__ = [
     "Worker",
     "WorkerOptions",
     "__version__",
+    "processor",
 ]

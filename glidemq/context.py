@@ -10,7 +10,10 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
+from glide import ClosingError as _GlideClosing
+from glide import ConnectionError as _GlideConnectionError
 from glide import GlideError as _GlideError
+from glide import TimeoutError as _GlideTimeout
 
 from .connection import Client
 from .errors import ConnectionError, JobNotFoundError, JobStateError, ServerError
@@ -51,8 +54,10 @@ class QueueContext:
         try:
             return await coro
         except _GlideError as exc:
-            if "closing" in type(exc).__name__.lower() or "connection" in str(exc).lower():
-                raise ConnectionError(str(exc)) from exc
+            # A time-out is a transport failure, as in functions.call: the server is gone or stuck.
+            transport = isinstance(exc, _GlideConnectionError | _GlideClosing | _GlideTimeout)
+            if transport or "connection" in str(exc).lower():
+                raise ConnectionError(f"{type(exc).__name__}: {exc}") from exc
             raise ServerError(str(exc)) from exc
 
     # -- keys of the common call shapes -------------------------------------------------

@@ -160,7 +160,10 @@ class Job(Generic[D, R]):
 
     async def log(self, message: str) -> int:
         """Append a line to the job's log; returns the log's length."""
-        n = await self._ctx.command(self._ctx.client.rpush(self._ctx.keys.log(self.id), [message]))
+        keys = self._ctx.keys
+        n = await self._ctx.fcall("glidemq_log", [keys.job(self.id), keys.log(self.id)], [message])
+        if n == 0:
+            raise JobNotFoundError(self._ctx.name, self.id)
         return int(n)
 
     async def update_progress(self, progress: int | float | Mapping[str, Any]) -> None:
@@ -214,6 +217,8 @@ class Job(Generic[D, R]):
                 "state", f"can retry failed, completed or dead_letter, not {state!r}"
             )
         if await self._ctx.retry_jobs(source, 1, [self.id]) != 1:
+            if await self._ctx.get_state(self.id) is None:
+                raise JobNotFoundError(self._ctx.name, self.id)
             raise JobStateError(self.id, "retry", f"it is not {state}")
 
     async def change_priority(self, priority: int) -> None:

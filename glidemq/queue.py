@@ -14,6 +14,7 @@ from .connection import Client, ConnectionLike, close_client, create_client, res
 from .context import QueueContext, now_ms
 from .errors import (
     GlideMQError,
+    PayloadTooLargeError,
     ServerError,
     UnsupportedOptionError,
     ValidationError,
@@ -273,6 +274,8 @@ class Queue(Generic[D, R]):
                     args = self._dedup_args(name, data, options, now)
                 else:
                     args = self._compact(name, data, options)
+            except PayloadTooLargeError as exc:
+                raise PayloadTooLargeError(exc.size, exc.limit, f"jobs[{i}].data") from None
             except ValidationError as exc:
                 raise ValidationError(f"jobs[{i}].{exc.field}", exc.reason) from None
             items.append((name, data, options, args))

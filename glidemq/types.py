@@ -20,6 +20,7 @@ from .keys import validate_job_id
 __all__ = [
     "Backoff",
     "BackoffStrategy",
+    "BatchOptions",
     "Deduplication",
     "JobOptions",
     "KeepJobs",
@@ -216,7 +217,8 @@ class JobOptions:
             ("removeOnFail", self.remove_on_fail),
         ):
             if isinstance(value, KeepJobs):
-                out[key] = {k: v for k, v in (("count", value.count), ("age", value.age)) if v}
+                pairs = (("count", value.count), ("age", value.age))
+                out[key] = {k: v for k, v in pairs if v is not None}  # count 0 = keep none
             elif value is not None:
                 out[key] = value
         if self.deduplication is not None:
@@ -259,6 +261,19 @@ def retention_from_wire(value: Any) -> Retention | None:
 
 
 @dataclass(frozen=True, slots=True)
+class BatchOptions:
+    """Batch mode: the processor receives up to `size` jobs at once, waiting at most
+    `timeout_ms` to fill a batch, and returns one result per job."""
+
+    size: int = 10
+    timeout_ms: int = 50
+
+    def __post_init__(self) -> None:
+        _int("batch.size", self.size, low=1, high=10_000)
+        _int("batch.timeout_ms", self.timeout_ms)
+
+
+@dataclass(frozen=True, slots=True)
 class WorkerOptions:
     """Settings of a Worker. Times are in milliseconds.
 
@@ -281,9 +296,9 @@ class WorkerOptions:
     dead_letter: bool = False
     events: bool = True
     backoff_strategies: Mapping[str, BackoffStrategy] = field(default_factory=dict)
-    autorun: bool = True
     close_timeout: float = 30.0
     consumer: str | None = None
+    batch: BatchOptions | None = None
 
     def __post_init__(self) -> None:
         _int("concurrency", self.concurrency, low=1, high=100_000)
@@ -301,6 +316,8 @@ class WorkerOptions:
         for name, fn in self.backoff_strategies.items():
             if not callable(fn):
                 raise ValidationError(f"backoff_strategies.{name}", "must be callable")
+        if self.batch is not None and not isinstance(self.batch, BatchOptions):
+            raise ValidationError("batch", "must be BatchOptions(size, timeout_ms)")
 
 
 def field_defaults(cls: type[Any]) -> dict[str, Any]:

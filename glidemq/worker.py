@@ -24,6 +24,7 @@ from .connection import Client, ConnectionLike, close_client, create_client, res
 from .context import QueueContext, now_ms
 from .emitter import Emitter
 from .errors import (
+    BatchError,
     DelayedError,
     GlideMQError,
     JobTimeoutError,
@@ -98,8 +99,15 @@ class Worker(Generic[D, R]):
         self._is_async = inspect.iscoroutinefunction(processor) or inspect.iscoroutinefunction(
             type(processor).__call__
         )
-        self._concurrency = base.concurrency
-        self._prefetch = base.prefetch or base.concurrency
+        self._batch = base.batch
+        # In batch mode `concurrency` counts batches; the worker holds that many batches' jobs.
+        self._concurrency = base.concurrency * (base.batch.size if base.batch else 1)
+        self._prefetch = base.prefetch or self._concurrency
+        self._flush_size = max(
+            base.batch.size if base.batch else 1, -(-self._concurrency // _FLUSH_DIVISOR)
+        )
+        self._batch_buffer: list[Job[D, R]] = []
+        self._batch_timer: asyncio.TimerHandle | None = None
         self._keep_complete = retention_args(base.remove_on_complete)
         self._keep_fail = retention_args(base.remove_on_fail)
         self._emit_flag = "1" if base.events else "0"
@@ -219,7 +227,9 @@ class Worker(Generic[D, R]):
         # Closing the blocking client ends an XREADGROUP BLOCK in progress on the server.
         await close_client(self._blocking)
         await asyncio.gather(fetcher, return_exceptions=True)
-        running = [t for _, t in self._active.values() if t is not None and not t.done()]
+        if self._batch_timer is not None:
+            self._batch_timer.cancel()
+        running = list({t for _, t in self._active.values() if t is not None and not t.done()})
         if running and not force and timeout > 0:
             await asyncio.wait(running, timeout=timeout)
         for t in running:
@@ -329,6 +339,13 @@ class Worker(Generic[D, R]):
                         (v for k, v in (fields or []) if k == b"id"), b""
                     )  # entry fields are [[field, value], ...]
                     args += [entry_id.decode(), job_id.decode()]
+            if self._paused:  # paused while the read was blocked: hand the entries back
+                await self._ctx.fcall(
+                    "glidemq_deferActive",
+                    [self.keys.stream, self.keys.events],
+                    [self.consumer, *args[2:]],
+                )
+                return
             flat = await self._ctx.fcall("glidemq_moveToActive", self._ctx.fetch_keys, args)
             self._start_jobs(flat)
         finally:
@@ -346,10 +363,87 @@ class Worker(Generic[D, R]):
             entry_id = flat[i].decode()
             job: Job[D, R] = Job(ctx, _pairs(flat[i + 2]), entry_id=entry_id, worker=self)
             self._running += 1
-            task = loop.create_task(self._run(job))
-            self._active[entry_id] = (job, task)
+            if self._batch is not None:
+                self._active[entry_id] = (job, None)
+                self._batch_buffer.append(job)
+            else:
+                task = loop.create_task(self._run(job))
+                self._active[entry_id] = (job, task)
             if emit_active:
                 self.events.emit("active", job)
+        if self._batch is not None:
+            self._dispatch_batches()
+
+    # -- batches --------------------------------------------------------------------------
+
+    def _dispatch_batches(self, timer: bool = False) -> None:
+        """Start full batches now; a partial one after batch.timeout_ms (or when fetching
+        found nothing more to add)."""
+        assert self._batch is not None
+        size = self._batch.size
+        loop = asyncio.get_running_loop()
+        while len(self._batch_buffer) >= size or (timer and self._batch_buffer):
+            jobs, self._batch_buffer = self._batch_buffer[:size], self._batch_buffer[size:]
+            task = loop.create_task(self._run_batch(jobs))
+            for job in jobs:
+                self._active[job.entry_id or ""] = (job, task)
+        if timer:
+            self._batch_timer = None
+        if self._batch_buffer and self._batch_timer is None:
+            self._batch_timer = loop.call_later(
+                self._batch.timeout_ms / 1000, self._dispatch_batches, True
+            )
+
+    async def _run_batch(self, jobs: list[Job[D, R]]) -> None:
+        n = len(jobs)
+        try:
+            if self._is_async:
+                results: Any = await self._processor(jobs)  # type: ignore[arg-type,misc]
+            else:
+                results = await asyncio.to_thread(self._processor, jobs)  # type: ignore[arg-type]
+        except asyncio.CancelledError:
+            self._running -= n
+            return  # closing: the jobs are handed back by deferActive
+        except BatchError as exc:
+            results = exc.results
+            if len(results) != n:
+                results = [ValidationError("batch", f"BatchError has {len(results)} results "
+                                                    f"for {n} jobs")] * n
+        except BaseException as exc:
+            results = [exc] * n
+        if not isinstance(results, list | tuple) or len(results) != n:
+            got = len(results) if isinstance(results, list | tuple) else type(results).__name__
+            error = ValidationError(
+                "batch", f"batch processor returned {got} results for {n} jobs"
+            )
+            results = [error] * n
+        failures = []
+        for job, result in zip(jobs, results, strict=True):
+            if isinstance(result, BaseException):
+                failures.append((job, result))
+                continue
+            try:
+                rv = encode_json(result)
+            except TypeError as exc:
+                failures.append((job, TypeError(f"return value is not JSON-serializable: {exc}")))
+                continue
+            self._running -= 1
+            job.returnvalue = result
+            self._pending.append((job, rv, self._keep_for(job)))
+        if self._pending and not self._flush_scheduled:
+            self._flush_scheduled = True
+            asyncio.get_running_loop().call_soon(self._kick_flush)
+        for _ in failures:
+            self._running -= 1
+        await asyncio.gather(*(self._fail(job, err, counted=True) for job, err in failures))
+
+    def _keep_for(self, job: Job[D, R]) -> tuple[int, int]:
+        keep = self._keep_complete
+        if "removeOnComplete" in job.opts:
+            wire = retention_from_wire(job.opts["removeOnComplete"])
+            if wire is not None:
+                keep = retention_args(wire)
+        return keep
 
     # -- running --------------------------------------------------------------------------
 
@@ -405,13 +499,8 @@ class Worker(Generic[D, R]):
             self._active.pop(job.entry_id or "", None)
             self._wake.set()
             return
-        keep = self._keep_complete
-        if "removeOnComplete" in job.opts:
-            wire = retention_from_wire(job.opts["removeOnComplete"])
-            if wire is not None:
-                keep = retention_args(wire)
         job.returnvalue = result
-        self._pending.append((job, rv, keep))
+        self._pending.append((job, rv, self._keep_for(job)))
         if not self._flush_scheduled:
             self._flush_scheduled = True
             asyncio.get_running_loop().call_soon(self._kick_flush)
@@ -420,7 +509,7 @@ class Worker(Generic[D, R]):
 
     def _kick_flush(self) -> None:
         self._flush_scheduled = False
-        size = max(1, -(-self._concurrency // _FLUSH_DIVISOR))
+        size = self._flush_size
         loop = asyncio.get_running_loop()
         while self._pending and self._flushes < _MAX_FLUSHES_IN_FLIGHT:
             batch, self._pending = self._pending[:size], self._pending[size:]

@@ -540,7 +540,9 @@ redis.register_function('glidemq_deferActive', function(keys, args)
     if redis.call('XACK', stream, GROUP, entryId) == 1 then
       redis.call('XDEL', stream, entryId)
       local jobKey = prefix .. 'job:' .. jobId
-      if jobId ~= '' and redis.call('HGET', jobKey, 'state') == 'active' then
+      local h = redis.call('HMGET', jobKey, 'state', 'sid')
+      -- 'waiting' with this entry as its sid: read by the worker but never activated.
+      if jobId ~= '' and (h[1] == 'active' or (h[1] == 'waiting' and h[2] == entryId)) then
         local sid = redis.call('XADD', stream, '*', 'id', jobId)
         redis.call('HSET', jobKey, 'state', 'waiting', 'sid', sid)
         emit(events, 'waiting', jobId, 'reason', 'deferred')
@@ -740,6 +742,13 @@ redis.register_function('glidemq_updateJob', function(keys, args)
     end
   end
   return 1
+end)
+
+-- KEYS: job hash, its log list. ARGS: lines. Appends to the log of an existing job only, so
+-- a removed job gets no orphan log. Returns the log's new length, or 0 when the job is gone.
+redis.register_function('glidemq_log', function(keys, args)
+  if redis.call('EXISTS', keys[1]) == 0 then return 0 end
+  return redis.call('RPUSH', keys[2], unpack(args))
 end)
 
 ---------------------------------------------------------------------------------------------

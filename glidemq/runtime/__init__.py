@@ -1,0 +1,1 @@
+"""glidemq-run: a supervisor that forks worker processes and keeps them healthy."""

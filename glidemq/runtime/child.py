@@ -1,0 +1,202 @@
+"""The worker process: imports the processor, runs one Worker per queue on uvloop, and
+reports to the supervisor every second from its event loop."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import random
+import signal
+import traceback
+from typing import Any
+
+import psutil
+
+from ..connection import ConnectionOptions
+from ..errors import GlideMQError
+from ..processor import ProcessorSpec, load_processor
+from ..queue import Queue
+from ..types import BatchOptions, WorkerOptions, from_mapping
+from ..worker import Worker
+from . import ipc
+from .config import ExitCode, RuntimeConfig
+
+__all__ = ["run_child"]
+
+log = logging.getLogger("glidemq.run")
+
+HEARTBEAT_INTERVAL = 1.0
+COUNTS_INTERVAL = 5.0
+
+
+def _worker_options(cfg: RuntimeConfig, spec: ProcessorSpec) -> WorkerOptions:
+    values: dict[str, Any] = dict(spec.options)
+    if cfg.concurrency is not None:
+        values["concurrency"] = cfg.concurrency
+    if cfg.prefetch is not None:
+        values["prefetch"] = cfg.prefetch
+    if cfg.lock_duration_ms is not None:
+        values["lock_duration"] = cfg.lock_duration_ms
+    values["close_timeout"] = cfg.grace
+    if cfg.batch_size is not None or spec.batch:
+        values["batch"] = BatchOptions(size=cfg.batch_size or 10, timeout_ms=cfg.batch_timeout_ms)
+    return from_mapping(WorkerOptions, values)
+
+
+def _queues(cfg: RuntimeConfig, spec: ProcessorSpec) -> tuple[str, ...]:
+    return cfg.queues or spec.queues
+
+
+class _Child:
+    def __init__(
+        self, cfg: RuntimeConfig, spec: ProcessorSpec, conn: ConnectionOptions, slot: int, fd: int
+    ) -> None:
+        self.cfg = cfg
+        self.spec = spec
+        self.conn = conn
+        self.slot = slot
+        self.fd = fd
+        self.parent = os.getppid()
+        self.workers: list[Worker[Any, Any]] = []
+        self.stop = asyncio.Event()
+        self.mode = "graceful"
+        self.reason = "signal"
+        self.process = psutil.Process()
+        # Jitter the recycle point so a fleet started together does not recycle together.
+        limit = cfg.max_jobs_per_child
+        self.max_jobs = None if limit is None else max(1, limit - random.randint(0, limit // 10))
+
+    def send(self, message: dict[str, Any]) -> None:
+        try:
+            ipc.write_frame(self.fd, message)
+        except OSError:
+            self.request_stop("graceful", "supervisor-gone")
+
+    def request_stop(self, mode: str, reason: str) -> None:
+        if self.stop.is_set():
+            if mode == "immediate":
+                self.mode = "immediate"
+            return
+        self.mode, self.reason = mode, reason
+        self.stop.set()
+
+    def counters(self) -> dict[str, Any]:
+        completed = sum(w.completed_count for w in self.workers)
+        failed = sum(w.failed_count for w in self.workers)
+        active = sum(w.active_count for w in self.workers)
+        return {
+            "completed": completed,
+            "failed": failed,
+            "active": active,
+            "rss": self.process.memory_info().rss,
+        }
+
+    async def serve(self) -> int:
+        loop = asyncio.get_running_loop()
+        loop.add_signal_handler(signal.SIGTERM, self.request_stop, "graceful", "SIGTERM")
+        loop.add_signal_handler(signal.SIGQUIT, self.request_stop, "immediate", "SIGQUIT")
+        options = _worker_options(self.cfg, self.spec)
+        try:
+            for name in _queues(self.cfg, self.spec):
+                worker: Worker[Any, Any] = Worker(
+                    name,
+                    self.spec.function,
+                    connection=self.conn,
+                    prefix=self.cfg.prefix,
+                    options=options,
+                )
+                self.workers.append(worker)
+                await worker.start()
+        except BaseException as exc:
+            self.send(
+                {
+                    "type": ipc.BOOT_ERROR,
+                    "error": f"{type(exc).__name__}: {exc}",
+                    "traceback": traceback.format_exc(),
+                }
+            )
+            for w in self.workers:
+                await w.close(force=True)
+            return ExitCode.BOOT
+        self.send({"type": ipc.READY, "queues": list(_queues(self.cfg, self.spec))})
+        reporter = loop.create_task(self.report_loop())
+        await self.stop.wait()
+        self.send(
+            {"type": ipc.EXITING, "reason": self.reason, "mode": self.mode, **self.counters()}
+        )
+        force = self.mode == "immediate"
+        await asyncio.gather(
+            *(w.close(force=force, timeout=self.cfg.grace) for w in self.workers),
+            return_exceptions=True,
+        )
+        reporter.cancel()
+        await asyncio.gather(reporter, return_exceptions=True)
+        self.send({"type": ipc.HEARTBEAT, "final": True, **self.counters()})
+        return ExitCode.OK
+
+    async def report_loop(self) -> None:
+        queues: list[Queue[Any, Any]] = []
+        if self.slot == 0 and self.cfg.metrics_port is not None:
+            queues = [
+                Queue(n, connection=self.conn, prefix=self.cfg.prefix)
+                for n in _queues(self.cfg, self.spec)
+            ]
+        last_counts = 0.0
+        counts: dict[str, dict[str, int]] = {}
+        try:
+            while True:
+                await asyncio.sleep(HEARTBEAT_INTERVAL)
+                if os.getppid() != self.parent:
+                    self.request_stop("graceful", "supervisor-gone")
+                    return
+                stats = self.counters()
+                loop_now = asyncio.get_running_loop().time()
+                if queues and loop_now - last_counts >= COUNTS_INTERVAL:
+                    last_counts = loop_now
+                    for q in queues:
+                        try:
+                            counts[q.name] = (await q.get_job_counts()).as_dict()
+                        except GlideMQError:
+                            pass
+                message: dict[str, Any] = {"type": ipc.HEARTBEAT, **stats}
+                if counts:
+                    message["queues"] = counts
+                self.send(message)
+                done = stats["completed"] + stats["failed"]
+                if self.max_jobs is not None and done >= self.max_jobs:
+                    self.request_stop("graceful", "max-jobs")
+                limit = self.cfg.max_memory_per_child_mb
+                if limit is not None and stats["rss"] > limit * 1024 * 1024:
+                    self.request_stop("graceful", "max-memory")
+        finally:
+            for q in queues:
+                await q.close()
+
+
+def run_child(cfg: RuntimeConfig, conn: ConnectionOptions, slot: int, fd: int) -> int:
+    """Body of a forked worker process; returns its exit code."""
+    # Ctrl-C reaches the whole process group: the supervisor decides what happens.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        spec = load_processor(cfg.target)
+        if not _queues(cfg, spec):
+            raise GlideMQError("no queue: pass --queue or declare it with @glidemq.processor")
+    except BaseException as exc:
+        ipc.write_frame(
+            fd,
+            {
+                "type": ipc.BOOT_ERROR,
+                "error": f"{type(exc).__name__}: {exc}",
+                "traceback": traceback.format_exc(),
+            },
+        )
+        return ExitCode.BOOT
+    try:
+        import uvloop
+
+        factory: Any = uvloop.new_event_loop
+    except ImportError:  # pragma: no cover - uvloop is a dependency on Linux
+        factory = None
+    with asyncio.Runner(loop_factory=factory) as runner:
+        return runner.run(_Child(cfg, spec, conn, slot, fd).serve())

@@ -1,0 +1,152 @@
+"""`glidemq-run`: parse flags, check the processor and the server, then supervise."""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+import sys
+import time
+import traceback
+from collections.abc import Sequence
+
+import orjson
+
+from ..connection import ConnectionOptions
+from ..errors import GlideMQError
+from .config import ExitCode, RuntimeConfig, UsageError, parse_config
+from .logs import setup_logging
+
+__all__ = ["main"]
+
+log = logging.getLogger("glidemq.run")
+
+
+def _connection(cfg: RuntimeConfig) -> ConnectionOptions:
+    if cfg.cluster:
+        return ConnectionOptions.from_url(f"valkey://{cfg.cluster}?cluster=1")
+    url = cfg.url or os.environ.get("GLIDEMQ_URL") or "valkey://127.0.0.1:6379"
+    return ConnectionOptions.from_url(url)
+
+
+def _probe_processor(cfg: RuntimeConfig) -> str | None:
+    """Import the processor in a throw-away child so the supervisor never imports user code
+    (every worker imports it fresh, which is what makes SIGHUP reload it). Returns an error
+    text, or None when it is usable."""
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # pragma: no cover - child side, exercised by the CLI tests
+        code = 0
+        try:
+            os.close(r)
+            from ..processor import load_processor
+
+            spec = load_processor(cfg.target)
+            if not (cfg.queues or spec.queues):
+                raise UsageError(
+                    "no queue: pass --queue NAME or declare it with @glidemq.processor(queue=...)"
+                )
+            msg: dict[str, object] = {"ok": True}
+        except BaseException as exc:
+            code = ExitCode.USAGE
+            msg = {
+                "ok": False,
+                "error": f"{type(exc).__name__}: {exc}",
+                "traceback": traceback.format_exc(),
+            }
+        try:
+            os.write(w, orjson.dumps(msg))
+        finally:
+            os._exit(code)
+    os.close(w)
+    chunks = []
+    while True:
+        data = os.read(r, 65536)
+        if not data:
+            break
+        chunks.append(data)
+    os.close(r)
+    os.waitpid(pid, 0)
+    try:
+        reply = orjson.loads(b"".join(chunks))
+    except orjson.JSONDecodeError:
+        return "the processor check crashed before reporting"
+    if reply.get("ok"):
+        return None
+    if reply.get("error", "").startswith(("UsageError", "ValidationError")):
+        return str(reply["error"])
+    return f"{reply['error']}\n{reply.get('traceback', '')}".rstrip()
+
+
+def _wait_reachable(conn: ConnectionOptions, timeout: float) -> str | None:
+    """TCP-connect to a server address, retrying with backoff; an error text on failure."""
+    deadline = time.monotonic() + timeout
+    delay = 0.1
+    last = ""
+    while True:
+        for host, port in conn.addresses:
+            try:
+                with socket.create_connection((host, port), timeout=2.0):
+                    return None
+            except OSError as exc:
+                last = f"{host}:{port}: {exc}"
+        if time.monotonic() + delay > deadline:
+            return f"cannot reach Valkey at {conn.url} ({last}) within {timeout:.0f} s"
+        log.warning("Valkey not reachable yet (%s); retrying in %.1f s", last, delay)
+        time.sleep(delay)
+        delay = min(delay * 2, 2.0)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of glidemq-run; returns the exit code."""
+    args = sys.argv[1:] if argv is None else list(argv)
+    try:
+        cfg = parse_config(args)
+    except UsageError as exc:
+        print(f"glidemq-run: error: {exc}", file=sys.stderr)
+        return ExitCode.USAGE
+    setup_logging(cfg.log_format, cfg.log_level, "supervisor")
+    if cfg.sandbox:
+        print(
+            "glidemq-run: error: --sandbox needs the sandbox pool, which this version of "
+            "glidemq does not include yet",
+            file=sys.stderr,
+        )
+        return ExitCode.USAGE
+    server = None
+    try:
+        if cfg.embedded:
+            from ..server import EmbeddedValkey
+
+            server = EmbeddedValkey().start()
+            print(f"glidemq-run: embedded Valkey at {server.url}", file=sys.stderr, flush=True)
+            conn = ConnectionOptions.from_url(server.url)
+        else:
+            conn = _connection(cfg)
+        problem = _probe_processor(cfg)
+        if problem is not None:
+            print(
+                f"glidemq-run: error: cannot use processor {cfg.target!r}: {problem}",
+                file=sys.stderr,
+            )
+            return ExitCode.USAGE
+        problem = _wait_reachable(conn, cfg.connect_timeout)
+        if problem is not None:
+            print(f"glidemq-run: error: {problem}", file=sys.stderr)
+            return ExitCode.USAGE
+        from .supervisor import Supervisor
+
+        return Supervisor(cfg, conn).run()
+    except GlideMQError as exc:
+        print(f"glidemq-run: error: {exc}", file=sys.stderr)
+        return ExitCode.USAGE
+    except Exception:
+        log.exception("supervisor failed")
+        return ExitCode.INTERNAL
+    finally:
+        if server is not None:
+            server.stop()
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

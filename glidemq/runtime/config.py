@@ -1,0 +1,292 @@
+"""glidemq-run settings: parsed from flags, each also settable by a GLIDEMQ_* variable."""
+
+from __future__ import annotations
+
+import argparse
+import os
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+
+__all__ = ["ExitCode", "RuntimeConfig", "UsageError", "build_parser", "parse_config"]
+
+
+class ExitCode:
+    """Process exit codes of glidemq-run (documented in docs/RUNTIME.md)."""
+
+    OK = 0  # drained cleanly
+    INTERNAL = 1  # unexpected error in the supervisor
+    USAGE = 2  # bad flag, bad processor, server unreachable: nothing was started
+    BOOT = 3  # worker processes failed while starting (import error, crash at boot)
+    IMMEDIATE = 4  # immediate shutdown (SIGQUIT, second SIGINT): jobs recovered by stall recovery
+    GRACE_EXPIRED = 5  # some workers outlived --grace and were killed
+
+
+class UsageError(Exception):
+    """Bad command-line input; the message says which flag and why."""
+
+
+@dataclass(frozen=True)
+class RuntimeConfig:
+    """Everything glidemq-run was told. Times: seconds unless the name says ms."""
+
+    target: str
+    procs: int = field(default_factory=lambda: os.cpu_count() or 1)
+    concurrency: int | None = None
+    queues: tuple[str, ...] = ()
+    url: str | None = None
+    cluster: str | None = None
+    embedded: bool = False
+    prefix: str = "glide"
+    prefetch: int | None = None
+    batch_size: int | None = None
+    batch_timeout_ms: int = 50
+    lock_duration_ms: int | None = None
+    grace: float = 30.0
+    max_jobs_per_child: int | None = None
+    max_memory_per_child_mb: int | None = None
+    heartbeat_timeout: float = 30.0
+    metrics_port: int | None = None
+    metrics_host: str = "127.0.0.1"
+    log_format: str = "text"
+    log_level: str = "INFO"
+    sandbox: bool = False
+    status_interval: float = 10.0
+    connect_timeout: float = 10.0
+
+
+_EXAMPLES = """examples:
+  glidemq-run app:process --queue emails --procs 4 --concurrency 50
+  glidemq-run app:process --queue a --queue b --url valkey://10.0.0.5:6379
+  glidemq-run app:process --queue q --cluster 10.0.0.5:7000,10.0.0.6:7000
+  glidemq-run app:process --queue q --embedded          # local try-out, prints the address
+  GLIDEMQ_PROCS=8 GLIDEMQ_URL=valkey://cache:6379 glidemq-run app:process --queue q
+
+signals: TERM/INT drain (second INT: immediate), QUIT immediate, HUP rolling restart,
+TTIN/TTOU one process more/less. Every flag can also be set as GLIDEMQ_<FLAG>, e.g.
+GLIDEMQ_MAX_JOBS_PER_CHILD=1000."""
+
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be >= 1, got {value}")
+    return value
+
+
+def _non_negative_float(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be >= 0, got {value}")
+    return value
+
+
+def _port(text: str) -> int:
+    value = _positive_int(text)
+    if value > 65535:
+        raise argparse.ArgumentTypeError(f"not a port: {value}")
+    return value
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The glidemq-run argument parser."""
+    from .. import __version__
+
+    p = argparse.ArgumentParser(
+        prog="glidemq-run",
+        description="Run a glidemq processor in several supervised worker processes.",
+        epilog=_EXAMPLES,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument("target", metavar="MODULE:ATTR", help="the processor, e.g. app.tasks:send")
+    p.add_argument("--version", action="version", version=f"glidemq-run {__version__}")
+    p.add_argument("--procs", type=_positive_int, help="worker processes (default: CPU count)")
+    p.add_argument("--concurrency", type=_positive_int, help="jobs at once per process")
+    p.add_argument(
+        "--queue",
+        dest="queues",
+        action="append",
+        metavar="NAME",
+        help="queue to work on (repeatable); required unless the processor declares it",
+    )
+    where = p.add_mutually_exclusive_group()
+    where.add_argument("--url", help="valkey://[user:pass@]host:port[/db] (or valkeys:// for TLS)")
+    where.add_argument("--cluster", metavar="HOST:PORT[,...]", help="cluster seed nodes")
+    where.add_argument(
+        "--embedded",
+        action="store_true",
+        help="start an embedded Valkey for local use and print its address",
+    )
+    p.add_argument("--prefix", help="key prefix (default: glide)")
+    p.add_argument("--prefetch", type=_positive_int, help="most jobs taken per fetch")
+    p.add_argument("--batch-size", type=_positive_int, help="hand the processor lists of jobs")
+    p.add_argument(
+        "--batch-timeout",
+        type=_positive_int,
+        metavar="MS",
+        help="wait at most this long to fill a batch (default 50)",
+    )
+    p.add_argument(
+        "--lock-duration",
+        type=_positive_int,
+        metavar="MS",
+        help="a job whose worker is silent this long is recovered by another",
+    )
+    p.add_argument(
+        "--grace",
+        type=_non_negative_float,
+        metavar="SECONDS",
+        help="how long a drain waits for running jobs (default 30)",
+    )
+    p.add_argument(
+        "--max-jobs-per-child",
+        type=_positive_int,
+        metavar="N",
+        help="recycle a process after about N jobs (jittered by up to 10%%)",
+    )
+    p.add_argument(
+        "--max-memory-per-child",
+        type=_positive_int,
+        metavar="MB",
+        help="recycle a process whose RSS passes MB",
+    )
+    p.add_argument(
+        "--heartbeat-timeout",
+        type=_non_negative_float,
+        metavar="SECONDS",
+        help="kill and replace a process silent this long (default 30)",
+    )
+    p.add_argument("--metrics-port", type=_port, help="serve /metrics and /health on this port")
+    p.add_argument("--metrics-host", help="address for the metrics server (default 127.0.0.1)")
+    p.add_argument("--log-format", choices=("text", "json"), help="log format (default text)")
+    p.add_argument(
+        "--log-level",
+        choices=("DEBUG", "INFO", "WARNING", "ERROR"),
+        type=str.upper,
+        help="log level (default INFO)",
+    )
+    p.add_argument(
+        "--status-interval",
+        type=_non_negative_float,
+        metavar="SECONDS",
+        help="status line interval on a terminal, 0 for none (default 10)",
+    )
+    p.add_argument(
+        "--sandbox", action="store_true", help="run processors in sandboxed child processes"
+    )
+    return p
+
+
+# flag name -> config field, for the GLIDEMQ_* environment variables
+_ENV_FIELDS: dict[str, tuple[str, str]] = {
+    "PROCS": ("procs", "int"),
+    "CONCURRENCY": ("concurrency", "int"),
+    "QUEUE": ("queues", "list"),
+    "URL": ("url", "str"),
+    "CLUSTER": ("cluster", "str"),
+    "EMBEDDED": ("embedded", "bool"),
+    "PREFIX": ("prefix", "str"),
+    "PREFETCH": ("prefetch", "int"),
+    "BATCH_SIZE": ("batch_size", "int"),
+    "BATCH_TIMEOUT": ("batch_timeout_ms", "int"),
+    "LOCK_DURATION": ("lock_duration_ms", "int"),
+    "GRACE": ("grace", "float"),
+    "MAX_JOBS_PER_CHILD": ("max_jobs_per_child", "int"),
+    "MAX_MEMORY_PER_CHILD": ("max_memory_per_child_mb", "int"),
+    "HEARTBEAT_TIMEOUT": ("heartbeat_timeout", "float"),
+    "METRICS_PORT": ("metrics_port", "int"),
+    "METRICS_HOST": ("metrics_host", "str"),
+    "LOG_FORMAT": ("log_format", "str"),
+    "LOG_LEVEL": ("log_level", "str"),
+    "STATUS_INTERVAL": ("status_interval", "float"),
+    "SANDBOX": ("sandbox", "bool"),
+}
+
+_ARG_FIELDS = {
+    "procs": "procs",
+    "concurrency": "concurrency",
+    "queues": "queues",
+    "url": "url",
+    "cluster": "cluster",
+    "embedded": "embedded",
+    "prefix": "prefix",
+    "prefetch": "prefetch",
+    "batch_size": "batch_size",
+    "batch_timeout": "batch_timeout_ms",
+    "lock_duration": "lock_duration_ms",
+    "grace": "grace",
+    "max_jobs_per_child": "max_jobs_per_child",
+    "max_memory_per_child": "max_memory_per_child_mb",
+    "heartbeat_timeout": "heartbeat_timeout",
+    "metrics_port": "metrics_port",
+    "metrics_host": "metrics_host",
+    "log_format": "log_format",
+    "log_level": "log_level",
+    "status_interval": "status_interval",
+    "sandbox": "sandbox",
+}
+
+
+def _from_env(env: Mapping[str, str]) -> dict[str, object]:
+    values: dict[str, object] = {}
+    for name, (fld, kind) in _ENV_FIELDS.items():
+        raw = env.get(f"GLIDEMQ_{name}")
+        if raw is None or raw == "":
+            continue
+        try:
+            if kind == "int":
+                values[fld] = int(raw)
+            elif kind == "float":
+                values[fld] = float(raw)
+            elif kind == "bool":
+                if raw.lower() not in ("1", "true", "yes", "0", "false", "no"):
+                    raise ValueError(raw)
+                values[fld] = raw.lower() in ("1", "true", "yes")
+            elif kind == "list":
+                values[fld] = tuple(x.strip() for x in raw.split(",") if x.strip())
+            else:
+                values[fld] = raw
+        except ValueError:
+            raise UsageError(f"GLIDEMQ_{name}={raw!r}: expected {kind}") from None
+    return values
+
+
+def parse_config(argv: Sequence[str], env: Mapping[str, str] | None = None) -> RuntimeConfig:
+    """Flags over environment over defaults. Raises UsageError (or SystemExit from argparse)."""
+    env = os.environ if env is None else env
+    args = build_parser().parse_args(list(argv))
+    values = _from_env(env)
+    if any(getattr(args, a) for a in ("url", "cluster", "embedded")):
+        for key in ("url", "cluster", "embedded"):
+            values.pop(key, None)  # a flag chooses the server; the environment does not mix in
+    for attr, fld in _ARG_FIELDS.items():
+        value = getattr(args, attr)
+        if value is None or value is False:
+            continue
+        values[fld] = tuple(value) if attr == "queues" else value
+    chosen = [k for k in ("url", "cluster", "embedded") if values.get(k)]
+    if len(chosen) > 1:
+        raise UsageError(f"choose one of --url, --cluster, --embedded (got {', '.join(chosen)})")
+    cfg = RuntimeConfig(target=args.target, **values)  # type: ignore[arg-type]
+    for name in (
+        "procs",
+        "concurrency",
+        "prefetch",
+        "batch_size",
+        "max_jobs_per_child",
+        "max_memory_per_child_mb",
+        "lock_duration_ms",
+    ):
+        v = getattr(cfg, name)
+        if v is not None and v < 1:
+            raise UsageError(f"--{name.replace('_', '-')}: must be >= 1, got {v}")
+    if cfg.log_format not in ("text", "json"):
+        raise UsageError(f"--log-format: text or json, got {cfg.log_format!r}")
+    if cfg.log_level.upper() not in ("DEBUG", "INFO", "WARNING", "ERROR"):
+        raise UsageError(f"--log-level: DEBUG, INFO, WARNING or ERROR, got {cfg.log_level!r}")
+    return cfg

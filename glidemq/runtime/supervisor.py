@@ -1,0 +1,497 @@
+"""The supervisor: forks worker processes, watches their heartbeats, replaces the dead,
+drains on signals. Single-threaded, and it never opens a Valkey connection.
+
+Signal handlers only queue the signal; one loop takes queued signals and child messages,
+reaps exited children, kills silent ones and spawns or retires processes.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import selectors
+import signal
+import sys
+import time
+import traceback
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..connection import ConnectionOptions
+from . import ipc
+from .child import run_child
+from .config import ExitCode, RuntimeConfig
+from .logs import setup_logging
+from .metrics import MetricsServer
+
+__all__ = ["Supervisor"]
+
+log = logging.getLogger("glidemq.run")
+
+HANDLED = (
+    signal.SIGTERM,
+    signal.SIGINT,
+    signal.SIGQUIT,
+    signal.SIGHUP,
+    signal.SIGTTIN,
+    signal.SIGTTOU,
+    signal.SIGCHLD,
+)
+KILL_AFTER_TERM = 3.0  # a silent child gets SIGTERM, then SIGKILL this much later
+BOOT_TIMEOUT = 60.0  # a child that never reports ready is treated as silent after this
+CRASH_WINDOW = 60.0
+
+
+@dataclass
+class Child:
+    """What the supervisor knows about one worker process."""
+
+    slot: int
+    pid: int
+    fd: int
+    generation: int
+    started: float
+    reader: ipc.FrameReader = field(default_factory=ipc.FrameReader)
+    last_seen: float = 0.0
+    ready: bool = False
+    stopping: bool = False
+    kill_at: float | None = None
+    stats: dict[str, Any] = field(default_factory=dict)
+    boot_error: dict[str, Any] | None = None
+    exit_reason: str | None = None
+
+
+class Supervisor:
+    """Runs `cfg.procs` worker processes until told to stop; `run()` returns the exit code."""
+
+    def __init__(
+        self,
+        cfg: RuntimeConfig,
+        conn: ConnectionOptions,
+        *,
+        child_main: Callable[[RuntimeConfig, ConnectionOptions, int, int], int] = run_child,
+    ) -> None:
+        self.cfg = cfg
+        self.conn = conn
+        self.child_main = child_main
+        self.target = cfg.procs
+        self.children: dict[int, Child] = {}
+        self.signals: deque[int] = deque()
+        self.selector = selectors.DefaultSelector()
+        self.generation = 0
+        self.state = "running"  # running | stopping | immediate
+        self.exit_code = ExitCode.OK
+        self.halt_message: str | None = None
+        self.crashes: deque[float] = deque()
+        self.next_spawn_at = 0.0
+        self.restarts = 0
+        self.stop_deadline: float | None = None
+        self.generation_ready: dict[int, bool] = {0: False}
+        self.failed_generations: set[int] = set()
+        # counters of children that already exited, so totals never go backwards
+        self.retired_completed = 0
+        self.retired_failed = 0
+        self.queue_counts: dict[str, dict[str, int]] = {}
+        self.metrics: MetricsServer | None = None
+        self._wakeup_r = self._wakeup_w = -1
+        self._last_status = time.monotonic()
+        self._last_completed = 0
+
+    # -- signals --------------------------------------------------------------------------
+
+    def _on_signal(self, signum: int, frame: Any) -> None:
+        # Only queue it: the loop does the work (no logging or I/O in a handler).
+        self.signals.append(signum)
+
+    def _install_signals(self) -> None:
+        self._wakeup_r, self._wakeup_w = os.pipe()
+        for fd in (self._wakeup_r, self._wakeup_w):
+            os.set_blocking(fd, False)
+        signal.set_wakeup_fd(self._wakeup_w)
+        for sig in HANDLED:
+            signal.signal(sig, self._on_signal)
+        self.selector.register(self._wakeup_r, selectors.EVENT_READ, "wakeup")
+
+    def handle_sigterm(self) -> None:
+        self._begin_stop("SIGTERM")
+
+    def handle_sigint(self) -> None:
+        if self.state == "running":
+            self._begin_stop("SIGINT")
+        else:
+            self._begin_immediate("second SIGINT")
+
+    def handle_sigquit(self) -> None:
+        self._begin_immediate("SIGQUIT")
+
+    def handle_sighup(self) -> None:
+        if self.state != "running":
+            return
+        self.generation += 1
+        self.generation_ready[self.generation] = False
+        log.info("SIGHUP: rolling restart to generation %d", self.generation)
+
+    def handle_sigttin(self) -> None:
+        if self.state == "running":
+            self.target += 1
+            log.info("SIGTTIN: %d processes", self.target)
+
+    def handle_sigttou(self) -> None:
+        if self.state == "running" and self.target > 1:
+            self.target -= 1
+            log.info("SIGTTOU: %d processes", self.target)
+
+    def handle_sigchld(self) -> None:
+        pass  # reaping happens on every loop turn
+
+    def _dispatch_signals(self) -> None:
+        while self.signals:
+            sig = self.signals.popleft()
+            name = signal.Signals(sig).name.lower()
+            getattr(self, f"handle_{name}")()
+
+    # -- stopping -------------------------------------------------------------------------
+
+    def _begin_stop(self, why: str) -> None:
+        if self.state != "running":
+            return
+        log.info(
+            "%s: draining %d processes (grace %.0f s)", why, len(self.children), self.cfg.grace
+        )
+        self.state = "stopping"
+        self.stop_deadline = time.monotonic() + self.cfg.grace + KILL_AFTER_TERM
+        for child in self.children.values():
+            self._term(child, None)
+
+    def _begin_immediate(self, why: str) -> None:
+        log.warning("%s: immediate shutdown", why)
+        self.state = "immediate"
+        self.exit_code = ExitCode.IMMEDIATE
+        self.stop_deadline = time.monotonic() + KILL_AFTER_TERM
+        for child in self.children.values():
+            self._send(child, signal.SIGQUIT)
+            child.stopping = True
+
+    def _halt(self, code: int, message: str) -> None:
+        if self.halt_message is None:
+            self.halt_message = message
+        self.exit_code = code
+        if self.state == "running":
+            self.state = "stopping"
+            self.stop_deadline = time.monotonic() + self.cfg.grace + KILL_AFTER_TERM
+            for child in self.children.values():
+                self._term(child, None)
+
+    def _send(self, child: Child, sig: int) -> None:
+        try:
+            os.kill(child.pid, sig)
+        except ProcessLookupError:
+            pass
+
+    def _term(self, child: Child, kill_after: float | None) -> None:
+        """Ask a child to drain; with kill_after, SIGKILL it if it is still there then."""
+        if not child.stopping:
+            child.stopping = True
+            self._send(child, signal.SIGTERM)
+        if kill_after is not None:
+            deadline = time.monotonic() + kill_after
+            child.kill_at = deadline if child.kill_at is None else min(child.kill_at, deadline)
+
+    # -- children -------------------------------------------------------------------------
+
+    def _free_slot(self) -> int:
+        used = {c.slot for c in self.children.values()}
+        slot = 0
+        while slot in used:
+            slot += 1
+        return slot
+
+    def spawn(self, generation: int) -> Child:
+        """Fork one worker process of `generation`."""
+        slot = self._free_slot()
+        r, w = os.pipe()
+        blocked = signal.pthread_sigmask(signal.SIG_BLOCK, HANDLED)
+        pid = os.fork()
+        if pid == 0:  # pragma: no cover - runs in the child, measured by the CLI tests
+            code = ExitCode.INTERNAL
+            try:
+                os.close(r)
+                signal.set_wakeup_fd(-1)
+                for sig in HANDLED:
+                    signal.signal(sig, signal.SIG_DFL)
+                signal.pthread_sigmask(signal.SIG_SETMASK, blocked)
+                self.selector.close()
+                if self.metrics is not None:
+                    self.metrics.close()
+                os.close(self._wakeup_r)
+                os.close(self._wakeup_w)
+                setup_logging(self.cfg.log_format, self.cfg.log_level, "worker", slot)
+                code = self.child_main(self.cfg, self.conn, slot, w)
+            except BaseException:
+                traceback.print_exc()
+            finally:
+                sys.stdout.flush()
+                sys.stderr.flush()
+                os._exit(code)
+        signal.pthread_sigmask(signal.SIG_SETMASK, blocked)
+        os.close(w)
+        os.set_blocking(r, False)
+        now = time.monotonic()
+        child = Child(slot, pid, r, generation, now, last_seen=now)
+        self.children[pid] = child
+        self.selector.register(r, selectors.EVENT_READ, child)
+        log.info("started worker slot %d pid %d (generation %d)", slot, pid, generation)
+        return child
+
+    def _read_child(self, child: Child) -> None:
+        while True:
+            try:
+                data = os.read(child.fd, 65536)
+            except BlockingIOError:
+                return
+            except OSError:
+                data = b""
+            if not data:
+                self._unregister(child)
+                return
+            for message in child.reader.feed(data):
+                self._on_message(child, message)
+
+    def _unregister(self, child: Child) -> None:
+        if child.fd >= 0:
+            try:
+                self.selector.unregister(child.fd)
+            except (KeyError, ValueError):
+                pass
+            os.close(child.fd)
+            child.fd = -1
+
+    def _on_message(self, child: Child, message: dict[str, Any]) -> None:
+        child.last_seen = time.monotonic()
+        kind = message.get("type")
+        if kind == ipc.HEARTBEAT:
+            child.stats = {k: message.get(k, 0) for k in ("completed", "failed", "active", "rss")}
+            if "queues" in message:
+                self.queue_counts = message["queues"]
+        elif kind == ipc.READY:
+            child.ready = True
+            self.generation_ready[child.generation] = True
+            log.info(
+                "worker slot %d pid %d ready on %s",
+                child.slot,
+                child.pid,
+                ", ".join(message.get("queues", [])),
+            )
+        elif kind == ipc.BOOT_ERROR:
+            child.boot_error = message
+        elif kind == ipc.EXITING:
+            child.exit_reason = str(message.get("reason"))
+            if not child.stopping:
+                child.stopping = True  # recycling itself: a replacement starts now
+                log.info(
+                    "worker slot %d pid %d recycling (%s)", child.slot, child.pid, child.exit_reason
+                )
+            child.kill_at = time.monotonic() + self.cfg.grace + KILL_AFTER_TERM
+
+    def _reap(self) -> None:
+        while True:
+            try:
+                pid, status = os.waitpid(-1, os.WNOHANG)
+            except ChildProcessError:
+                return
+            if pid == 0:
+                return
+            child = self.children.pop(pid, None)
+            if child is None:
+                continue
+            if child.fd >= 0:
+                self._read_child(child)  # final frames written just before exit
+                self._unregister(child)
+            self.retired_completed += int(child.stats.get("completed", 0))
+            self.retired_failed += int(child.stats.get("failed", 0))
+            self._on_exit(child, status)
+
+    def _on_exit(self, child: Child, status: int) -> None:
+        code = os.waitstatus_to_exitcode(status)
+        how = f"exit code {code}" if code >= 0 else f"signal {signal.Signals(-code).name}"
+        if child.boot_error is not None or (code == ExitCode.BOOT and not child.ready):
+            detail = child.boot_error or {}
+            tb = str(detail.get("traceback", "")).rstrip()
+            error = detail.get("error", how)
+            if not self.generation_ready.get(child.generation) and child.generation == 0:
+                self._halt(ExitCode.BOOT, f"worker failed to start: {error}\n{tb}")
+                return
+            if not self.generation_ready.get(child.generation):
+                self.failed_generations.add(child.generation)
+                log.error(
+                    "new code failed to start, keeping the running workers: %s\n%s", error, tb
+                )
+                return
+            self._count_crash(f"worker slot {child.slot} pid {child.pid} failed to start: {error}")
+            return
+        if child.stopping or self.state != "running":
+            log.info("worker slot %d pid %d exited (%s)", child.slot, child.pid, how)
+            return
+        self._count_crash(f"worker slot {child.slot} pid {child.pid} died ({how})")
+
+    def _count_crash(self, message: str) -> None:
+        now = time.monotonic()
+        self.restarts += 1
+        self.crashes.append(now)
+        while self.crashes and now - self.crashes[0] > CRASH_WINDOW:
+            self.crashes.popleft()
+        recent = len(self.crashes)
+        delay = 0.0 if recent <= 1 else min(30.0, 0.1 * 2 ** (recent - 2))
+        self.next_spawn_at = max(self.next_spawn_at, now + delay)
+        log.warning("%s; replacing it%s", message, f" in {delay:.1f} s" if delay else "")
+
+    def _check_deadlines(self) -> None:
+        now = time.monotonic()
+        for child in list(self.children.values()):
+            if child.kill_at is not None and now >= child.kill_at:
+                log.warning(
+                    "worker slot %d pid %d did not exit in time: SIGKILL", child.slot, child.pid
+                )
+                self._send(child, signal.SIGKILL)
+                child.kill_at = None
+                if self.state == "stopping" and self.exit_code == ExitCode.OK:
+                    self.exit_code = ExitCode.GRACE_EXPIRED
+                continue
+            if child.stopping or self.cfg.heartbeat_timeout <= 0:
+                continue
+            limit = (
+                self.cfg.heartbeat_timeout
+                if child.ready
+                else max(BOOT_TIMEOUT, self.cfg.heartbeat_timeout)
+            )
+            if now - child.last_seen > limit:
+                log.warning(
+                    "worker slot %d pid %d silent for %.1f s: terminating",
+                    child.slot,
+                    child.pid,
+                    now - child.last_seen,
+                )
+                self.restarts += 1
+                self._term(child, KILL_AFTER_TERM)
+        if self.stop_deadline is not None and now >= self.stop_deadline:
+            for child in self.children.values():
+                self._send(child, signal.SIGKILL)
+            if self.exit_code == ExitCode.OK:
+                self.exit_code = ExitCode.GRACE_EXPIRED
+            self.stop_deadline = None
+
+    def _maintain(self) -> None:
+        """Spawn up to the target, retire the oldest beyond it, roll generations."""
+        live = [c for c in self.children.values() if not c.stopping]
+        current = [c for c in live if c.generation == self.generation]
+        old = sorted((c for c in live if c.generation != self.generation), key=lambda c: c.started)
+        if self.generation not in self.failed_generations:
+            ready_new = sum(1 for c in current if c.ready)
+            # Old workers go only as new ones are ready: no gap in processing.
+            for child in old[: max(0, len(old) - max(0, self.target - ready_new))]:
+                log.info(
+                    "retiring worker slot %d pid %d (generation %d)",
+                    child.slot,
+                    child.pid,
+                    child.generation,
+                )
+                self._term(child, self.cfg.grace + KILL_AFTER_TERM)
+            want = self.target - len(current)
+            if want > 0 and time.monotonic() >= self.next_spawn_at:
+                for _ in range(want):
+                    self.spawn(self.generation)
+            elif want < 0:
+                for child in sorted(current, key=lambda c: c.started)[:-want]:
+                    log.info("retiring worker slot %d pid %d", child.slot, child.pid)
+                    self._term(child, self.cfg.grace + KILL_AFTER_TERM)
+        else:
+            want = self.target - len(live)
+            if want > 0 and time.monotonic() >= self.next_spawn_at:
+                generation = max(c.generation for c in live) if live else self.generation
+                for _ in range(want):
+                    self.spawn(generation)
+
+    # -- reporting ------------------------------------------------------------------------
+
+    def totals(self) -> dict[str, int]:
+        """Counters over live and exited children."""
+        completed = self.retired_completed + sum(
+            int(c.stats.get("completed", 0)) for c in self.children.values()
+        )
+        failed = self.retired_failed + sum(
+            int(c.stats.get("failed", 0)) for c in self.children.values()
+        )
+        active = sum(int(c.stats.get("active", 0)) for c in self.children.values())
+        rss = sum(int(c.stats.get("rss", 0)) for c in self.children.values())
+        return {
+            "completed": completed,
+            "failed": failed,
+            "active": active,
+            "rss": rss,
+            "restarts": self.restarts,
+            "processes": len(self.children),
+        }
+
+    def _status_line(self) -> None:
+        interval = self.cfg.status_interval
+        if interval <= 0 or not sys.stderr.isatty():
+            return
+        now = time.monotonic()
+        if now - self._last_status < interval:
+            return
+        t = self.totals()
+        rate = (t["completed"] - self._last_completed) / (now - self._last_status)
+        self._last_status, self._last_completed = now, t["completed"]
+        sys.stderr.write(
+            f"glidemq-run: {t['processes']}/{self.target} procs | completed {t['completed']} "
+            f"({rate:,.0f}/s) | failed {t['failed']} | active {t['active']} | "
+            f"rss {t['rss'] / 2**20:.0f} MB | restarts {t['restarts']}\n"
+        )
+
+    # -- main loop ------------------------------------------------------------------------
+
+    def run(self) -> int:
+        """Supervise until stopped; return the process exit code."""
+        self._install_signals()
+        if self.cfg.metrics_port is not None:
+            self.metrics = MetricsServer(self.cfg.metrics_host, self.cfg.metrics_port, self)
+            self.selector.register(self.metrics.fileno(), selectors.EVENT_READ, "metrics")
+            log.info(
+                "metrics on http://%s:%d/metrics", self.cfg.metrics_host, self.cfg.metrics_port
+            )
+        try:
+            while True:
+                for key, _ in self.selector.select(0.2):
+                    if key.data == "wakeup":
+                        try:
+                            while os.read(self._wakeup_r, 512):
+                                pass
+                        except BlockingIOError:
+                            pass
+                    elif key.data == "metrics" and self.metrics is not None:
+                        self.metrics.handle()
+                    elif isinstance(key.data, Child):
+                        self._read_child(key.data)
+                self._dispatch_signals()
+                self._reap()
+                self._check_deadlines()
+                if self.state == "running":
+                    self._maintain()
+                    self._status_line()
+                elif not self.children:
+                    break
+        finally:
+            if self.metrics is not None:
+                self.metrics.close()
+        if self.halt_message:
+            log.error("%s", self.halt_message)
+        t = self.totals()
+        log.info(
+            "stopped: %d completed, %d failed, %d restarts",
+            t["completed"],
+            t["failed"],
+            t["restarts"],
+        )
+        return self.exit_code
