@@ -28,8 +28,8 @@ from .errors import (
 )
 from .events import QueueEvent, QueueEvents
 from .job import Job
-from .queue import JobCounts, Queue
 from .processor import ProcessorSpec, processor
+from .queue import JobCounts, Queue
 from .types import Backoff, BatchOptions, Deduplication, JobOptions, KeepJobs, WorkerOptions
 from .worker import Processor, Worker
 

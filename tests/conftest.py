@@ -80,8 +80,8 @@ def _docker_server() -> Iterator[ServerAddress]:
     # Imported lazily: only this opt-in mode needs testcontainers and a Docker engine.
     from testcontainers.core.container import DockerContainer
 
-    container: Any = DockerContainer("valkey/valkey:8.1").with_exposed_ports(6379)
-    try:
+    try:  # the constructor already talks to the engine
+        container: Any = DockerContainer("valkey/valkey:8.1").with_exposed_ports(6379)
         container.start()
     except Exception as exc:  # docker.errors.DockerException and friends
         pytest.skip(f"GLIDEMQ_TEST_DOCKER=1 but no Docker engine: {exc}")

@@ -4,6 +4,7 @@ reports to the supervisor every second from its event loop."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import os
 import random
@@ -155,10 +156,8 @@ class _Child:
                 if queues and loop_now - last_counts >= COUNTS_INTERVAL:
                     last_counts = loop_now
                     for q in queues:
-                        try:
+                        with contextlib.suppress(GlideMQError):
                             counts[q.name] = (await q.get_job_counts()).as_dict()
-                        except GlideMQError:
-                            pass
                 message: dict[str, Any] = {"type": ipc.HEARTBEAT, **stats}
                 if counts:
                     message["queues"] = counts

@@ -12,7 +12,7 @@ from typing import Any
 
 import orjson
 
-__all__ = ["FrameReader", "MAX_FRAME", "encode", "write_frame"]
+__all__ = ["MAX_FRAME", "FrameReader", "encode", "write_frame"]
 
 MAX_FRAME = 1 << 20
 _HEADER = struct.Struct(">I")

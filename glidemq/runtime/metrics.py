@@ -6,6 +6,7 @@ connection, so it needs no thread and cannot hold the loop for long.
 
 from __future__ import annotations
 
+import contextlib
 import socket
 from typing import TYPE_CHECKING
 
@@ -137,10 +138,8 @@ class MetricsServer:
                 f"HTTP/1.1 {status}\r\nContent-Type: {ctype}\r\n"
                 f"Content-Length: {len(data)}\r\nConnection: close\r\n\r\n"
             ).encode()
-            try:
+            with contextlib.suppress(OSError):
                 conn.sendall(head + data)
-            except OSError:
-                pass
 
     def close(self) -> None:
         self.sock.close()

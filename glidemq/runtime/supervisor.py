@@ -7,6 +7,7 @@ reaps exited children, kills silent ones and spawns or retires processes.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import selectors
@@ -185,10 +186,8 @@ class Supervisor:
                 self._term(child, None)
 
     def _send(self, child: Child, sig: int) -> None:
-        try:
+        with contextlib.suppress(ProcessLookupError):
             os.kill(child.pid, sig)
-        except ProcessLookupError:
-            pass
 
     def _term(self, child: Child, kill_after: float | None) -> None:
         """Ask a child to drain; with kill_after, SIGKILL it if it is still there then."""
@@ -261,10 +260,8 @@ class Supervisor:
 
     def _unregister(self, child: Child) -> None:
         if child.fd >= 0:
-            try:
+            with contextlib.suppress(KeyError, ValueError):
                 self.selector.unregister(child.fd)
-            except (KeyError, ValueError):
-                pass
             os.close(child.fd)
             child.fd = -1
 

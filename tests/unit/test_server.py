@@ -5,6 +5,7 @@ from __future__ import annotations
 import signal
 import subprocess
 import sys
+import tempfile
 import textwrap
 import threading
 import time
@@ -32,6 +33,11 @@ def _gone(pid: int, timeout: float = 5.0) -> bool:
     return False
 
 
+def _is_running(server: EmbeddedValkey) -> bool:
+    """Read the property through a call, so type checkers do not keep an earlier narrowing."""
+    return server.running
+
+
 # --------------------------------------------------------------------------- standalone
 
 
@@ -46,7 +52,7 @@ def test_start_ping_stop_leaves_no_process_and_removes_temp_dir() -> None:
 
     server.stop()
 
-    assert not server.running and server.pid is None
+    assert not _is_running(server) and server.pid is None
     assert _gone(pid)
     assert not data_dir.exists()
     server.stop()  # idempotent
@@ -81,10 +87,10 @@ def test_kill_then_restart_serves_again_with_data() -> None:
 
         server.kill()
 
-        assert not server.running and _gone(old_pid)
+        assert not _is_running(server) and _gone(old_pid)
         assert server.dir.is_dir()  # a crash keeps the data dir
         server.restart()
-        assert server.running and server.pid != old_pid
+        assert _is_running(server) and server.pid != old_pid
         assert server.cli("GET", "k") == "v1"
 
 
@@ -98,6 +104,25 @@ def test_free_port_also_leaves_cluster_bus_port_free() -> None:
     ports = {free_port() for _ in range(20)}
     assert len(ports) == 20  # never handed out twice
     assert all(port + 10000 <= 65535 for port in ports)
+
+
+def test_temp_dirs_of_a_killed_owner_are_swept(monkeypatch: pytest.MonkeyPatch) -> None:
+    import glidemq.server as server_module
+
+    if server_module._prctl is None:
+        pytest.skip("the sweep only runs where PR_SET_PDEATHSIG is available")
+    dead = subprocess.run(
+        [sys.executable, "-c", "import os; print(os.getpid())"],
+        check=True,
+        capture_output=True,
+        text=True,
+    )
+    stale = Path(tempfile.mkdtemp(prefix="glidemq-valkey-"))
+    (stale / "owner.pid").write_text(dead.stdout.strip())
+    monkeypatch.setattr(server_module, "_swept", False)
+    with EmbeddedValkey() as server:
+        assert server.dir.is_dir()
+        assert not stale.exists()
 
 
 @pytest.mark.parametrize("env_var", ["GLIDEMQ_VALKEY_SERVER", "GLIDEMQ_VALKEY_CLI"])
@@ -131,16 +156,20 @@ def test_cli_error_reply_raises() -> None:
 
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="PR_SET_PDEATHSIG is Linux")
-def test_server_dies_with_a_sigkilled_parent() -> None:
+def test_server_dies_with_a_sigkilled_parent(tmp_path: Path) -> None:
     code = textwrap.dedent("""
-        import time
+        import sys, time
+        from pathlib import Path
         from glidemq.server import EmbeddedValkey
-        server = EmbeddedValkey().start()
+        server = EmbeddedValkey(dir=Path(sys.argv[1])).start()
         print(server.pid, flush=True)
         time.sleep(60)
     """)
     parent = subprocess.Popen(
-        [sys.executable, "-c", code], stdout=subprocess.PIPE, text=True, cwd=Path.cwd()
+        [sys.executable, "-c", code, str(tmp_path / "data")],
+        stdout=subprocess.PIPE,
+        text=True,
+        cwd=Path.cwd(),
     )
     try:
         assert parent.stdout is not None
@@ -170,6 +199,14 @@ def test_server_started_from_a_finished_thread_keeps_running() -> None:
 def test_session_server_fixture_answers(valkey_server: EmbeddedValkey) -> None:
     assert valkey_server.url == f"valkey://{valkey_server.host}:{valkey_server.port}"
     assert valkey_server.cli("PING") == "PONG"
+
+
+def test_flushed_server_fixture_empties_the_server(
+    valkey_server: EmbeddedValkey, request: pytest.FixtureRequest
+) -> None:
+    valkey_server.cli("SET", "leftover", "1")
+    flushed = request.getfixturevalue("flushed_server")
+    assert flushed.cli("DBSIZE") == "0"
 
 
 def test_queue_name_is_unique_and_sanitized(queue_name: str) -> None:
