@@ -30,6 +30,7 @@ from .events import QueueEvent, QueueEvents
 from .job import Job
 from .processor import ProcessorSpec, processor
 from .queue import JobCounts, Queue
+from .shutdown import GracefulShutdown
 from .types import Backoff, BatchOptions, Deduplication, JobOptions, KeepJobs, WorkerOptions
 from .worker import Processor, Worker
 
@@ -44,6 +45,7 @@ __all__ = [
     "Deduplication",
     "DelayedError",
     "GlideMQError",
+    "GracefulShutdown",
     "Job",
     "JobCounts",
     "JobNotFoundError",
