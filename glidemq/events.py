@@ -33,6 +33,8 @@ class QueueEvents:
     """Follow a queue's events, from now on (or from `last_id`).
 
     Use `on("completed", handler)` and `start()`, or iterate: `async for ev in events`.
+    For iteration, up to `buffer_size` unread events are kept; past that the oldest are
+    dropped and counted in `dropped`.
     """
 
     def __init__(
@@ -43,6 +45,7 @@ class QueueEvents:
         prefix: str = DEFAULT_PREFIX,
         last_id: str = "$",
         block_timeout: int = 1000,
+        buffer_size: int = 10_000,
     ) -> None:
         self.keys = QueueKeys(name, prefix)
         self.name = name
@@ -54,6 +57,8 @@ class QueueEvents:
         self._task: asyncio.Task[None] | None = None
         self._queue: asyncio.Queue[QueueEvent] | None = None
         self._closed = False
+        self.buffer_size = buffer_size
+        self.dropped = 0
 
     async def __aenter__(self) -> Self:
         await self.start()
@@ -77,7 +82,7 @@ class QueueEvents:
             # Pin the position now, so nothing between start() and the first read is missed.
             info = await self._client.xrevrange(self.keys.events, MaxId(), MinId(), 1)
             self.last_id = self._last(info)
-        self._queue = asyncio.Queue()
+        self._queue = asyncio.Queue(self.buffer_size)
         self._task = asyncio.get_running_loop().create_task(self._read_loop())
 
     @staticmethod
@@ -120,6 +125,9 @@ class QueueEvents:
                     ev = QueueEvent(
                         self.last_id, fields.pop("event", ""), fields.pop("jobId", None), fields
                     )
+                    if self._queue.full():  # nobody is reading: keep the newest events
+                        self._queue.get_nowait()
+                        self.dropped += 1
                     self._queue.put_nowait(ev)
                     self.events.emit(ev.event, ev)
                     self.events.emit("*", ev)

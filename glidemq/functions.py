@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import weakref
 from collections.abc import Sequence
 from functools import cache
 from importlib import resources
@@ -34,8 +35,8 @@ __all__ = [
 ]
 
 LIBRARY_NAME = "glidemq"
-LIBRARY_VERSION = 5
-LIBRARY_SOURCE_SHA256 = "164891fca6f812bef4998237a962f3c10e9b75ac53c035e362522cc5e271367c"
+LIBRARY_VERSION = 6
+LIBRARY_SOURCE_SHA256 = "49e4b2da9b489d449152c3de1f4e839a6446d44e0d6f24fbbf2e88977028a8f3"
 _PLACEHOLDER = "__GLIDEMQ_LIBRARY_VERSION__"
 _VERSION_KEY = "{glidemq}:_"
 
@@ -93,7 +94,10 @@ async def _loaded_versions(client: Client) -> list[int | None]:
 
 
 _TRANSPORT = (_GlideConnectionError, _GlideClosing, _GlideTimeout)
-_load_lock: asyncio.Lock | None = None
+# one lock per event loop: an asyncio.Lock must not be shared between loops
+_load_locks: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, asyncio.Lock] = (
+    weakref.WeakKeyDictionary()
+)
 
 
 async def ensure_library(client: Client) -> None:
@@ -102,10 +106,11 @@ async def ensure_library(client: Client) -> None:
     Loading is `FUNCTION LOAD REPLACE` of identical text, so many processes doing it at once
     is harmless. A newer version on the server is never replaced by an older client.
     """
-    global _load_lock
-    if _load_lock is None:
-        _load_lock = asyncio.Lock()
-    async with _load_lock:
+    loop = asyncio.get_running_loop()
+    lock = _load_locks.get(loop)
+    if lock is None:
+        lock = _load_locks[loop] = asyncio.Lock()
+    async with lock:
         try:
             versions = await _loaded_versions(client)
             if all(v == LIBRARY_VERSION for v in versions):

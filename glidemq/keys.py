@@ -40,8 +40,8 @@ def validate_job_id(job_id: object, field: str = "job_id") -> str:
     """Return a custom job id if it follows the wire protocol's rules, else raise."""
     if not isinstance(job_id, str) or not job_id:
         raise ValidationError(field, "must be a non-empty string")
-    if len(job_id) > MAX_JOB_ID:
-        raise ValidationError(field, f"longer than {MAX_JOB_ID} characters")
+    if len(job_id.encode()) > MAX_JOB_ID:  # the server counts bytes
+        raise ValidationError(field, f"longer than {MAX_JOB_ID} bytes")
     if _BAD_ID.search(job_id):
         raise ValidationError(field, f"{job_id!r} contains braces, ':' or control characters")
     return job_id

@@ -23,6 +23,8 @@ from glidemq.server import (
 
 __all__ = ["EmbeddedCluster"]
 
+_LINK_SETTLE_SECONDS = 1.5  # a replica ACKs once per second; margin for a busy machine
+
 
 def _node_lines(text: Reply) -> list[list[str]]:
     """Split ``CLUSTER NODES`` output into whitespace-separated fields per node."""
@@ -65,6 +67,17 @@ def _roles(text: Reply, ids: set[str]) -> frozenset[tuple[str, str, str]]:
     )
 
 
+def _online_replica_ports(repl: dict[str, str]) -> set[int]:
+    """Ports of the replicas a primary's ``INFO replication`` lists as ``state=online``."""
+    ports = set()
+    for key, value in repl.items():
+        if key.startswith("slave") and key[5:].isdigit():
+            entry = dict(part.split("=", 1) for part in value.split(",") if "=" in part)
+            if entry.get("state") == "online":
+                ports.add(int(entry.get("port", 0)))
+    return ports
+
+
 class EmbeddedCluster:
     """A local Valkey cluster of ``primaries`` primaries with ``replicas_per_primary`` each.
 
@@ -91,6 +104,8 @@ class EmbeddedCluster:
         self._replicas_per_primary = replicas_per_primary
         self._node_args = ["--cluster-node-timeout", str(node_timeout_ms), *extra_args]
         self._nodes: list[EmbeddedValkey] = []
+        # (primary port, replica port, sync id) -> when the link was first seen online
+        self._online_since: dict[tuple[int, int, str], float] = {}
 
     @property
     def nodes(self) -> list[EmbeddedValkey]:
@@ -251,16 +266,23 @@ class EmbeddedCluster:
             running = self._running()
             ids = {str(node.execute("CLUSTER", "MYID")) for node in running}
             views, roles = [], []
+            links: list[tuple[int, int]] = []  # (primary port, replica port)
+            online: dict[int, dict[int, str]] = {}  # primary port -> {replica port: sync id}
             for node in running:
                 info = parse_info(node.execute("CLUSTER", "INFO"))
                 if info.get("cluster_state") != "ok":
                     return f"{node.port}: cluster_state:{info.get('cluster_state')}"
                 if info.get("cluster_slots_ok") != str(CLUSTER_SLOTS):
                     return f"{node.port}: cluster_slots_ok:{info.get('cluster_slots_ok')}"
-                if self.role(node) == "slave":
-                    repl = parse_info(node.execute("INFO", "replication"))
+                repl = parse_info(node.execute("INFO", "replication", "stats"))
+                if repl.get("role") == "slave":
                     if repl.get("master_link_status") != "up":
                         return f"{node.port}: master_link_status:{repl.get('master_link_status')}"
+                    links.append((int(repl.get("master_port", 0)), node.port))
+                else:
+                    # A new sync or a new process restarts the settling time of a link.
+                    syncs = f"{node.pid}/{repl.get('sync_full')}/{repl.get('sync_partial_ok')}"
+                    online[node.port] = {port: syncs for port in _online_replica_ports(repl)}
                 nodes_text = node.execute("CLUSTER", "NODES")
                 if flagged := _failing_ids(nodes_text) & ids:
                     return f"{node.port} still flags running node(s) {sorted(flagged)} as failing"
@@ -268,6 +290,18 @@ class EmbeddedCluster:
                 views.append(_slot_map(nodes_text))
         except (OSError, ServerError) as exc:
             return f"{type(exc).__name__}: {exc}"
+        # After a sync the primary sends writes only once the replica's next ACK arrives
+        # (ACKs come every second), and WAIT already counts the replica before that: a
+        # primary crash in this window loses acknowledged writes. So a link must have been
+        # online for a while before the cluster counts as healthy.
+        now, settling = time.monotonic(), None
+        for primary_port, replica_port in links:
+            sync_id = online.get(primary_port, {}).get(replica_port)
+            if sync_id is None:
+                return f"{primary_port} does not list its replica {replica_port} as online"
+            since = self._online_since.setdefault((primary_port, replica_port, sync_id), now)
+            if now - since < _LINK_SETTLE_SECONDS:
+                settling = f"replication {primary_port} -> {replica_port} is still settling"
         if any(view != views[0] for view in views):
             return "nodes disagree on the slot map"
         # Stale roles make votes fail: a replica still seen as a primary is refused failover.
@@ -277,12 +311,13 @@ class EmbeddedCluster:
             return "not every slot has an owner"
         if any(owner not in ids for _, _, owner in views[0]):
             return "a slot is still owned by a node that is not running"
-        return None
+        return settling
 
     def wait_healthy(self, timeout: float = 30.0) -> Self:
         """Wait until every running node says ``cluster_state:ok``, all agree on the roles
         and on a slot map whose 16384 slots are served by running primaries, none flags a
-        running node as failing, and every running replica's link to its primary is up."""
+        running node as failing, and every running replica has been streamed to by its
+        primary for over a second (before that, acknowledged writes can still be lost)."""
         deadline = time.monotonic() + timeout
         while (problem := self.health_problem()) is not None:
             if time.monotonic() > deadline:

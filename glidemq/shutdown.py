@@ -42,6 +42,7 @@ class GracefulShutdown:
         self._force = False
         self._done: asyncio.Event | None = None
         self._task: asyncio.Task[None] | None = None
+        self._force_tasks: set[asyncio.Task[None]] = set()
 
     def install(self) -> Self:
         """Register the signal handlers on the running event loop (once)."""
@@ -56,7 +57,14 @@ class GracefulShutdown:
 
     def _on_signal(self, sig: signal.Signals) -> None:
         if self._started:
+            # Second signal: workers stop waiting for their running jobs.
             self._force = True
+            loop = asyncio.get_running_loop()
+            for obj in self.closeables:
+                if isinstance(obj, Worker):
+                    task = loop.create_task(obj.close(force=True))
+                    self._force_tasks.add(task)
+                    task.add_done_callback(self._force_tasks.discard)
             return
         self.received = sig
         self._task = asyncio.get_running_loop().create_task(self.shutdown())

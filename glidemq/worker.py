@@ -12,6 +12,7 @@ import inspect
 import logging
 import traceback
 from collections.abc import Awaitable, Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 from types import TracebackType
 from typing import Any, Generic, Self, TypeVar
@@ -128,6 +129,8 @@ class Worker(Generic[D, R]):
         self._started = False
         self._closing = False
         self._closed = asyncio.Event()
+        self._force_close = asyncio.Event()
+        self._executor: ThreadPoolExecutor | None = None
         self._paused = False
         self._stall_cursor = "0-0"
         self._drained_emitted = False
@@ -164,6 +167,9 @@ class Worker(Generic[D, R]):
         except BaseException:
             await close_client(self._client)
             await close_client(self._blocking)
+            # Not started: close() has nothing to stop and a later start() may try again.
+            self._client = self._blocking = self._ctx = None
+            self._started = False
             raise
         loop = asyncio.get_running_loop()
         self._tasks = [
@@ -209,6 +215,8 @@ class Worker(Generic[D, R]):
         `close_timeout`; none with `force`), then hand unfinished jobs straight back to the
         queue. Idempotent."""
         if self._closing:
+            if force:
+                self._force_close.set()  # a close in progress stops waiting for jobs
             await self._closed.wait()
             return
         self._closing = True
@@ -231,7 +239,13 @@ class Worker(Generic[D, R]):
             self._batch_timer.cancel()
         running = list({t for _, t in self._active.values() if t is not None and not t.done()})
         if running and not force and timeout > 0:
-            await asyncio.wait(running, timeout=timeout)
+            finished = asyncio.ensure_future(asyncio.wait(running))
+            forced = asyncio.ensure_future(self._force_close.wait())
+            await asyncio.wait(
+                {finished, forced}, timeout=timeout, return_when=asyncio.FIRST_COMPLETED
+            )
+            finished.cancel()
+            forced.cancel()
         for t in running:
             t.cancel()
         await asyncio.gather(*running, return_exceptions=True)
@@ -251,6 +265,8 @@ class Worker(Generic[D, R]):
                 # Jobs left in the PEL are still recovered by stall recovery.
                 self.events.emit("error", exc)
         self._active.clear()
+        if self._executor is not None:
+            self._executor.shutdown(wait=False, cancel_futures=True)
         await close_client(self._client)
 
     # -- fetching -------------------------------------------------------------------------
@@ -361,8 +377,18 @@ class Worker(Generic[D, R]):
         emit_active = self.events.listens("active")
         for i in range(0, len(flat), 3):
             entry_id = flat[i].decode()
-            job: Job[D, R] = Job(ctx, _pairs(flat[i + 2]), entry_id=entry_id, worker=self)
+            fields = _pairs(flat[i + 2])
             self._running += 1
+            try:
+                job: Job[D, R] = Job(ctx, fields, entry_id=entry_id, worker=self)
+            except Exception as exc:
+                # Data or options no producer should have written: fail the job, keep going.
+                fields.pop(b"data", None)
+                fields.pop(b"opts", None)
+                job = Job(ctx, fields, entry_id=entry_id, worker=self)
+                error = UnrecoverableError(f"cannot decode job: {type(exc).__name__}: {exc}")
+                self._active[entry_id] = (job, loop.create_task(self._fail_undecodable(job, error)))
+                continue
             if self._batch is not None:
                 self._active[entry_id] = (job, None)
                 self._batch_buffer.append(job)
@@ -373,6 +399,10 @@ class Worker(Generic[D, R]):
                 self.events.emit("active", job)
         if self._batch is not None:
             self._dispatch_batches()
+
+    async def _fail_undecodable(self, job: Job[D, R], error: BaseException) -> None:
+        self._running -= 1
+        await self._fail(job, error, counted=True)
 
     # -- batches --------------------------------------------------------------------------
 
@@ -395,27 +425,38 @@ class Worker(Generic[D, R]):
             )
 
     async def _run_batch(self, jobs: list[Job[D, R]]) -> None:
+        now = now_ms()
+        expired = [j for j in jobs if j.expire_at is not None and now > j.expire_at]
+        if expired:
+            jobs = [j for j in jobs if j not in expired]
+            self._running -= len(expired)
+            await asyncio.gather(
+                *(self._fail(j, _Expired(_REASON_EXPIRED), counted=True) for j in expired)
+            )
+            if not jobs:
+                return
         n = len(jobs)
         try:
             if self._is_async:
                 results: Any = await self._processor(jobs)  # type: ignore[arg-type,misc]
             else:
-                results = await asyncio.to_thread(self._processor, jobs)  # type: ignore[arg-type]
+                results = await self._in_thread(jobs)
         except asyncio.CancelledError:
             self._running -= n
+            if not self._closing:  # some job of the batch was revoked or lost
+                await self._settle_cancelled_batch(jobs)
             return  # closing: the jobs are handed back by deferActive
         except BatchError as exc:
             results = exc.results
             if len(results) != n:
-                results = [ValidationError("batch", f"BatchError has {len(results)} results "
-                                                    f"for {n} jobs")] * n
+                results = [
+                    ValidationError("batch", f"BatchError has {len(results)} results for {n} jobs")
+                ] * n
         except BaseException as exc:
             results = [exc] * n
         if not isinstance(results, list | tuple) or len(results) != n:
             got = len(results) if isinstance(results, list | tuple) else type(results).__name__
-            error = ValidationError(
-                "batch", f"batch processor returned {got} results for {n} jobs"
-            )
+            error = ValidationError("batch", f"batch processor returned {got} results for {n} jobs")
             results = [error] * n
         failures = []
         for job, result in zip(jobs, results, strict=True):
@@ -437,6 +478,29 @@ class Worker(Generic[D, R]):
             self._running -= 1
         await asyncio.gather(*(self._fail(job, err, counted=True) for job, err in failures))
 
+    async def _settle_cancelled_batch(self, jobs: list[Job[D, R]]) -> None:
+        """A batch cancelled for one job: revoked jobs fail, the rest go back to the queue."""
+        assert self._ctx is not None
+        revoked = [j for j in jobs if j.id in self._revoked]
+        back = [j for j in jobs if j not in revoked and (j.entry_id or "") in self._active]
+        for job in revoked:
+            self._revoked.discard(job.id)
+        await asyncio.gather(
+            *(self._fail(j, UnrecoverableError(_REASON_REVOKED), counted=True) for j in revoked)
+        )
+        if back:
+            args = [self.consumer]
+            for job in back:
+                args += [job.entry_id or "", job.id]
+                self._active.pop(job.entry_id or "", None)
+            try:
+                await self._ctx.fcall(
+                    "glidemq_deferActive", [self.keys.stream, self.keys.events], args
+                )
+            except GlideMQError as exc:
+                self.events.emit("error", exc)  # left in the PEL: stall recovery takes them
+        self._wake.set()
+
     def _keep_for(self, job: Job[D, R]) -> tuple[int, int]:
         keep = self._keep_complete
         if "removeOnComplete" in job.opts:
@@ -447,10 +511,22 @@ class Worker(Generic[D, R]):
 
     # -- running --------------------------------------------------------------------------
 
+    async def _in_thread(self, arg: Any) -> Any:
+        """Run a sync processor on this worker's own threads (one per concurrency slot).
+
+        A thread cannot be interrupted: on timeout or revoke the job fails, but the call
+        runs on until it returns."""
+        if self._executor is None:
+            self._executor = ThreadPoolExecutor(
+                max_workers=self.opts.concurrency, thread_name_prefix=f"glidemq-{self.name}"
+            )
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(self._executor, self._processor, arg)
+
     async def _call(self, job: Job[D, R]) -> Any:
         if self._is_async:
             return await self._processor(job)  # type: ignore[misc]
-        result = await asyncio.to_thread(self._processor, job)
+        result = await self._in_thread(job)
         if inspect.isawaitable(result):
             return await result
         return result
@@ -674,6 +750,9 @@ class Worker(Generic[D, R]):
                             "100",
                             str(self.opts.max_stalled_count),
                             self._emit_flag,
+                            str(self._keep_fail[0]),
+                            str(self._keep_fail[1]),
+                            "1" if self.opts.dead_letter else "0",
                         ],
                     )
                     cursor = reply[0].decode() if isinstance(reply[0], bytes) else str(reply[0])

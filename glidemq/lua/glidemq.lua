@@ -35,7 +35,8 @@ local function enqueue(prefix, jobId, priority, runAt, now)
     redis.call('ZADD', prefix .. 'scheduled', priority * SHIFT + runAt, jobId)
     return 'delayed', nil
   elseif priority > 0 then
-    redis.call('ZADD', prefix .. 'scheduled', priority * SHIFT, jobId)
+    -- Offset = enqueue time (never in the future, so runnable now): FIFO within a priority.
+    redis.call('ZADD', prefix .. 'scheduled', priority * SHIFT + now, jobId)
     return 'prioritized', nil
   end
   local sid = redis.call('XADD', prefix .. 'stream', '*', 'id', jobId)
@@ -470,7 +471,8 @@ redis.register_function('glidemq_fail', function(keys, args)
 end)
 
 -- KEYS: stream, failed, events, scheduled, meta.
--- ARGS: now, consumer, minIdleMs, cursor, count, maxStalledCount, emitEvents.
+-- ARGS: now, consumer, minIdleMs, cursor, count, maxStalledCount, emitEvents, keepCount,
+--       keepAge, deadLetter.
 -- Claims entries idle longer than minIdleMs (their worker died or hung) and hands each job back
 -- to the stream, or fails it once it stalled more than maxStalledCount times.
 -- Returns {nextCursor, requeued, failed}.
@@ -480,6 +482,8 @@ redis.register_function('glidemq_reclaimStalled', function(keys, args)
   local now = tonumber(args[1])
   local maxStalled = tonumber(args[6])
   local emitEvents = args[7] == '1'
+  local keepCount, keepAge = tonumber(args[8]) or -1, tonumber(args[9]) or 0
+  local deadLetter = args[10] == '1'
   local r = redis.call('XAUTOCLAIM', stream, GROUP, args[2], args[3], args[4], 'COUNT', args[5])
   local requeued, failed = 0, 0
   for _, e in ipairs(r[2]) do
@@ -494,10 +498,12 @@ redis.register_function('glidemq_reclaimStalled', function(keys, args)
     local state = jobKey and redis.call('HGET', jobKey, 'state')
     if state and not isTerminal(state) then
       local stalls = redis.call('HINCRBY', jobKey, 'stalledCount', 1)
-      if stalls > maxStalled then
+      local revoked = redis.call('HGET', jobKey, 'revoked') == '1'
+      if stalls > maxStalled or revoked then
         redis.call('HINCRBY', jobKey, 'attemptsMade', 1)
-        finalFail(prefix, jobKey, jobId, 'job stalled more than allowable limit', now, failedSet,
-          -1, 0, events, emitEvents, false)
+        local reason = revoked and 'revoked' or 'job stalled more than allowable limit'
+        finalFail(prefix, jobKey, jobId, reason, now, failedSet, keepCount, keepAge, events,
+          emitEvents, deadLetter and not revoked)
         failed = failed + 1
       else
         local sid = redis.call('XADD', stream, '*', 'id', jobId)
@@ -566,8 +572,10 @@ redis.register_function('glidemq_heartbeat', function(keys, args)
   for i = 2, #args, 2 do ids[#ids + 1] = args[i] end
   local owned = {}
   if #ids > 0 then
+    -- JUSTID: reset the idle time without counting a delivery or returning the entries.
+    ids[#ids + 1] = 'JUSTID'
     local claimed = redis.call('XCLAIM', stream, GROUP, args[1], 0, unpack(ids))
-    for _, c in ipairs(claimed) do owned[c[1]] = true end
+    for _, c in ipairs(claimed) do owned[c] = true end
     -- XCLAIM with min-idle 0 would also take an entry from another consumer; only ids this
     -- worker was given are passed, and an entry handed back to the stream is acked, so it is
     -- not claimable.
@@ -775,7 +783,7 @@ redis.register_function('glidemq_retryJobs', function(keys, args)
       local priority = tonumber(redis.call('HGET', jobKey, 'priority')) or 0
       redis.call('HSET', jobKey, 'attemptsMade', 0, 'stalledCount', 0)
       redis.call('HDEL', jobKey, 'finishedOn', 'processedOn', 'returnvalue', 'failedReason',
-        'deadLetter', 'revoked', 'stacktrace')
+        'deadLetter', 'revoked', 'stacktrace', 'expireAt')
       requeue(prefix, jobKey, jobId, priority, now, now)
       emit(events, 'waiting', jobId, 'reason', 'retried')
       n = n + 1
@@ -905,6 +913,8 @@ redis.register_function{function_name = 'glidemq_getCounts', callback = function
   local active = 0
   local ok, pending = pcall(redis.call, 'XPENDING', stream, GROUP)
   if ok then active = tonumber(pending[1]) end
+  local t = redis.call('TIME')
+  local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
   local total = redis.call('ZCARD', scheduled)
   local delayed = redis.call('ZCOUNT', scheduled, 0, SHIFT - 1)
   local prioritized = 0
@@ -913,7 +923,8 @@ redis.register_function{function_name = 'glidemq_getCounts', callback = function
     local first = redis.call('ZRANGEBYSCORE', scheduled, base, '+inf', 'WITHSCORES', 'LIMIT', 0, 1)
     if #first == 0 then break end
     base = math.floor(tonumber(first[2]) / SHIFT) * SHIFT
-    prioritized = prioritized + redis.call('ZCOUNT', scheduled, base, base)
+    -- runnable members of a priority band (offset <= now) count as prioritized
+    prioritized = prioritized + redis.call('ZCOUNT', scheduled, base, base + now)
     base = base + SHIFT
   end
   delayed = total - prioritized

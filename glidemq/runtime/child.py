@@ -39,6 +39,8 @@ def _worker_options(cfg: RuntimeConfig, spec: ProcessorSpec) -> WorkerOptions:
         values["prefetch"] = cfg.prefetch
     if cfg.lock_duration_ms is not None:
         values["lock_duration"] = cfg.lock_duration_ms
+    if cfg.stalled_interval_ms is not None:
+        values["stalled_interval"] = cfg.stalled_interval_ms
     values["close_timeout"] = cfg.grace
     if cfg.batch_size is not None or spec.batch:
         values["batch"] = BatchOptions(size=cfg.batch_size or 10, timeout_ms=cfg.batch_timeout_ms)
@@ -97,8 +99,8 @@ class _Child:
         loop = asyncio.get_running_loop()
         loop.add_signal_handler(signal.SIGTERM, self.request_stop, "graceful", "SIGTERM")
         loop.add_signal_handler(signal.SIGQUIT, self.request_stop, "immediate", "SIGQUIT")
-        options = _worker_options(self.cfg, self.spec)
         try:
+            options = _worker_options(self.cfg, self.spec)
             for name in _queues(self.cfg, self.spec):
                 worker: Worker[Any, Any] = Worker(
                     name,

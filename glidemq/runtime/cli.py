@@ -46,6 +46,9 @@ def _probe_processor(cfg: RuntimeConfig) -> str | None:
                 raise UsageError(
                     "no queue: pass --queue NAME or declare it with @glidemq.processor(queue=...)"
                 )
+            from .child import _worker_options
+
+            _worker_options(cfg, spec)  # flags and declared options together must be valid
             msg: dict[str, object] = {"ok": True}
         except BaseException as exc:
             code = ExitCode.USAGE
@@ -91,7 +94,7 @@ def _wait_reachable(conn: ConnectionOptions, timeout: float) -> str | None:
             except OSError as exc:
                 last = f"{host}:{port}: {exc}"
         if time.monotonic() + delay > deadline:
-            return f"cannot reach Valkey at {conn.url} ({last}) within {timeout:.0f} s"
+            return f"cannot reach Valkey at {conn.url} ({last}) within {timeout:g} s"
         log.warning("Valkey not reachable yet (%s); retrying in %.1f s", last, delay)
         time.sleep(delay)
         delay = min(delay * 2, 2.0)

@@ -41,6 +41,7 @@ class RuntimeConfig:
     batch_size: int | None = None
     batch_timeout_ms: int = 50
     lock_duration_ms: int | None = None
+    stalled_interval_ms: int | None = None
     grace: float = 30.0
     max_jobs_per_child: int | None = None
     max_memory_per_child_mb: int | None = None
@@ -138,6 +139,12 @@ def build_parser() -> argparse.ArgumentParser:
         help="a job whose worker is silent this long is recovered by another",
     )
     p.add_argument(
+        "--stalled-interval",
+        type=_positive_int,
+        metavar="MS",
+        help="how often each process looks for jobs of dead workers (default 30000)",
+    )
+    p.add_argument(
         "--grace",
         type=_non_negative_float,
         metavar="SECONDS",
@@ -177,6 +184,12 @@ def build_parser() -> argparse.ArgumentParser:
         help="status line interval on a terminal, 0 for none (default 10)",
     )
     p.add_argument(
+        "--connect-timeout",
+        type=_non_negative_float,
+        metavar="SECONDS",
+        help="how long to wait for the server at start (default 10)",
+    )
+    p.add_argument(
         "--sandbox", action="store_true", help="run processors in sandboxed child processes"
     )
     return p
@@ -195,6 +208,7 @@ _ENV_FIELDS: dict[str, tuple[str, str]] = {
     "BATCH_SIZE": ("batch_size", "int"),
     "BATCH_TIMEOUT": ("batch_timeout_ms", "int"),
     "LOCK_DURATION": ("lock_duration_ms", "int"),
+    "STALLED_INTERVAL": ("stalled_interval_ms", "int"),
     "GRACE": ("grace", "float"),
     "MAX_JOBS_PER_CHILD": ("max_jobs_per_child", "int"),
     "MAX_MEMORY_PER_CHILD": ("max_memory_per_child_mb", "int"),
@@ -205,6 +219,7 @@ _ENV_FIELDS: dict[str, tuple[str, str]] = {
     "LOG_LEVEL": ("log_level", "str"),
     "STATUS_INTERVAL": ("status_interval", "float"),
     "SANDBOX": ("sandbox", "bool"),
+    "CONNECT_TIMEOUT": ("connect_timeout", "float"),
 }
 
 _ARG_FIELDS = {
@@ -219,6 +234,7 @@ _ARG_FIELDS = {
     "batch_size": "batch_size",
     "batch_timeout": "batch_timeout_ms",
     "lock_duration": "lock_duration_ms",
+    "stalled_interval": "stalled_interval_ms",
     "grace": "grace",
     "max_jobs_per_child": "max_jobs_per_child",
     "max_memory_per_child": "max_memory_per_child_mb",
@@ -229,6 +245,7 @@ _ARG_FIELDS = {
     "log_level": "log_level",
     "status_interval": "status_interval",
     "sandbox": "sandbox",
+    "connect_timeout": "connect_timeout",
 }
 
 
@@ -281,10 +298,17 @@ def parse_config(argv: Sequence[str], env: Mapping[str, str] | None = None) -> R
         "max_jobs_per_child",
         "max_memory_per_child_mb",
         "lock_duration_ms",
+        "stalled_interval_ms",
     ):
         v = getattr(cfg, name)
         if v is not None and v < 1:
-            raise UsageError(f"--{name.replace('_', '-')}: must be >= 1, got {v}")
+            flag = name.removesuffix("_ms").removesuffix("_mb").replace("_", "-")
+            raise UsageError(f"--{flag}: must be >= 1, got {v}")
+    for name, low in (("lock_duration_ms", 100), ("stalled_interval_ms", 50)):
+        v = getattr(cfg, name)
+        if v is not None and v < low:
+            flag = name.removesuffix("_ms").replace("_", "-")
+            raise UsageError(f"--{flag}: must be >= {low} ms, got {v}")
     if cfg.log_format not in ("text", "json"):
         raise UsageError(f"--log-format: text or json, got {cfg.log_format!r}")
     if cfg.log_level.upper() not in ("DEBUG", "INFO", "WARNING", "ERROR"):

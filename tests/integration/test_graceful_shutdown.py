@@ -19,7 +19,7 @@ async def test_sigterm_hands_running_jobs_back_and_exits_zero(
 ) -> None:
     async with Queue(queue_name, connection=valkey_server.url) as queue:
         await queue.add_bulk([("slow", {"sleep": 30}) for _ in range(6)])
-        proc = subprocess.Popen(
+        proc = subprocess.Popen(  # noqa: ASYNC220 - a real child process is the point
             [sys.executable, "tests/fixtures/graceful_app.py", valkey_server.url, queue_name],
             cwd=ROOT,
             stdout=subprocess.PIPE,
