@@ -4,10 +4,11 @@
 import { Queue, Worker, QueueEvents } from 'bullmq';
 import { performance } from 'node:perf_hooks';
 import process from 'node:process';
+import { readFileSync } from 'node:fs';
 
 function parseArgs(argv) {
   const out = { host: '127.0.0.1', port: 6379, queue: 'bench-bullmq', jobs: 20000,
-    concurrency: 100, inflight: 50, rate: 1000, seconds: 5, chunk: 1000 };
+    concurrency: 100, inflight: 50, rate: 1000, seconds: 5, chunk: 1000, 'server-pid': 0 };
   const [scenario, ...rest] = argv;
   for (let i = 0; i < rest.length; i += 2) {
     const key = rest[i].replace(/^--/, '');
@@ -18,6 +19,14 @@ function parseArgs(argv) {
 }
 
 const cpu = () => { const u = process.cpuUsage(); return (u.user + u.system) / 1e6; };
+
+// CPU seconds of the server process, from /proc (0 when no pid was given).
+let serverPid = 0;
+const serverCpu = () => {
+  if (!serverPid) return 0;
+  const fields = readFileSync(`/proc/${serverPid}/stat`, 'ascii').split(')').pop().trim().split(' ');
+  return (Number(fields[11]) + Number(fields[12])) / 100;
+};
 
 async function prefill(queue, n, chunk) {
   for (let i = 0; i < n; i += chunk) {
@@ -33,6 +42,7 @@ async function addScenario(o, conn, mode) {
   const queue = new Queue(o.queue, { connection: conn });
   await queue.obliterate({ force: true });
   const c0 = cpu();
+  const s0 = serverCpu();
   const t0 = performance.now();
   if (mode === 'single') {
     for (let i = 0; i < o.jobs; i++) await queue.add('noop', { i }, { removeOnComplete: true });
@@ -47,9 +57,10 @@ async function addScenario(o, conn, mode) {
   }
   const seconds = (performance.now() - t0) / 1000;
   const clientCpu = cpu() - c0;
+  const srv = serverCpu() - s0;
   await queue.obliterate({ force: true });
   await queue.close();
-  return { jobs: o.jobs, seconds, client_cpu: clientCpu };
+  return { jobs: o.jobs, seconds, client_cpu: clientCpu, server_cpu: srv };
 }
 
 async function processScenario(o, conn) {
@@ -60,6 +71,7 @@ async function processScenario(o, conn) {
   let finish;
   const finished = new Promise((resolve) => { finish = resolve; });
   const c0 = cpu();
+  const s0 = serverCpu();
   const t0 = performance.now();
   const worker = new Worker(o.queue, async () => null, {
     connection: conn, concurrency: o.concurrency,
@@ -69,10 +81,11 @@ async function processScenario(o, conn) {
   await finished;
   const seconds = (performance.now() - t0) / 1000;
   const clientCpu = cpu() - c0;
+  const srv = serverCpu() - s0;
   await worker.close();
   await queue.obliterate({ force: true });
   await queue.close();
-  return { jobs: o.jobs, seconds, client_cpu: clientCpu };
+  return { jobs: o.jobs, seconds, client_cpu: clientCpu, server_cpu: srv };
 }
 
 async function latencyScenario(o, conn) {
@@ -89,6 +102,8 @@ async function latencyScenario(o, conn) {
   });
   await worker.waitUntilReady();
   await new Promise((r) => setTimeout(r, 200));
+  const c0 = cpu();
+  const s0 = serverCpu();
   const t0 = performance.now();
   for (let i = 0; i < total; i++) {
     // Open loop: each add is due at a fixed time, whether earlier ones finished or not.
@@ -98,15 +113,19 @@ async function latencyScenario(o, conn) {
     queue.add('noop', { t: performance.timeOrigin + performance.now() }, { removeOnComplete: true });
   }
   await finished;
+  const seconds = (performance.now() - t0) / 1000;
+  const clientCpu = cpu() - c0;
+  const srv = serverCpu() - s0;
   await worker.close();
   await queue.obliterate({ force: true });
   await queue.close();
-  return { jobs: total, latencies_ms: latencies };
+  return { jobs: total, latencies_ms: latencies, seconds, client_cpu: clientCpu, server_cpu: srv };
 }
 
 async function main() {
   const o = parseArgs(process.argv.slice(2));
   const conn = { host: o.host, port: o.port, maxRetriesPerRequest: null };
+  serverPid = o['server-pid'];
   let result;
   switch (o.scenario) {
     case 'add-single': result = await addScenario(o, conn, 'single'); break;

@@ -1,0 +1,212 @@
+"""`glidemq-bench`: glidemq and BullMQ side by side on one embedded Valkey.
+
+glidemq-bench quick                      add / process / latency, both systems, ~2 min
+glidemq-bench run --profile full --reps 5 --out results/
+glidemq-bench gate --baseline bench-baseline.json [--tolerance 0.10]
+glidemq-bench report results/
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from .harness import PROFILES, format_table, print_progress, ratios, run_profile
+from .peer import PeerError
+
+__all__ = ["gate_check", "main"]
+
+
+def _results_path(out: str | None) -> Path | None:
+    if out is None:
+        return None
+    path = Path(out)
+    path.mkdir(parents=True, exist_ok=True)
+    return path / f"records-{time.strftime('%Y%m%d-%H%M%S')}.jsonl"
+
+
+def _load_records(path: Path) -> list[dict[str, Any]]:
+    files = sorted(path.glob("*.jsonl")) if path.is_dir() else [path]
+    if not files:
+        raise SystemExit(f"glidemq-bench: no .jsonl records in {path}")
+    records = []
+    for f in files:
+        for line in f.read_bytes().splitlines():
+            if line.strip():
+                records.append(orjson.loads(line))
+    return records
+
+
+def gate_check(
+    summary: dict[str, dict[str, Any]], baseline: dict[str, float], tolerance: float
+) -> list[str]:
+    """Scenarios whose ratio fell beyond `tolerance` from the baseline's (empty: passed)."""
+    failures = []
+    for key, base in baseline.items():
+        row = summary.get(key)
+        if row is None or row.get("ratio") is None:
+            failures.append(f"{key}: not measured in this run")
+            continue
+        ratio = row["ratio"]
+        if row["higher_is_better"]:
+            limit = base * (1 - tolerance)
+            if ratio < limit:
+                failures.append(
+                    f"{key}: ratio {ratio:.2f}x fell below {limit:.2f}x "
+                    f"(baseline {base:.2f}x - {tolerance:.0%})"
+                )
+        else:
+            limit = base * (1 + tolerance)
+            if ratio > limit:
+                failures.append(
+                    f"{key}: ratio {ratio:.2f}x rose above {limit:.2f}x "
+                    f"(baseline {base:.2f}x + {tolerance:.0%}; lower is better)"
+                )
+    return failures
+
+
+def _cmd_run(args: argparse.Namespace, profile_name: str) -> tuple[int, dict[str, Any]]:
+    out = _results_path(args.out)
+    print(
+        f"glidemq-bench {profile_name}: {args.reps} repetitions, systems alternate; "
+        "progress on stderr",
+        file=sys.stderr,
+    )
+    extra = ["--plant-delay-us", str(args.plant_delay_us)] if args.plant_delay_us else None
+    try:
+        records = run_profile(
+            PROFILES[profile_name], args.reps, out, progress=print_progress, glidemq_extra=extra
+        )
+    except PeerError as exc:
+        print(f"glidemq-bench: error: {exc}", file=sys.stderr)
+        return 2, {}
+    summary = ratios(records)
+    print(format_table(summary))
+    if out is not None:
+        print(f"records: {out}", file=sys.stderr)
+    return 0, summary
+
+
+def _cmd_gate(args: argparse.Namespace) -> int:
+    if args.write_baseline is None and args.baseline is None:
+        print(
+            "glidemq-bench gate: --baseline FILE (or --write-baseline FILE) is required",
+            file=sys.stderr,
+        )
+        return 2
+    if args.results:
+        summary = ratios(_load_records(Path(args.results)))
+        print(format_table(summary))
+    else:
+        code, summary = _cmd_run(args, args.profile)
+        if code:
+            return code
+    if args.write_baseline:
+        data = {
+            "profile": args.profile,
+            "ratios": {k: round(v["ratio"], 4) for k, v in summary.items() if "ratio" in v},
+            "written": time.strftime("%Y-%m-%d %H:%M:%S"),
+        }
+        Path(args.write_baseline).write_bytes(orjson.dumps(data, option=orjson.OPT_INDENT_2))
+        print(f"baseline written to {args.write_baseline}")
+        return 0
+    baseline = orjson.loads(Path(args.baseline).read_bytes())["ratios"]
+    failures = gate_check(summary, baseline, args.tolerance)
+    if failures:
+        print("REGRESSION:", file=sys.stderr)
+        for line in failures:
+            print(f"  {line}", file=sys.stderr)
+        return 1
+    print(f"gate passed: {len(baseline)} scenarios within {args.tolerance:.0%} of the baseline")
+    return 0
+
+
+def _cmd_report(args: argparse.Namespace) -> int:
+    records = _load_records(Path(args.results))
+    summary = ratios(records)
+    machines = {r["machine"]["node"]: r["machine"] for r in records if "machine" in r}
+    lines = ["# glidemq benchmark report", ""]
+    for m in machines.values():
+        lines.append(
+            f"Machine: {m['node']} ({m['machine']}, {m['cpus']} CPUs, "
+            f"Python {m['python']}, {m['platform']})"
+        )
+    versions = sorted({f"{r['system']} {r.get('version')}" for r in records})
+    lines += [
+        f"Versions: {', '.join(versions)}",
+        f"Runs: {len(records)}",
+        "",
+        "```",
+        format_table(summary),
+        "```",
+        "",
+    ]
+    for key, row in summary.items():
+        if row.get("ratios"):
+            spread = f"{min(row['ratios']):.2f}x..{max(row['ratios']):.2f}x"
+            lines.append(
+                f"- {key}: ratio {row['ratio']:.2f}x (pairs {spread}, "
+                f"n={len(row['ratios'])}, stdev "
+                f"{statistics.pstdev(row['ratios']):.2f})"
+            )
+    text = "\n".join(lines) + "\n"
+    target = Path(args.output) if args.output else Path(args.results) / "REPORT.md"
+    target.write_text(text)
+    print(text)
+    print(f"report written to {target}", file=sys.stderr)
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="glidemq-bench",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    sub = p.add_subparsers(dest="command", required=True)
+
+    def common(sp: argparse.ArgumentParser, reps: int) -> None:
+        sp.add_argument("--reps", type=int, default=reps, help=f"repetitions (default {reps})")
+        sp.add_argument("--out", help="directory for the JSON-lines records")
+        sp.add_argument("--plant-delay-us", type=int, default=0, help=argparse.SUPPRESS)
+
+    common(sub.add_parser("quick", help="add / process / latency side by side"), 3)
+    run = sub.add_parser("run", help="run a profile")
+    run.add_argument("--profile", choices=sorted(PROFILES), default="full")
+    common(run, 3)
+    gate = sub.add_parser("gate", help="fail when ratios regress against a baseline")
+    gate.add_argument("--baseline", help="baseline JSON written by --write-baseline")
+    gate.add_argument("--write-baseline", metavar="FILE", help="measure and write a baseline")
+    gate.add_argument("--tolerance", type=float, default=0.10, help="allowed drop (0.10)")
+    gate.add_argument("--results", help="judge these records instead of running")
+    gate.add_argument("--profile", choices=sorted(PROFILES), default="ci")
+    common(gate, 3)
+    report = sub.add_parser("report", help="markdown report from a results directory")
+    report.add_argument("results")
+    report.add_argument("--output", help="report file (default RESULTS/REPORT.md)")
+    return p
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    if getattr(args, "reps", 1) < 1:
+        print("glidemq-bench: --reps must be >= 1", file=sys.stderr)
+        return 2
+    if args.command == "quick":
+        return _cmd_run(args, "quick")[0]
+    if args.command == "run":
+        return _cmd_run(args, args.profile)[0]
+    if args.command == "gate":
+        return _cmd_gate(args)
+    return _cmd_report(args)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,236 @@
+"""Side-by-side runs: each scenario for glidemq and BullMQ on one Valkey, alternating order.
+
+Every run is one record (a JSON line). Ratios glidemq / BullMQ are taken pair by pair (the
+two runs of one repetition) and summarized by their median, because absolute numbers on a
+shared machine drift while ratios inside one run hold.
+"""
+
+from __future__ import annotations
+
+import os
+import platform
+import statistics
+import sys
+import time
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from ..server import EmbeddedValkey
+from .peer import ScenarioParams, ensure_bullmq, run_system
+
+__all__ = [
+    "PROFILES",
+    "Ratio",
+    "make_record",
+    "ratios",
+    "run_profile",
+]
+
+PROFILES: dict[str, list[ScenarioParams]] = {
+    "quick": [
+        ScenarioParams("add-bulk", jobs=20_000),
+        ScenarioParams("add-concurrent", jobs=10_000, inflight=50),
+        ScenarioParams("process", jobs=20_000, concurrency=100),
+        ScenarioParams("latency", rate=1000, seconds=3),
+    ],
+    "ci": [
+        ScenarioParams("add-bulk", jobs=10_000),
+        ScenarioParams("process", jobs=10_000, concurrency=100),
+    ],
+    "full": [
+        ScenarioParams("add-single", jobs=5_000),
+        ScenarioParams("add-concurrent", jobs=20_000, inflight=50),
+        ScenarioParams("add-bulk", jobs=50_000),
+        *(ScenarioParams("process", jobs=20_000, concurrency=c) for c in (1, 10, 50, 100)),
+        ScenarioParams("latency", rate=1000, seconds=5),
+    ],
+}
+
+# Which number a scenario is judged by, and whether higher is better.
+Ratio = tuple[str, bool]
+_METRIC: dict[str, Ratio] = {
+    "add-single": ("jobs_per_s", True),
+    "add-concurrent": ("jobs_per_s", True),
+    "add-bulk": ("jobs_per_s", True),
+    "process": ("jobs_per_s", True),
+    "latency": ("p99_ms", False),
+}
+
+
+def scenario_key(rec: dict[str, Any]) -> str:
+    """The name a scenario's results are grouped under, e.g. `process c=100`."""
+    s = str(rec["scenario"])
+    if s == "process":
+        return f"process c={rec['concurrency']}"
+    if s == "latency":
+        return f"latency {int(rec['rate'])}/s"
+    return s
+
+
+def _machine() -> dict[str, Any]:
+    return {
+        "node": platform.node(),
+        "cpus": os.cpu_count(),
+        "machine": platform.machine(),
+        "python": platform.python_version(),
+        "platform": platform.platform(),
+    }
+
+
+def _pct(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    if not ordered:
+        return float("nan")
+    k = min(len(ordered) - 1, max(0, round(q * (len(ordered) - 1))))
+    return ordered[k]
+
+
+def make_record(
+    system: str, params: ScenarioParams, rep: int, result: dict[str, Any]
+) -> dict[str, Any]:
+    """One JSON record from a run's raw result."""
+    seconds = float(result.get("seconds") or 0.0)
+    jobs = int(result["jobs"])
+    rec: dict[str, Any] = {
+        "system": system,
+        "scenario": params.scenario,
+        "jobs": jobs,
+        "concurrency": params.concurrency,
+        "inflight": params.inflight,
+        "rate": params.rate,
+        "rep": rep,
+        "seconds": seconds,
+        "jobs_per_s": jobs / seconds if seconds else None,
+        "server_cpu_pct": 100 * result.get("server_cpu", 0.0) / seconds if seconds else None,
+        "client_cpu_pct": 100 * result.get("client_cpu", 0.0) / seconds if seconds else None,
+        "server_us_per_job": 1e6 * result.get("server_cpu", 0.0) / jobs,
+        "client_us_per_job": 1e6 * result.get("client_cpu", 0.0) / jobs,
+        "version": result.get("version"),
+        "machine": _machine(),
+        "ts": time.time(),
+    }
+    lat = result.get("latencies_ms")
+    if lat:
+        rec.update(
+            p50_ms=_pct(lat, 0.50), p95_ms=_pct(lat, 0.95), p99_ms=_pct(lat, 0.99),
+            max_ms=max(lat),
+        )  # fmt: skip
+    return rec
+
+
+def run_profile(
+    profile: Sequence[ScenarioParams],
+    reps: int,
+    out: Path | None,
+    systems: Sequence[str] = ("glidemq", "bullmq"),
+    progress: Callable[[str], None] | None = None,
+    glidemq_extra: list[str] | None = None,
+) -> list[dict[str, Any]]:
+    """Run every scenario `reps` times for each system, alternating which goes first."""
+    if "bullmq" in systems:
+        ensure_bullmq()
+    records: list[dict[str, Any]] = []
+    total = reps * len(profile) * len(systems)
+    step = 0
+    with EmbeddedValkey() as server:
+        for rep in range(reps):
+            for params in profile:
+                order = list(systems) if rep % 2 == 0 else list(reversed(systems))
+                for system in order:
+                    step += 1
+                    server.execute("FLUSHALL")
+                    extra = glidemq_extra if system == "glidemq" else None
+                    result = run_system(
+                        system, params, server.port, server.pid, f"bench-{system}", extra
+                    )
+                    rec = make_record(system, params, rep, result)
+                    records.append(rec)
+                    if out is not None:
+                        with out.open("ab") as fh:
+                            fh.write(orjson.dumps(rec) + b"\n")
+                    if progress is not None:
+                        progress(f"[{step}/{total}] {scenario_key(rec)} {system}: {_headline(rec)}")
+    return records
+
+
+def _headline(rec: dict[str, Any]) -> str:
+    if rec["scenario"] == "latency":
+        return f"p50 {rec['p50_ms']:.2f} / p99 {rec['p99_ms']:.2f} ms"
+    return f"{rec['jobs_per_s']:,.0f} jobs/s"
+
+
+def ratios(records: Iterable[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    """Per scenario: glidemq / BullMQ of its metric, taken pair by pair, with medians."""
+    pairs: dict[tuple[str, int], dict[str, dict[str, Any]]] = {}
+    for rec in records:
+        pairs.setdefault((scenario_key(rec), rec["rep"]), {})[rec["system"]] = rec
+    out: dict[str, dict[str, Any]] = {}
+    for (key, _), pair in sorted(pairs.items()):
+        g, b = pair.get("glidemq"), pair.get("bullmq")
+        if g is None:
+            continue
+        metric, higher = _METRIC[g["scenario"]]
+        row = out.setdefault(
+            key,
+            {
+                "metric": metric,
+                "higher_is_better": higher,
+                "glidemq": [],
+                "bullmq": [],
+                "ratios": [],
+            },
+        )
+        row["glidemq"].append(g[metric])
+        if b is not None:
+            row["bullmq"].append(b[metric])
+            row["ratios"].append(g[metric] / b[metric] if b[metric] else float("nan"))
+        for who, side in (("glidemq", g), ("bullmq", b)):
+            if side is not None:
+                row.setdefault(f"{who}_server_us", []).append(side["server_us_per_job"])
+                row.setdefault(f"{who}_client_us", []).append(side["client_us_per_job"])
+    for row in out.values():
+        for k in list(row):
+            if isinstance(row[k], list) and row[k]:
+                row[f"median_{k}" if k != "ratios" else "ratio"] = statistics.median(row[k])
+    return out
+
+
+def format_table(summary: dict[str, dict[str, Any]]) -> str:
+    """The side-by-side table printed by the CLI and written to reports."""
+    lines = [
+        f"{'scenario':<20} {'metric':<11} {'glidemq':>12} {'BullMQ':>12} {'ratio':>7}  "
+        f"{'server us/job g/b':>18} {'client us/job g/b':>18}",
+    ]
+    for key, row in summary.items():
+        unit = "ms" if row["metric"].endswith("_ms") else "/s"
+        g = row.get("median_glidemq")
+        b = row.get("median_bullmq")
+        ratio = row.get("ratio")
+
+        def fmt(v: Any, unit: str = unit) -> str:
+            if v is None:
+                return "-"
+            return f"{v:,.2f} ms" if unit == "ms" else f"{v:,.0f}"
+
+        srv = "/".join(f"{row.get(f'median_{w}_server_us', 0):.1f}" for w in ("glidemq", "bullmq"))
+        cli = "/".join(f"{row.get(f'median_{w}_client_us', 0):.1f}" for w in ("glidemq", "bullmq"))
+        lines.append(
+            f"{key:<20} {row['metric']:<11} {fmt(g):>12} {fmt(b):>12} "
+            f"{('-' if ratio is None else f'{ratio:.2f}x'):>7}  {srv:>18} {cli:>18}"
+        )
+    lines.append("ratio = glidemq / BullMQ, median of pairs; for latency lower is better.")
+    return "\n".join(lines)
+
+
+def print_progress(line: str) -> None:
+    """Progress lines go to stderr so stdout stays machine-readable."""
+    print(line, file=sys.stderr, flush=True)
+
+
+def with_reps(profile: Sequence[ScenarioParams], jobs_scale: float) -> list[ScenarioParams]:
+    """The profile with job counts scaled (for quick smoke runs)."""
+    return [replace(p, jobs=max(100, int(p.jobs * jobs_scale))) for p in profile]
