@@ -172,6 +172,8 @@ class Job(Generic[D, R]):
             raise ValidationError("progress", "must be a number or a mapping")
         await self._ctx.update_job(self.id, [("progress", encode_json(progress))])
         self.progress = progress
+        if self._worker is not None:
+            self._worker.events.emit("progress", self, progress)
 
     async def update_data(self, data: D) -> None:
         """Replace the job's data."""

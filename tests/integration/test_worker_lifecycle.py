@@ -380,6 +380,7 @@ async def test_worker_emits_lifecycle_events(
     async def processor(job: Job[str, str]) -> str:
         if job.data == "bad":
             raise RuntimeError("bad data")
+        await job.update_progress(50)
         return job.data.upper()
 
     ok = await queue.add("ok", "good")
@@ -389,6 +390,7 @@ async def test_worker_emits_lifecycle_events(
     worker.on("active", lambda j: log.append(("active", j.id)))
     worker.on("completed", lambda j, rv: log.append(("completed", (j.id, rv))))
     worker.on("failed", lambda j, e: log.append(("failed", (j.id, str(e)))))
+    worker.on("progress", lambda j, p: log.append(("progress", (j.id, p))))
     worker.on("drained", lambda: log.append(("drained", None)))
     worker.on("closing", lambda: log.append(("closing", None)))
     worker.on("closed", lambda: log.append(("closed", None)))
@@ -400,6 +402,8 @@ async def test_worker_emits_lifecycle_events(
     names = [name for name, _ in log]
     assert ("active", ok.id) in log and ("active", bad.id) in log
     assert ("completed", (ok.id, "GOOD")) in log
+    assert ("progress", (ok.id, 50)) in log
+    assert names.index("progress") < names.index("completed")
     assert ("failed", (bad.id, "bad data")) in log
     # drained: nothing left to take, so only after the last job was taken (it may come
     # while that job's result is still being recorded)
