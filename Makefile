@@ -5,7 +5,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: run test lint typecheck check bench clean
+.PHONY: run test lint typecheck check bench bench-engine clean
 
 $(STAMP): pyproject.toml
 	@command -v $(PYTHON) >/dev/null 2>&1 || { echo "need $(PYTHON) on PATH (or: make PYTHON=python3 ...)"; exit 2; }
@@ -15,7 +15,7 @@ $(STAMP): pyproject.toml
 	@touch $(STAMP)
 
 run: $(STAMP)
-	$(PY) -m glidemq.bench.quick
+	$(VENV)/bin/glidemq-bench quick
 
 test: $(STAMP)
 	$(VENV)/bin/ruff check glidemq tests
@@ -30,6 +30,9 @@ typecheck: $(STAMP)
 	$(VENV)/bin/mypy
 
 bench: $(STAMP)
+	$(VENV)/bin/glidemq-bench run --profile full --reps 5 --out results
+
+bench-engine: $(STAMP)
 	$(PY) -m glidemq.bench.quick --repeat 3
 
 clean:
