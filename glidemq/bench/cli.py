@@ -18,7 +18,7 @@ from typing import Any
 
 import orjson
 
-from .harness import PROFILES, format_table, print_progress, ratios, run_profile
+from .harness import PROFILES, format_table, print_progress, ratios, run_profile, scale_jobs
 from .peer import PeerError
 
 __all__ = ["gate_check", "main"]
@@ -81,9 +81,8 @@ def _cmd_run(args: argparse.Namespace, profile_name: str) -> tuple[int, dict[str
     )
     extra = ["--plant-delay-us", str(args.plant_delay_us)] if args.plant_delay_us else None
     try:
-        records = run_profile(
-            PROFILES[profile_name], args.reps, out, progress=print_progress, glidemq_extra=extra
-        )
+        profile = scale_jobs(PROFILES[profile_name], args.scale)
+        records = run_profile(profile, args.reps, out, progress=print_progress, glidemq_extra=extra)
     except PeerError as exc:
         print(f"glidemq-bench: error: {exc}", file=sys.stderr)
         return 2, {}
@@ -175,6 +174,10 @@ def build_parser() -> argparse.ArgumentParser:
     def common(sp: argparse.ArgumentParser, reps: int) -> None:
         sp.add_argument("--reps", type=int, default=reps, help=f"repetitions (default {reps})")
         sp.add_argument("--out", help="directory for the JSON-lines records")
+        sp.add_argument(
+            "--scale", type=float, default=1.0, help="multiply every job count (default 1.0)"
+        )
+        # Test hook: a deliberate per-job slowdown of glidemq, to prove the gate trips.
         sp.add_argument("--plant-delay-us", type=int, default=0, help=argparse.SUPPRESS)
 
     common(sub.add_parser("quick", help="add / process / latency side by side"), 3)

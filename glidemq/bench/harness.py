@@ -28,6 +28,7 @@ __all__ = [
     "make_record",
     "ratios",
     "run_profile",
+    "scale_jobs",
 ]
 
 PROFILES: dict[str, list[ScenarioParams]] = {
@@ -231,6 +232,11 @@ def print_progress(line: str) -> None:
     print(line, file=sys.stderr, flush=True)
 
 
-def with_reps(profile: Sequence[ScenarioParams], jobs_scale: float) -> list[ScenarioParams]:
-    """The profile with job counts scaled (for quick smoke runs)."""
-    return [replace(p, jobs=max(100, int(p.jobs * jobs_scale))) for p in profile]
+def scale_jobs(profile: Sequence[ScenarioParams], factor: float) -> list[ScenarioParams]:
+    """The profile with job counts (and latency durations) scaled, for short runs."""
+    if factor == 1.0:
+        return list(profile)
+    return [
+        replace(p, jobs=max(100, int(p.jobs * factor)), seconds=max(1.0, p.seconds * factor))
+        for p in profile
+    ]
