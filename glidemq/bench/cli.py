@@ -128,7 +128,32 @@ def _cmd_gate(args: argparse.Namespace) -> int:
 
 
 def _cmd_report(args: argparse.Namespace) -> int:
-    records = _load_records(Path(args.results))
+    """Tables and plots through the Spark pipeline; a plain table when Spark is missing."""
+    results = Path(args.results)
+    out = Path(args.output) if args.output else results / "report"
+    if not args.plain:
+        from ..spark import run_pipeline
+        from ..spark.session import SparkUnavailableError
+
+        try:
+            run_pipeline(results, out, master=args.master)
+        except SparkUnavailableError as exc:
+            print(
+                f"glidemq-bench: Spark unavailable ({exc}); writing the plain report",
+                file=sys.stderr,
+            )
+        except FileNotFoundError as exc:
+            print(f"glidemq-bench: {exc}", file=sys.stderr)
+            return 2
+        else:
+            report = out / "report.md"
+            print(report.read_text())
+            print(f"report, tables and plots written to {out}", file=sys.stderr)
+            return 0
+    return _plain_report(_load_records(results), out)
+
+
+def _plain_report(records: list[dict[str, Any]], out: Path) -> int:
     summary = ratios(records)
     machines = {r["machine"]["node"]: r["machine"] for r in records if "machine" in r}
     lines = ["# glidemq benchmark report", ""]
@@ -156,10 +181,10 @@ def _cmd_report(args: argparse.Namespace) -> int:
                 f"{statistics.pstdev(row['ratios']):.2f})"
             )
     text = "\n".join(lines) + "\n"
-    target = Path(args.output) if args.output else Path(args.results) / "REPORT.md"
-    target.write_text(text)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "report.md").write_text(text)
     print(text)
-    print(f"report written to {target}", file=sys.stderr)
+    print(f"report written to {out / 'report.md'}", file=sys.stderr)
     return 0
 
 
@@ -193,7 +218,9 @@ def build_parser() -> argparse.ArgumentParser:
     common(gate, 3)
     report = sub.add_parser("report", help="markdown report from a results directory")
     report.add_argument("results")
-    report.add_argument("--output", help="report file (default RESULTS/REPORT.md)")
+    report.add_argument("--output", help="report directory (default RESULTS/report)")
+    report.add_argument("--master", default="local[*]", help="Spark master (default local[*])")
+    report.add_argument("--plain", action="store_true", help="a plain table, without Spark")
     return p
 
 
