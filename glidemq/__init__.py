@@ -30,6 +30,7 @@ from .events import QueueEvent, QueueEvents
 from .job import Job
 from .processor import ProcessorSpec, processor
 from .queue import JobCounts, Queue
+from .sandbox import SandboxOptions
 from .shutdown import GracefulShutdown
 from .types import Backoff, BatchOptions, Deduplication, JobOptions, KeepJobs, WorkerOptions
 from .worker import Processor, Worker
@@ -60,6 +61,7 @@ __all__ = [
     "Queue",
     "QueueEvent",
     "QueueEvents",
+    "SandboxOptions",
     "ServerError",
     "UnrecoverableError",
     "UnsupportedOptionError",

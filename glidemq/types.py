@@ -10,12 +10,15 @@ import difflib
 import functools
 from collections.abc import Callable, Mapping
 from dataclasses import MISSING, dataclass, field, fields
-from typing import Any, Literal, TypeAlias, TypeVar
+from typing import TYPE_CHECKING, Any, Literal, TypeAlias, TypeVar
 
 import orjson
 
 from .errors import ValidationError
 from .keys import validate_job_id
+
+if TYPE_CHECKING:
+    from .sandbox.types import SandboxOptions
 
 __all__ = [
     "Backoff",
@@ -281,7 +284,8 @@ class WorkerOptions:
     concurrency); lock_duration: a running job whose worker stops heart-beating for this long
     is reclaimed by another worker; stalled_interval: how often to look for such jobs;
     max_stalled_count: reclaims before the job fails; events: write per-job lifecycle events;
-    dead_letter: park jobs that fail for good in the queue's dead-letter set.
+    dead_letter: park jobs that fail for good in the queue's dead-letter set; sandbox: run
+    the processor (then a 'module:attr' or file target) in child processes (docs/SANDBOX.md).
     """
 
     concurrency: int = 1
@@ -299,6 +303,7 @@ class WorkerOptions:
     close_timeout: float = 30.0
     consumer: str | None = None
     batch: BatchOptions | None = None
+    sandbox: SandboxOptions | None = None
 
     def __post_init__(self) -> None:
         _int("concurrency", self.concurrency, low=1, high=100_000)
@@ -318,6 +323,11 @@ class WorkerOptions:
                 raise ValidationError(f"backoff_strategies.{name}", "must be callable")
         if self.batch is not None and not isinstance(self.batch, BatchOptions):
             raise ValidationError("batch", "must be BatchOptions(size, timeout_ms)")
+        if self.sandbox is not None:
+            from .sandbox.types import SandboxOptions  # here: the sandbox imports this module
+
+            if not isinstance(self.sandbox, SandboxOptions):
+                raise ValidationError("sandbox", "must be SandboxOptions(...)")
 
 
 def field_defaults(cls: type[Any]) -> dict[str, Any]:

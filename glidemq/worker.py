@@ -15,7 +15,7 @@ from collections.abc import Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 from types import TracebackType
-from typing import Any, Generic, Self, TypeVar
+from typing import TYPE_CHECKING, Any, Generic, Self, TypeVar, cast
 from uuid import uuid4
 
 from glide import StreamReadGroupOptions
@@ -38,6 +38,9 @@ from .job import Job
 from .keys import DEFAULT_PREFIX, QueueKeys
 from .serialize import encode_json
 from .types import WorkerOptions, from_mapping, retention_args, retention_from_wire
+
+if TYPE_CHECKING:
+    from .sandbox.pool import SandboxPool
 
 __all__ = ["Processor", "Worker"]
 
@@ -77,19 +80,38 @@ class Worker(Generic[D, R]):
     def __init__(
         self,
         name: str,
-        processor: Processor[D, R] | Callable[[Job[D, R]], R],
+        processor: Processor[D, R] | Callable[[Job[D, R]], R] | str,
         *,
         connection: ConnectionLike = None,
         prefix: str = DEFAULT_PREFIX,
         options: WorkerOptions | None = None,
         **settings: Any,
     ) -> None:
-        if not callable(processor):
-            raise ValidationError("processor", f"must be callable, got {processor!r}")
         base = options or WorkerOptions()
         if settings:
             from_mapping(WorkerOptions, settings)  # rejects unknown names with a hint
             base = replace(base, **settings)
+        self.sandbox_pool: SandboxPool | None = None
+        """The sandbox pool running the processor in child processes (with `sandbox=`)."""
+        if base.sandbox is not None:
+            # The pool's run() becomes the processor: every code path below stays the same.
+            from .sandbox.pool import SandboxPool
+            from .sandbox.types import processor_target
+
+            self.sandbox_pool = SandboxPool(
+                processor_target(processor),
+                base.sandbox,
+                slots=base.concurrency,
+                batch=base.batch is not None,
+                on_error=lambda exc: self.events.emit("error", exc),
+            )
+            pool = self.sandbox_pool
+            processor = cast(Processor[D, R], pool.run_batch if base.batch else pool.run)
+        elif not callable(processor):
+            hint = ""
+            if isinstance(processor, str):
+                hint = " (a 'module:attr' target runs only with sandbox=SandboxOptions(...))"
+            raise ValidationError("processor", f"must be callable, got {processor!r}{hint}")
         self.opts = base
         self.name = name
         self.keys = QueueKeys(name, prefix)
@@ -164,6 +186,8 @@ class Worker(Generic[D, R]):
             await ensure_library(self._client)
             self._ctx = QueueContext(self._client, self.keys)
             await self._ensure_group()
+            if self.sandbox_pool is not None:
+                await self.sandbox_pool.start()  # children start in the background
         except BaseException:
             await close_client(self._client)
             await close_client(self._blocking)
@@ -249,6 +273,8 @@ class Worker(Generic[D, R]):
         for t in running:
             t.cancel()
         await asyncio.gather(*running, return_exceptions=True)
+        if self.sandbox_pool is not None:
+            await self.sandbox_pool.close()  # aborted runs end, children exit, all reaped
         while self._pending or self._flush_tasks:
             self._kick_flush()
             if self._flush_tasks:
@@ -300,8 +326,11 @@ class Worker(Generic[D, R]):
                 raise
             except GlideMQError as exc:
                 if "NOGROUP" in str(exc):
-                    await self._ensure_group()
-                    continue
+                    try:
+                        await self._ensure_group()
+                        continue
+                    except GlideMQError as group_exc:  # server gone again: back off, retry
+                        exc = group_exc
                 self.events.emit("error", exc)
                 await asyncio.sleep(backoff)
                 backoff = min(backoff * 2, 5.0)
@@ -368,7 +397,9 @@ class Worker(Generic[D, R]):
             self._reserved -= n
 
     def _start_jobs(self, flat: list[Any]) -> None:
-        if not flat:
+        if not flat or self._closing:
+            # Closing: jobs a flush fetched in the meantime stay in the PEL unrun, and
+            # deferActive hands them back (starting them here would run them twice).
             return
         self._drained_emitted = False
         assert self._ctx is not None
@@ -536,7 +567,7 @@ class Worker(Generic[D, R]):
             if job.expire_at is not None and now_ms() > job.expire_at:
                 raise _Expired(_REASON_EXPIRED)
             timeout = job.opts.get("timeout")
-            if timeout:
+            if timeout and self.sandbox_pool is None:  # a sandbox times out by killing the child
                 try:
                     result = await asyncio.wait_for(self._call(job), timeout / 1000)
                 except TimeoutError:

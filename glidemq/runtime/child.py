@@ -10,6 +10,7 @@ import os
 import random
 import signal
 import traceback
+from dataclasses import replace
 from typing import Any
 
 import psutil
@@ -18,6 +19,7 @@ from ..connection import ConnectionOptions
 from ..errors import GlideMQError
 from ..processor import ProcessorSpec, load_processor
 from ..queue import Queue
+from ..sandbox.types import SandboxOptions
 from ..types import BatchOptions, WorkerOptions, from_mapping
 from ..worker import Worker
 from . import ipc
@@ -44,6 +46,16 @@ def _worker_options(cfg: RuntimeConfig, spec: ProcessorSpec) -> WorkerOptions:
     values["close_timeout"] = cfg.grace
     if cfg.batch_size is not None or spec.batch:
         values["batch"] = BatchOptions(size=cfg.batch_size or 10, timeout_ms=cfg.batch_timeout_ms)
+    if cfg.sandbox:
+        # With --sandbox the recycling limits apply to the sandbox children, which run the
+        # user's code; the worker process holding the connection stays.
+        declared = values.get("sandbox")
+        sandbox = declared if isinstance(declared, SandboxOptions) else SandboxOptions()
+        if cfg.max_jobs_per_child is not None:
+            sandbox = replace(sandbox, max_jobs_per_child=cfg.max_jobs_per_child)
+        if cfg.max_memory_per_child_mb is not None:
+            sandbox = replace(sandbox, max_memory_per_child_mb=cfg.max_memory_per_child_mb)
+        values["sandbox"] = sandbox
     return from_mapping(WorkerOptions, values)
 
 
@@ -66,8 +78,9 @@ class _Child:
         self.mode = "graceful"
         self.reason = "signal"
         self.process = psutil.Process()
+        self.forcing: set[asyncio.Task[None]] = set()
         # Jitter the recycle point so a fleet started together does not recycle together.
-        limit = cfg.max_jobs_per_child
+        limit = None if cfg.sandbox else cfg.max_jobs_per_child  # --sandbox: children's limit
         self.max_jobs = None if limit is None else max(1, limit - random.randint(0, limit // 10))
 
     def send(self, message: dict[str, Any]) -> None:
@@ -78,11 +91,24 @@ class _Child:
 
     def request_stop(self, mode: str, reason: str) -> None:
         if self.stop.is_set():
-            if mode == "immediate":
+            if mode == "immediate" and self.mode != "immediate":
                 self.mode = "immediate"
+                # a drain in progress stops waiting for its running jobs
+                loop = asyncio.get_running_loop()
+                for w in self.workers:
+                    task = loop.create_task(w.close(force=True))
+                    self.forcing.add(task)
+                    task.add_done_callback(self.forcing.discard)
             return
         self.mode, self.reason = mode, reason
         self.stop.set()
+
+    def job_done(self, *_: Any) -> None:
+        """Stop taking jobs once --max-jobs-per-child is reached."""
+        if self.max_jobs is None or self.stop.is_set():
+            return
+        if sum(w.completed_count + w.failed_count for w in self.workers) >= self.max_jobs:
+            self.request_stop("graceful", "max-jobs")
 
     def counters(self) -> dict[str, Any]:
         completed = sum(w.completed_count for w in self.workers)
@@ -104,12 +130,16 @@ class _Child:
             for name in _queues(self.cfg, self.spec):
                 worker: Worker[Any, Any] = Worker(
                     name,
-                    self.spec.function,
+                    self.cfg.target if self.cfg.sandbox else self.spec.function,
                     connection=self.conn,
                     prefix=self.cfg.prefix,
                     options=options,
                 )
                 self.workers.append(worker)
+                if self.max_jobs is not None:
+                    # checked on every job, not only at heartbeats: fast jobs overshoot a lot
+                    worker.on("completed", self.job_done)
+                    worker.on("failed", self.job_done)
                 await worker.start()
         except BaseException as exc:
             self.send(
@@ -167,7 +197,7 @@ class _Child:
                 done = stats["completed"] + stats["failed"]
                 if self.max_jobs is not None and done >= self.max_jobs:
                     self.request_stop("graceful", "max-jobs")
-                limit = self.cfg.max_memory_per_child_mb
+                limit = None if self.cfg.sandbox else self.cfg.max_memory_per_child_mb
                 if limit is not None and stats["rss"] > limit * 1024 * 1024:
                     self.request_stop("graceful", "max-memory")
         finally:

@@ -109,13 +109,6 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"glidemq-run: error: {exc}", file=sys.stderr)
         return ExitCode.USAGE
     setup_logging(cfg.log_format, cfg.log_level, "supervisor")
-    if cfg.sandbox:
-        print(
-            "glidemq-run: error: --sandbox needs the sandbox pool, which this version of "
-            "glidemq does not include yet",
-            file=sys.stderr,
-        )
-        return ExitCode.USAGE
     server = None
     try:
         if cfg.embedded:

@@ -1,0 +1,256 @@
+"""SandboxJob: the Job a processor sees in a sandbox child.
+
+It is a `Job` (same fields, same methods, `isinstance(job, Job)` holds), but the child has no
+connection: every method that needs the server is sent to the parent, which runs it on the
+real Job with its own connection and sends back the result or the error.
+"""
+
+from __future__ import annotations
+
+import operator
+from collections.abc import Mapping, Sequence
+from typing import Any, Protocol, TypeVar
+
+import orjson
+
+from ..errors import DelayedError, ValidationError
+from ..job import Job, JobState
+from .protocol import error_to_wire
+
+__all__ = ["PROXIED_METHODS", "SandboxJob", "job_fields", "job_to_wire"]
+
+D = TypeVar("D")
+R = TypeVar("R")
+
+PROXIED_METHODS = frozenset(
+    {
+        "log",
+        "update_progress",
+        "update_data",
+        "discard",
+        "move_to_delayed",
+        "move_to_failed",
+        "remove",
+        "retry",
+        "change_priority",
+        "change_delay",
+        "promote",
+        "get_state",
+        "is_revoked",
+        "refresh",
+    }
+)
+"""Job methods a child may ask the parent to run; the parent refuses anything else."""
+
+# wire name -> Job attribute, for the fields a child gets and `refresh()` updates
+_FIELDS = (
+    ("id", "id"),
+    ("name", "name"),
+    ("data", "data"),
+    ("opts", "opts"),
+    ("timestamp", "timestamp"),
+    ("attempts_made", "attempts_made"),
+    ("max_attempts", "max_attempts"),
+    ("delay", "delay"),
+    ("priority", "priority"),
+    ("state", "state"),
+    ("processed_on", "processed_on"),
+    ("finished_on", "finished_on"),
+    ("progress", "progress"),
+    ("failed_reason", "failed_reason"),
+    ("parent_id", "parent_id"),
+    ("expire_at", "expire_at"),
+    ("revoked", "revoked"),
+    ("stalled_count", "stalled_count"),
+    ("entry_id", "entry_id"),
+)
+
+
+_DEFAULTS: dict[str, Any] = {
+    "id": "",
+    "name": "",
+    "data": None,
+    "opts": {},
+    "timestamp": 0,
+    "attempts_made": 0,
+    "max_attempts": 0,
+    "delay": 0,
+    "priority": 0,
+    "state": "active",
+    "processed_on": None,
+    "finished_on": None,
+    "progress": 0,
+    "failed_reason": None,
+    "parent_id": None,
+    "expire_at": None,
+    "revoked": False,
+    "stalled_count": 0,
+    "entry_id": None,
+}
+
+
+def job_fields(job: Job[Any, Any]) -> dict[str, Any]:
+    """The job's public fields as sent to a child."""
+    out = {wire: getattr(job, attr) for wire, attr in _FIELDS}
+    out["queue"] = job.queue_name
+    return out
+
+
+_ATTRS = tuple(attr for _, attr in _FIELDS)
+_get_attrs = operator.attrgetter(*_ATTRS)
+
+
+def job_to_wire(job: Job[Any, Any], handle: int) -> list[Any]:
+    """A `run` message's job entry, positional to keep the hot path small:
+    [handle, queue, *fields in _FIELDS order]. Proxied calls name the job by its handle."""
+    return [handle, job.queue_name, *_get_attrs(job)]
+
+
+class Proxy(Protocol):
+    """What a SandboxJob needs from the child's runner."""
+
+    async def call(self, handle: int, method: str, args: list[Any]) -> Any:
+        """Run Job method `method(*args)` for job `handle` in the parent; its result."""
+        ...
+
+    def notify(self, handle: int, method: str, args: list[Any]) -> None:
+        """The same without waiting for (or getting) an answer."""
+        ...
+
+
+class SandboxJob(Job[D, R]):
+    """A running job inside a sandbox child; server operations go through the parent."""
+
+    __slots__ = ("_handle", "_proxy", "_queue")
+
+    def __init__(self, entry: Sequence[Any] | Mapping[str, Any], proxy: Proxy) -> None:
+        # Job.__init__ reads a job hash; here the fields arrive decoded, as a `job_to_wire`
+        # entry (or a mapping of field names with "h" and "queue").
+        self._proxy = proxy
+        self._worker = None
+        self._discarded = False
+        self._moved = False
+        if isinstance(entry, Mapping):
+            self._handle = int(entry["h"])
+            self._queue = str(entry.get("queue", ""))
+            self._apply({**_DEFAULTS, **entry})
+            return
+        self._handle = int(entry[0])
+        self._queue = str(entry[1])
+        for attr, value in zip(_ATTRS, entry[2:], strict=True):
+            setattr(self, attr, value)
+        opts: Any = self.opts
+        if not isinstance(opts, dict):
+            self.opts = {}
+        self.returnvalue = None
+        self.stacktrace = None
+
+    def _apply(self, fields: Mapping[str, Any]) -> None:
+        for wire, attr in _FIELDS:
+            if wire in fields:
+                setattr(self, attr, fields[wire])
+        opts = fields.get("opts")
+        self.opts = opts if isinstance(opts, dict) else {}
+        self.returnvalue = None
+        self.stacktrace = None
+
+    def __repr__(self) -> str:
+        return f"<SandboxJob {self._queue}:{self.id} {self.name!r} {self.state}>"
+
+    @property
+    def ctx_name(self) -> str:
+        """Name of the job's queue."""
+        return self._queue
+
+    @property
+    def queue_name(self) -> str:
+        """Name of the job's queue."""
+        return self._queue
+
+    async def _call(self, method: str, *args: Any) -> Any:
+        return await self._proxy.call(self._handle, method, list(args))
+
+    # -- lifecycle (proxied) ----------------------------------------------------------------
+
+    async def log(self, message: str) -> int:
+        """Append a line to the job's log; returns the log's length."""
+        return int(await self._call("log", str(message)))
+
+    async def update_progress(self, progress: int | float | Mapping[str, Any]) -> None:
+        """Store the job's progress and emit a `progress` event."""
+        if isinstance(progress, bool) or not isinstance(progress, int | float | Mapping):
+            raise ValidationError("progress", "must be a number or a mapping")
+        await self._call("update_progress", _checked("progress", progress))
+        self.progress = progress
+
+    async def update_data(self, data: D) -> None:
+        """Replace the job's data."""
+        await self._call("update_data", _checked("data", data))
+        self.data = data
+
+    def discard(self) -> None:
+        """Make the current run's failure final, whatever attempts remain."""
+        self._discarded = True
+        self._proxy.notify(self._handle, "discard", [])
+
+    async def move_to_delayed(self, timestamp_ms: int) -> None:
+        """Put this running job back to delayed until `timestamp_ms`; raises DelayedError,
+        which the processor should let propagate."""
+        await self._call("move_to_delayed", int(timestamp_ms))
+        # The parent's Job.move_to_delayed raises; an answer without an error is a bug there.
+        raise DelayedError(f"job {self.id} moved to delayed until {timestamp_ms}")
+
+    async def move_to_failed(self, error: BaseException) -> None:
+        """Fail this run now with `error` (retries still apply)."""
+        await self._call("move_to_failed", error_to_wire(error))
+        self._moved = True
+
+    async def remove(self) -> None:
+        """Delete the job; refused while a worker runs it (as it is now)."""
+        await self._call("remove")
+
+    async def retry(self, state: str = "failed") -> None:
+        """Send a finished job back to waiting; refused for a running job."""
+        await self._call("retry", state)
+
+    async def change_priority(self, priority: int) -> None:
+        """Re-prioritize a job that is not running yet (refused for this running one)."""
+        await self._call("change_priority", priority)
+        self.priority = priority
+
+    async def change_delay(self, delay: int) -> None:
+        """Set a delayed job's remaining delay (refused for this running one)."""
+        await self._call("change_delay", delay)
+        self.delay = delay
+
+    async def promote(self) -> None:
+        """Make a delayed job runnable now (refused for this running one)."""
+        await self._call("promote")
+
+    # -- queries (proxied) ------------------------------------------------------------------
+
+    async def get_state(self) -> JobState:
+        """The job's current state on the server."""
+        state = str(await self._call("get_state"))
+        self.state = state
+        return state
+
+    async def is_revoked(self) -> bool:
+        """Whether the job was revoked (a revoked run is also aborted by the parent)."""
+        return bool(await self._call("is_revoked"))
+
+    async def refresh(self) -> SandboxJob[D, R]:
+        """Re-read every field from the server."""
+        fields = await self._call("refresh")
+        if isinstance(fields, dict):
+            self._apply(fields)
+        return self
+
+
+def _checked(name: str, value: Any) -> Any:
+    """Fail in the child, with the in-process error, on a value that cannot cross."""
+    try:
+        orjson.dumps(value)
+    except TypeError as exc:
+        raise ValidationError(name, f"not JSON-serializable: {exc}") from None
+    return value
