@@ -86,6 +86,18 @@ def retention_args(value: Retention) -> tuple[int, int]:
     return (-1 if value.count is None else value.count), (value.age or 0)
 
 
+def job_retention(
+    job_opts: Mapping[str, Any], key: str, default: tuple[int, int]
+) -> tuple[int, int]:
+    """The (keepCount, keepAge) for one job: its own removeOnComplete / removeOnFail wire
+    option when it has a usable one, else the worker's `default`."""
+    if key in job_opts:
+        wire = retention_from_wire(job_opts[key])
+        if wire is not None:
+            return retention_args(wire)
+    return default
+
+
 def _check_retention(name: str, value: object) -> None:
     if value is None or isinstance(value, bool | KeepJobs):
         return

@@ -18,26 +18,25 @@ from types import TracebackType
 from typing import TYPE_CHECKING, Any, Generic, Self, TypeVar, cast
 from uuid import uuid4
 
-from glide import StreamReadGroupOptions
-
 from .backoff import retry_delay
+from .batch import BatchRunner
 from .connection import Client, ConnectionLike, close_client, create_client, resolve_connection
 from .context import QueueContext, now_ms
 from .emitter import Emitter
 from .errors import (
-    BatchError,
     DelayedError,
     GlideMQError,
     JobTimeoutError,
-    ServerError,
     UnrecoverableError,
     ValidationError,
 )
+from .fetcher import Fetcher
 from .functions import ensure_library
 from .job import Job
 from .keys import DEFAULT_PREFIX, QueueKeys
+from .scheduler import Maintenance
 from .serialize import encode_json
-from .types import WorkerOptions, from_mapping, retention_args, retention_from_wire
+from .types import WorkerOptions, from_mapping, job_retention, retention_args
 
 if TYPE_CHECKING:
     from .sandbox.pool import SandboxPool
@@ -62,6 +61,11 @@ _REASON_EXPIRED = "expired"
 
 class _Expired(GlideMQError):
     pass
+
+
+def expired_error() -> GlideMQError:
+    """The error a job fails with when its ttl ran out before it started."""
+    return _Expired(_REASON_EXPIRED)
 
 
 def _pairs(flat: list[Any]) -> dict[bytes, bytes]:
@@ -122,15 +126,15 @@ class Worker(Generic[D, R]):
         self._is_async = inspect.iscoroutinefunction(processor) or inspect.iscoroutinefunction(
             type(processor).__call__
         )
-        self._batch = base.batch
         # In batch mode `concurrency` counts batches; the worker holds that many batches' jobs.
         self._concurrency = base.concurrency * (base.batch.size if base.batch else 1)
         self._prefetch = base.prefetch or self._concurrency
         self._flush_size = max(
             base.batch.size if base.batch else 1, -(-self._concurrency // _FLUSH_DIVISOR)
         )
-        self._batch_buffer: list[Job[D, R]] = []
-        self._batch_timer: asyncio.TimerHandle | None = None
+        self._batches: BatchRunner[D, R] | None = (
+            BatchRunner(self, base.batch) if base.batch else None
+        )
         self._keep_complete = retention_args(base.remove_on_complete)
         self._keep_fail = retention_args(base.remove_on_fail)
         self._emit_flag = "1" if base.events else "0"
@@ -154,8 +158,7 @@ class Worker(Generic[D, R]):
         self._force_close = asyncio.Event()
         self._executor: ThreadPoolExecutor | None = None
         self._paused = False
-        self._stall_cursor = "0-0"
-        self._drained_emitted = False
+        self._fetcher = Fetcher(self)
         self.completed_count = 0
         self.failed_count = 0
 
@@ -185,7 +188,7 @@ class Worker(Generic[D, R]):
             self._blocking = await create_client(self.connection, name=f"glidemq-{self.consumer}-b")
             await ensure_library(self._client)
             self._ctx = QueueContext(self._client, self.keys)
-            await self._ensure_group()
+            await self._fetcher.ensure_group()
             if self.sandbox_pool is not None:
                 await self.sandbox_pool.start()  # children start in the background
         except BaseException:
@@ -197,10 +200,8 @@ class Worker(Generic[D, R]):
             raise
         loop = asyncio.get_running_loop()
         self._tasks = [
-            loop.create_task(self._fetch_loop(), name=f"glidemq-fetch-{self.name}"),
-            loop.create_task(self._promote_loop(), name=f"glidemq-promote-{self.name}"),
-            loop.create_task(self._stall_loop(), name=f"glidemq-stall-{self.name}"),
-            loop.create_task(self._heartbeat_loop(), name=f"glidemq-heartbeat-{self.name}"),
+            loop.create_task(self._fetcher.loop(), name=f"glidemq-fetch-{self.name}"),
+            *Maintenance(self).start(),
         ]
 
     async def run(self) -> None:
@@ -259,8 +260,8 @@ class Worker(Generic[D, R]):
         # Closing the blocking client ends an XREADGROUP BLOCK in progress on the server.
         await close_client(self._blocking)
         await asyncio.gather(fetcher, return_exceptions=True)
-        if self._batch_timer is not None:
-            self._batch_timer.cancel()
+        if self._batches is not None:
+            self._batches.stop()
         running = list({t for _, t in self._active.values() if t is not None and not t.done()})
         if running and not force and timeout > 0:
             finished = asyncio.ensure_future(asyncio.wait(running))
@@ -295,113 +296,18 @@ class Worker(Generic[D, R]):
             self._executor.shutdown(wait=False, cancel_futures=True)
         await close_client(self._client)
 
-    # -- fetching -------------------------------------------------------------------------
-
-    async def _ensure_group(self) -> None:
-        assert self._client is not None
-        try:
-            await self._client.xgroup_create(self.keys.stream, "workers", "0", _mkstream())
-        except Exception as exc:
-            if "BUSYGROUP" not in str(exc):
-                raise ServerError(f"cannot create the consumer group: {exc}") from exc
+    # -- taking jobs ----------------------------------------------------------------------
 
     def _free(self) -> int:
+        """Slots neither running a job nor promised to a fetch in flight."""
         return self._concurrency - self._running - self._reserved
-
-    async def _fetch_loop(self) -> None:
-        backoff = 0.05
-        while not self._closing:
-            try:
-                if self._paused or self._free() <= 0 or self._flushes or self._pending:
-                    self._wake.clear()
-                    await self._wake.wait()
-                    continue
-                got = await self._fetch_now()
-                if got is None:  # queue paused on the server
-                    await asyncio.sleep(min(0.5, self.opts.block_timeout / 1000))
-                elif got == 0:
-                    await self._fetch_blocking()
-                backoff = 0.05
-            except asyncio.CancelledError:
-                raise
-            except GlideMQError as exc:
-                if "NOGROUP" in str(exc):
-                    try:
-                        await self._ensure_group()
-                        continue
-                    except GlideMQError as group_exc:  # server gone again: back off, retry
-                        exc = group_exc
-                self.events.emit("error", exc)
-                await asyncio.sleep(backoff)
-                backoff = min(backoff * 2, 5.0)
-
-    async def _fetch_now(self) -> int | None:
-        """Take up to the free slots without blocking; None when the queue is paused."""
-        assert self._ctx is not None
-        n = min(self._free(), self._prefetch)
-        self._reserved += n
-        try:
-            reply = await self._ctx.fcall(
-                "glidemq_completeAndFetchNext",
-                self._ctx.fetch_keys,
-                [str(now_ms()), self.consumer, str(n), self._emit_flag, "0"],
-            )
-            self._start_jobs(reply[1])
-        finally:
-            self._reserved -= n
-        if reply[2] == 1:
-            return None
-        return len(reply[1]) // 3
-
-    async def _fetch_blocking(self) -> None:
-        """Wait on the dedicated client for new entries, then activate them."""
-        assert self._blocking is not None and self._ctx is not None
-        n = min(self._free(), self._prefetch)
-        if n <= 0:
-            return
-        if not self._drained_emitted:
-            self._drained_emitted = True
-            self.events.emit("drained")
-        self._reserved += n
-        try:
-            try:
-                reply = await self._blocking.xreadgroup(
-                    {self.keys.stream: ">"},
-                    "workers",
-                    self.consumer,
-                    StreamReadGroupOptions(block_ms=self.opts.block_timeout, count=n),
-                )
-            except Exception as exc:
-                if self._closing:
-                    return
-                raise ServerError(f"blocking read failed: {exc}") from exc
-            if not reply:
-                return
-            args = [str(now_ms()), self._emit_flag]
-            for entries in reply.values():
-                for entry_id, fields in entries.items():
-                    job_id = next(
-                        (v for k, v in (fields or []) if k == b"id"), b""
-                    )  # entry fields are [[field, value], ...]
-                    args += [entry_id.decode(), job_id.decode()]
-            if self._paused:  # paused while the read was blocked: hand the entries back
-                await self._ctx.fcall(
-                    "glidemq_deferActive",
-                    [self.keys.stream, self.keys.events],
-                    [self.consumer, *args[2:]],
-                )
-                return
-            flat = await self._ctx.fcall("glidemq_moveToActive", self._ctx.fetch_keys, args)
-            self._start_jobs(flat)
-        finally:
-            self._reserved -= n
 
     def _start_jobs(self, flat: list[Any]) -> None:
         if not flat or self._closing:
             # Closing: jobs a flush fetched in the meantime stay in the PEL unrun, and
             # deferActive hands them back (starting them here would run them twice).
             return
-        self._drained_emitted = False
+        self._fetcher.drained_emitted = False
         assert self._ctx is not None
         loop = asyncio.get_running_loop()
         ctx = self._ctx
@@ -420,125 +326,30 @@ class Worker(Generic[D, R]):
                 error = UnrecoverableError(f"cannot decode job: {type(exc).__name__}: {exc}")
                 self._active[entry_id] = (job, loop.create_task(self._fail_undecodable(job, error)))
                 continue
-            if self._batch is not None:
+            if self._batches is not None:
                 self._active[entry_id] = (job, None)
-                self._batch_buffer.append(job)
+                self._batches.add(job)
             else:
                 task = loop.create_task(self._run(job))
                 self._active[entry_id] = (job, task)
             if emit_active:
                 self.events.emit("active", job)
-        if self._batch is not None:
-            self._dispatch_batches()
+        if self._batches is not None:
+            self._batches.dispatch()
 
     async def _fail_undecodable(self, job: Job[D, R], error: BaseException) -> None:
         self._running -= 1
         await self._fail(job, error, counted=True)
 
-    # -- batches --------------------------------------------------------------------------
-
-    def _dispatch_batches(self, timer: bool = False) -> None:
-        """Start full batches now; a partial one after batch.timeout_ms (or when fetching
-        found nothing more to add)."""
-        assert self._batch is not None
-        size = self._batch.size
-        loop = asyncio.get_running_loop()
-        while len(self._batch_buffer) >= size or (timer and self._batch_buffer):
-            jobs, self._batch_buffer = self._batch_buffer[:size], self._batch_buffer[size:]
-            task = loop.create_task(self._run_batch(jobs))
-            for job in jobs:
-                self._active[job.entry_id or ""] = (job, task)
-        if timer:
-            self._batch_timer = None
-        if self._batch_buffer and self._batch_timer is None:
-            self._batch_timer = loop.call_later(
-                self._batch.timeout_ms / 1000, self._dispatch_batches, True
-            )
-
-    async def _run_batch(self, jobs: list[Job[D, R]]) -> None:
-        now = now_ms()
-        expired = [j for j in jobs if j.expire_at is not None and now > j.expire_at]
-        if expired:
-            jobs = [j for j in jobs if j not in expired]
-            self._running -= len(expired)
-            await asyncio.gather(
-                *(self._fail(j, _Expired(_REASON_EXPIRED), counted=True) for j in expired)
-            )
-            if not jobs:
-                return
-        n = len(jobs)
-        try:
-            if self._is_async:
-                results: Any = await self._processor(jobs)  # type: ignore[arg-type,misc]
-            else:
-                results = await self._in_thread(jobs)
-        except asyncio.CancelledError:
-            self._running -= n
-            if not self._closing:  # some job of the batch was revoked or lost
-                await self._settle_cancelled_batch(jobs)
-            return  # closing: the jobs are handed back by deferActive
-        except BatchError as exc:
-            results = exc.results
-            if len(results) != n:
-                results = [
-                    ValidationError("batch", f"BatchError has {len(results)} results for {n} jobs")
-                ] * n
-        except BaseException as exc:
-            results = [exc] * n
-        if not isinstance(results, list | tuple) or len(results) != n:
-            got = len(results) if isinstance(results, list | tuple) else type(results).__name__
-            error = ValidationError("batch", f"batch processor returned {got} results for {n} jobs")
-            results = [error] * n
-        failures = []
-        for job, result in zip(jobs, results, strict=True):
-            if isinstance(result, BaseException):
-                failures.append((job, result))
-                continue
-            try:
-                rv = encode_json(result)
-            except TypeError as exc:
-                failures.append((job, TypeError(f"return value is not JSON-serializable: {exc}")))
-                continue
-            self._running -= 1
-            job.returnvalue = result
-            self._pending.append((job, rv, self._keep_for(job)))
-        if self._pending and not self._flush_scheduled:
+    def _complete_later(self, job: Job[D, R], result: Any, rv: bytes) -> None:
+        """Queue a success; completions of one loop iteration go out together."""
+        self._running -= 1
+        job.returnvalue = result
+        keep = job_retention(job.opts, "removeOnComplete", self._keep_complete)
+        self._pending.append((job, rv, keep))
+        if not self._flush_scheduled:
             self._flush_scheduled = True
             asyncio.get_running_loop().call_soon(self._kick_flush)
-        for _ in failures:
-            self._running -= 1
-        await asyncio.gather(*(self._fail(job, err, counted=True) for job, err in failures))
-
-    async def _settle_cancelled_batch(self, jobs: list[Job[D, R]]) -> None:
-        """A batch cancelled for one job: revoked jobs fail, the rest go back to the queue."""
-        assert self._ctx is not None
-        revoked = [j for j in jobs if j.id in self._revoked]
-        back = [j for j in jobs if j not in revoked and (j.entry_id or "") in self._active]
-        for job in revoked:
-            self._revoked.discard(job.id)
-        await asyncio.gather(
-            *(self._fail(j, UnrecoverableError(_REASON_REVOKED), counted=True) for j in revoked)
-        )
-        if back:
-            args = [self.consumer]
-            for job in back:
-                args += [job.entry_id or "", job.id]
-                self._active.pop(job.entry_id or "", None)
-            try:
-                await self._ctx.fcall(
-                    "glidemq_deferActive", [self.keys.stream, self.keys.events], args
-                )
-            except GlideMQError as exc:
-                self.events.emit("error", exc)  # left in the PEL: stall recovery takes them
-        self._wake.set()
-
-    def _keep_for(self, job: Job[D, R]) -> tuple[int, int]:
-        keep = self._keep_complete
-        if "removeOnComplete" in job.opts:
-            wire = retention_from_wire(job.opts["removeOnComplete"])
-            if wire is not None:
-                keep = retention_args(wire)
-        return keep
 
     # -- running --------------------------------------------------------------------------
 
@@ -601,16 +412,12 @@ class Worker(Generic[D, R]):
                 return
             await self._fail(job, exc, counted=True)
             return
-        self._running -= 1
         if job._moved:
+            self._running -= 1
             self._active.pop(job.entry_id or "", None)
             self._wake.set()
             return
-        job.returnvalue = result
-        self._pending.append((job, rv, self._keep_for(job)))
-        if not self._flush_scheduled:
-            self._flush_scheduled = True
-            asyncio.get_running_loop().call_soon(self._kick_flush)
+        self._complete_later(job, result, rv)
 
     # -- completing -----------------------------------------------------------------------
 
@@ -702,11 +509,7 @@ class Worker(Generic[D, R]):
                 )
                 delay = 0
         reason = str(error) or type(error).__name__
-        keep = self._keep_fail
-        if "removeOnFail" in job.opts:
-            wire = retention_from_wire(job.opts["removeOnFail"])
-            if wire is not None:
-                keep = retention_args(wire)
+        keep = job_retention(job.opts, "removeOnFail", self._keep_fail)
         stack = "".join(traceback.format_exception(error))[-4000:]
         try:
             reply = await self._ctx.fcall(
@@ -740,80 +543,7 @@ class Worker(Generic[D, R]):
             self.events.emit("failed", job, error)
         self._wake.set()
 
-    # -- background loops -----------------------------------------------------------------
-
-    async def _promote_loop(self) -> None:
-        interval = self.opts.promotion_interval / 1000
-        while True:
-            delay = interval
-            try:
-                assert self._ctx is not None
-                now = now_ms()
-                reply = await self._ctx.fcall(
-                    "glidemq_promote",
-                    [self.keys.scheduled, self.keys.stream, self.keys.events],
-                    [str(now), "1000", str(self._concurrency)],
-                )
-                next_due = int(reply[1])
-                if int(reply[0]) >= 1000:
-                    delay = 0
-                elif next_due >= 0:
-                    delay = max(0.0, min(interval, (next_due - now_ms()) / 1000))
-            except GlideMQError as exc:
-                self.events.emit("error", exc)
-            await asyncio.sleep(delay)
-
-    async def _stall_loop(self) -> None:
-        interval = self.opts.stalled_interval / 1000
-        while True:
-            await asyncio.sleep(interval)
-            try:
-                assert self._ctx is not None
-                while True:
-                    reply = await self._ctx.fcall(
-                        "glidemq_reclaimStalled",
-                        self._ctx.fail_keys,
-                        [
-                            str(now_ms()),
-                            self.consumer,
-                            str(self.opts.lock_duration),
-                            self._stall_cursor,
-                            "100",
-                            str(self.opts.max_stalled_count),
-                            self._emit_flag,
-                            str(self._keep_fail[0]),
-                            str(self._keep_fail[1]),
-                            "1" if self.opts.dead_letter else "0",
-                        ],
-                    )
-                    cursor = reply[0].decode() if isinstance(reply[0], bytes) else str(reply[0])
-                    requeued, failed = int(reply[1]), int(reply[2])
-                    if requeued or failed:
-                        self.events.emit("stalled", requeued, failed)
-                    self._stall_cursor = cursor
-                    if cursor == "0-0":
-                        break
-            except GlideMQError as exc:
-                self.events.emit("error", exc)
-
-    async def _heartbeat_loop(self) -> None:
-        interval = min(self.opts.lock_duration / 3000, 5.0)
-        while True:
-            await asyncio.sleep(interval)
-            if not self._active:
-                continue
-            try:
-                assert self._ctx is not None
-                args = [self.consumer]
-                for entry_id, (job, _) in list(self._active.items()):
-                    args += [entry_id, job.id]
-                lost, revoked = await self._ctx.fcall("glidemq_heartbeat", [self.keys.stream], args)
-                for raw in revoked:
-                    self._abort(raw.decode(), revoked=True)
-                for raw in lost:
-                    self._abort(raw.decode(), revoked=False)
-            except GlideMQError as exc:
-                self.events.emit("error", exc)
+    # -- aborting -------------------------------------------------------------------------
 
     def _abort(self, job_id: str, *, revoked: bool) -> None:
         for entry_id, (job, task) in list(self._active.items()):
@@ -833,9 +563,3 @@ class Worker(Generic[D, R]):
                 self._abort(job_id, revoked=True)
                 return True
         return False
-
-
-def _mkstream() -> Any:
-    from glide import StreamGroupOptions
-
-    return StreamGroupOptions(make_stream=True)

@@ -1,0 +1,131 @@
+"""How a Worker takes jobs: a non-blocking fetch through the server library (which also
+admits prioritized jobs), and only when that finds nothing, a blocking read on the
+worker's dedicated client, after which the entries are activated in one call."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import TYPE_CHECKING, Any
+
+from glide import StreamGroupOptions, StreamReadGroupOptions
+
+from .context import now_ms
+from .errors import GlideMQError, ServerError
+
+if TYPE_CHECKING:
+    from .worker import Worker
+
+__all__ = ["Fetcher"]
+
+
+class Fetcher:
+    """The fetch loop of one Worker; it fills the worker's free slots."""
+
+    def __init__(self, worker: Worker[Any, Any]) -> None:
+        self.worker = worker
+        self.drained_emitted = False
+
+    async def ensure_group(self) -> None:
+        """Create the `workers` group from id 0, so jobs added before any worker count."""
+        w = self.worker
+        assert w._client is not None
+        try:
+            await w._client.xgroup_create(
+                w.keys.stream, "workers", "0", StreamGroupOptions(make_stream=True)
+            )
+        except Exception as exc:
+            if "BUSYGROUP" not in str(exc):
+                raise ServerError(f"cannot create the consumer group: {exc}") from exc
+
+    async def loop(self) -> None:
+        """Fetch while there are free slots; wait for a slot otherwise. Completions fetch
+        too, so this loop stands aside while a completion flush is pending."""
+        w = self.worker
+        backoff = 0.05
+        while not w._closing:
+            try:
+                if w._paused or w._free() <= 0 or w._flushes or w._pending:
+                    w._wake.clear()
+                    await w._wake.wait()
+                    continue
+                got = await self.fetch_now()
+                if got is None:  # queue paused on the server
+                    await asyncio.sleep(min(0.5, w.opts.block_timeout / 1000))
+                elif got == 0:
+                    await self.fetch_blocking()
+                backoff = 0.05
+            except asyncio.CancelledError:
+                raise
+            except GlideMQError as exc:
+                if "NOGROUP" in str(exc):
+                    try:
+                        await self.ensure_group()
+                        continue
+                    except GlideMQError as group_exc:  # server gone again: back off, retry
+                        exc = group_exc
+                w.events.emit("error", exc)
+                await asyncio.sleep(backoff)
+                backoff = min(backoff * 2, 5.0)
+
+    async def fetch_now(self) -> int | None:
+        """Take up to the free slots without blocking; None when the queue is paused."""
+        w = self.worker
+        assert w._ctx is not None
+        n = min(w._free(), w._prefetch)
+        w._reserved += n
+        try:
+            reply = await w._ctx.fcall(
+                "glidemq_completeAndFetchNext",
+                w._ctx.fetch_keys,
+                [str(now_ms()), w.consumer, str(n), w._emit_flag, "0"],
+            )
+            w._start_jobs(reply[1])
+        finally:
+            w._reserved -= n
+        if reply[2] == 1:
+            return None
+        return len(reply[1]) // 3
+
+    async def fetch_blocking(self) -> None:
+        """Wait on the dedicated client for new entries, then activate them."""
+        w = self.worker
+        assert w._blocking is not None and w._ctx is not None
+        n = min(w._free(), w._prefetch)
+        if n <= 0:
+            return
+        if not self.drained_emitted:
+            self.drained_emitted = True
+            w.events.emit("drained")
+        w._reserved += n
+        try:
+            try:
+                reply = await w._blocking.xreadgroup(
+                    {w.keys.stream: ">"},
+                    "workers",
+                    w.consumer,
+                    StreamReadGroupOptions(block_ms=w.opts.block_timeout, count=n),
+                )
+            except Exception as exc:
+                if w._closing:
+                    return
+                raise ServerError(f"blocking read failed: {exc}") from exc
+            if not reply:
+                return
+            args = [str(now_ms()), w._emit_flag]
+            for entries in reply.values():
+                for entry_id, fields in entries.items():
+                    job_id = next(
+                        (v for k, v in (fields or []) if k == b"id"), b""
+                    )  # entry fields are [[field, value], ...]
+                    args += [entry_id.decode(), job_id.decode()]
+            if w._paused:  # paused while the read was blocked: hand the entries back
+                await w._ctx.fcall(
+                    "glidemq_deferActive",
+                    [w.keys.stream, w.keys.events],
+                    [w.consumer, *args[2:]],
+                )
+                return
+            flat = await w._ctx.fcall("glidemq_moveToActive", w._ctx.fetch_keys, args)
+            w._start_jobs(flat)
+        finally:
+            w._reserved -= n
