@@ -96,6 +96,15 @@ local function takeDueBands(scheduled, now, n)
   return out
 end
 
+-- The job id in a stream entry's [field, value, ...] list (nil for a deleted entry).
+local function entryJobId(f)
+  if not f then return nil end
+  for i = 1, #f, 2 do
+    if f[i] == 'id' then return f[i + 1] end
+  end
+  return nil
+end
+
 local function moveToStream(prefix, scheduled, ids)
   for _, jobId in ipairs(ids) do
     redis.call('ZREM', scheduled, jobId)
@@ -277,12 +286,7 @@ end, flags = {'no-writes'}}
 local function activate(prefix, stream, entries, now, out, emitEvents, events)
   for _, e in ipairs(entries) do
     local entryId, f = e[1], e[2]
-    local jobId = nil
-    if f then
-      for i = 1, #f, 2 do
-        if f[i] == 'id' then jobId = f[i + 1] end
-      end
-    end
+    local jobId = entryJobId(f)
     local jobKey = jobId and (prefix .. 'job:' .. jobId)
     local state = jobKey and redis.call('HGET', jobKey, 'state')
     if not state or isTerminal(state) or state == 'active' then
@@ -329,6 +333,23 @@ end
 -- Returns {statuses, fetched (flat triples), paused}. A completion whose entry is no longer
 -- pending for the group (the job was reclaimed and handed to another worker) is a no-op
 -- reported as 'stale', so a job is never completed twice.
+local function completeOne(prefix, stream, completed, events, now, jobId, entryId, rv,
+                           keepCount, keepAge, emitEvents)
+  if redis.call('XACK', stream, GROUP, entryId) == 0 then return 'stale' end
+  redis.call('XDEL', stream, entryId)
+  local jobKey = prefix .. 'job:' .. jobId
+  if redis.call('EXISTS', jobKey) == 0 then return 'missing' end
+  if keepCount == 0 then
+    deleteJob(prefix, jobId)
+  else
+    redis.call('HSET', jobKey, 'state', 'completed', 'returnvalue', rv, 'finishedOn', now)
+    redis.call('ZADD', completed, now, jobId)
+    retain(prefix, completed, now, keepCount, keepAge)
+  end
+  if emitEvents then emit(events, 'completed', jobId, 'returnvalue', rv) end
+  return 'ok'
+end
+
 redis.register_function('glidemq_completeAndFetchNext', function(keys, args)
   local stream, completed, events = keys[1], keys[2], keys[3]
   local prefix = prefixOf(stream, 'stream')
@@ -343,25 +364,8 @@ redis.register_function('glidemq_completeAndFetchNext', function(keys, args)
     local jobId, entryId, rv = args[i], args[i + 1], args[i + 2]
     local keepCount, keepAge = tonumber(args[i + 3]), tonumber(args[i + 4])
     i = i + 5
-    local jobKey = prefix .. 'job:' .. jobId
-    if redis.call('XACK', stream, GROUP, entryId) == 0 then
-      statuses[c] = 'stale'
-    else
-      redis.call('XDEL', stream, entryId)
-      if redis.call('EXISTS', jobKey) == 0 then
-        statuses[c] = 'missing'
-      else
-        if keepCount == 0 then
-          deleteJob(prefix, jobId)
-        else
-          redis.call('HSET', jobKey, 'state', 'completed', 'returnvalue', rv, 'finishedOn', now)
-          redis.call('ZADD', completed, now, jobId)
-          retain(prefix, completed, now, keepCount, keepAge)
-        end
-        if emitEvents then emit(events, 'completed', jobId, 'returnvalue', rv) end
-        statuses[c] = 'ok'
-      end
-    end
+    statuses[c] = completeOne(prefix, stream, completed, events, now, jobId, entryId, rv,
+      keepCount, keepAge, emitEvents)
   end
   local out = {}
   local got = fetch(prefix, keys, consumer, fetchCount, now, emitEvents, out)
@@ -374,21 +378,8 @@ redis.register_function('glidemq_complete', function(keys, args)
   local stream, completed, events = keys[1], keys[2], keys[3]
   local prefix = prefixOf(stream, 'stream')
   local now = tonumber(args[1])
-  local jobId, entryId, rv = args[6], args[7], args[8]
-  local keepCount, keepAge = tonumber(args[9]), tonumber(args[10])
-  if redis.call('XACK', stream, GROUP, entryId) == 0 then return 'stale' end
-  redis.call('XDEL', stream, entryId)
-  local jobKey = prefix .. 'job:' .. jobId
-  if redis.call('EXISTS', jobKey) == 0 then return 'missing' end
-  if keepCount == 0 then
-    deleteJob(prefix, jobId)
-  else
-    redis.call('HSET', jobKey, 'state', 'completed', 'returnvalue', rv, 'finishedOn', now)
-    redis.call('ZADD', completed, now, jobId)
-    retain(prefix, completed, now, keepCount, keepAge)
-  end
-  if args[4] == '1' then emit(events, 'completed', jobId, 'returnvalue', rv) end
-  return 'ok'
+  return completeOne(prefix, stream, completed, events, now, args[6], args[7], args[8],
+    tonumber(args[9]), tonumber(args[10]), args[4] == '1')
 end)
 
 -- KEYS: stream, completed, events, scheduled, meta. ARGS: now, emitEvents, then entryId/jobId
@@ -490,10 +481,7 @@ redis.register_function('glidemq_reclaimStalled', function(keys, args)
     local entryId, f = e[1], e[2]
     redis.call('XACK', stream, GROUP, entryId)
     redis.call('XDEL', stream, entryId)
-    local jobId = nil
-    if f then
-      for i = 1, #f, 2 do if f[i] == 'id' then jobId = f[i + 1] end end
-    end
+    local jobId = entryJobId(f)
     local jobKey = jobId and (prefix .. 'job:' .. jobId)
     local state = jobKey and redis.call('HGET', jobKey, 'state')
     if state and not isTerminal(state) then
@@ -531,11 +519,7 @@ redis.register_function('glidemq_deferActive', function(keys, args)
     if ok then
       for _, p in ipairs(pend) do
         local e = redis.call('XRANGE', stream, p[1], p[1])
-        local jobId = nil
-        if e[1] then
-          local f = e[1][2]
-          for i = 1, #f, 2 do if f[i] == 'id' then jobId = f[i + 1] end end
-        end
+        local jobId = e[1] and entryJobId(e[1][2])
         pairs_[#pairs_ + 1] = {p[1], jobId or ''}
       end
     end
@@ -803,8 +787,7 @@ redis.register_function('glidemq_drain', function(keys, args)
   local entries = redis.call('XRANGE', stream, cursor, '+', 'COUNT', limit)
   for _, e in ipairs(entries) do
     local f = e[2]
-    local jobId = nil
-    for i = 1, #f, 2 do if f[i] == 'id' then jobId = f[i + 1] end end
+    local jobId = entryJobId(f)
     if jobId then
       local jobKey = prefix .. 'job:' .. jobId
       if redis.call('HGET', jobKey, 'state') == 'waiting' then
@@ -865,8 +848,7 @@ redis.register_function('glidemq_clean', function(keys, args)
     for _, e in ipairs(entries) do
       if #removed >= limit then break end
       local f = e[2]
-      local jobId = nil
-      for i = 1, #f, 2 do if f[i] == 'id' then jobId = f[i + 1] end end
+      local jobId = entryJobId(f)
       if jobId then
         local jobKey = prefix .. 'job:' .. jobId
         local h = redis.call('HMGET', jobKey, 'state', 'timestamp')
@@ -958,21 +940,15 @@ redis.register_function{function_name = 'glidemq_getJobIds', callback = function
     if ok then
       for _, p in ipairs(pend) do
         local e = redis.call('XRANGE', stream, p[1], p[1])
-        if e[1] then
-          local f = e[1][2]
-          for i = 1, #f, 2 do
-            if f[i] == 'id' and consider(f[i + 1]) then return out end
-          end
-        end
+        local jobId = e[1] and entryJobId(e[1][2])
+        if jobId and consider(jobId) then return out end
       end
     end
   elseif state == 'waiting' then
     local entries = redis.call('XRANGE', stream, '-', '+')
     for _, e in ipairs(entries) do
-      local f = e[2]
-      for i = 1, #f, 2 do
-        if f[i] == 'id' and consider(f[i + 1]) then return out end
-      end
+      local jobId = entryJobId(e[2])
+      if jobId and consider(jobId) then return out end
     end
   elseif state == 'delayed' or state == 'prioritized' then
     for _, jobId in ipairs(redis.call('ZRANGE', scheduled, 0, -1)) do
