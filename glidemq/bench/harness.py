@@ -47,6 +47,7 @@ PROFILES: dict[str, list[ScenarioParams]] = {
         ScenarioParams("add-concurrent", jobs=20_000, inflight=50),
         ScenarioParams("add-bulk", jobs=50_000),
         *(ScenarioParams("process", jobs=20_000, concurrency=c) for c in (1, 10, 50, 100)),
+        *(ScenarioParams("procs", jobs=100_000, concurrency=50, procs=n) for n in (1, 2, 4)),
         ScenarioParams("latency", rate=1000, seconds=5),
     ],
 }
@@ -58,6 +59,7 @@ _METRIC: dict[str, Ratio] = {
     "add-concurrent": ("jobs_per_s", True),
     "add-bulk": ("jobs_per_s", True),
     "process": ("jobs_per_s", True),
+    "procs": ("jobs_per_s", True),
     "latency": ("p99_ms", False),
 }
 
@@ -67,6 +69,8 @@ def scenario_key(rec: dict[str, Any]) -> str:
     s = str(rec["scenario"])
     if s == "process":
         return f"process c={rec['concurrency']}"
+    if s == "procs":
+        return f"procs {rec.get('procs', 1)}x c={rec['concurrency']}"
     if s == "latency":
         return f"latency {int(rec['rate'])}/s"
     return s
@@ -103,6 +107,7 @@ def make_record(
         "concurrency": params.concurrency,
         "inflight": params.inflight,
         "rate": params.rate,
+        "procs": params.procs,
         "rep": rep,
         "seconds": seconds,
         "jobs_per_s": jobs / seconds if seconds else None,

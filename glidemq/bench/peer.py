@@ -30,12 +30,13 @@ class ScenarioParams:
     chunk: int = 1000
     rate: float = 1000.0
     seconds: float = 5.0
+    procs: int = 1
 
     def flags(self) -> list[str]:
         return [
             "--jobs", str(self.jobs), "--concurrency", str(self.concurrency),
             "--inflight", str(self.inflight), "--chunk", str(self.chunk),
-            "--rate", str(self.rate), "--seconds", str(self.seconds),
+            "--rate", str(self.rate), "--seconds", str(self.seconds), "--procs", str(self.procs),
         ]  # fmt: skip
 
 

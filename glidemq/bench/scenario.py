@@ -10,6 +10,8 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
+import signal
+import sys
 import time
 from collections.abc import Sequence
 from typing import Any
@@ -23,7 +25,7 @@ from .cpu import process_cpu_seconds, self_cpu_seconds
 
 __all__ = ["SCENARIOS", "main", "run_scenario"]
 
-SCENARIOS = ("add-single", "add-concurrent", "add-bulk", "process", "latency")
+SCENARIOS = ("add-single", "add-concurrent", "add-bulk", "process", "procs", "latency")
 
 
 class _Window:
@@ -57,6 +59,9 @@ async def _prefill(q: Queue[Any, Any], n: int, chunk: int = 1000) -> None:
 
 async def _noop(job: Job[Any, None]) -> None:
     return None
+
+
+noop_job = _noop  # the processor glidemq-run loads in the `procs` scenario
 
 
 def _busy(us: int) -> None:
@@ -107,6 +112,31 @@ async def run_scenario(o: argparse.Namespace) -> dict[str, Any]:
                 await asyncio.sleep(0.005)
             result = {"jobs": o.jobs, **w.close()}
             await worker.close()
+        elif o.scenario == "procs":
+            # glidemq-run with N worker processes; client CPU is theirs, not measured here.
+            await _prefill(q, o.jobs, o.chunk)
+            run = await asyncio.create_subprocess_exec(
+                sys.executable, "-m", "glidemq.runtime.cli", "glidemq.bench.scenario:noop_job",
+                "--queue", o.queue, "--url", url, "--procs", str(o.procs),
+                "--concurrency", str(o.concurrency), "--log-level", "WARNING",
+                stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.DEVNULL,
+            )  # fmt: skip
+            # Timed from the first completion seen: process start-up is not counted (the
+            # BullMQ side uses the same rule).
+            window: _Window | None = None
+            left0 = 0
+            while True:
+                c = await q.get_job_counts()
+                left = c.waiting + c.active + c.prioritized
+                if window is None and left < o.jobs:
+                    window, left0 = _Window(o.server_pid), left
+                if left == 0:
+                    break
+                await asyncio.sleep(0.005)
+            assert window is not None
+            result = {"jobs": left0, **window.close(), "client_cpu": 0.0, "procs": o.procs}
+            run.send_signal(signal.SIGTERM)
+            await run.wait()
         elif o.scenario == "latency":
             total = round(o.rate * o.seconds)
             latencies: list[float] = []
@@ -155,6 +185,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--queue", default="bench-glidemq")
     p.add_argument("--jobs", type=int, default=20_000)
     p.add_argument("--concurrency", type=int, default=100)
+    p.add_argument("--procs", type=int, default=1)
     p.add_argument("--inflight", type=int, default=50)
     p.add_argument("--chunk", type=int, default=1000)
     p.add_argument("--rate", type=float, default=1000.0)

@@ -5,10 +5,12 @@ import { Queue, Worker, QueueEvents } from 'bullmq';
 import { performance } from 'node:perf_hooks';
 import process from 'node:process';
 import { readFileSync } from 'node:fs';
+import { fork } from 'node:child_process';
 
 function parseArgs(argv) {
   const out = { host: '127.0.0.1', port: 6379, queue: 'bench-bullmq', jobs: 20000,
-    concurrency: 100, inflight: 50, rate: 1000, seconds: 5, chunk: 1000, 'server-pid': 0 };
+    concurrency: 100, inflight: 50, rate: 1000, seconds: 5, chunk: 1000, 'server-pid': 0,
+    procs: 1 };
   const [scenario, ...rest] = argv;
   for (let i = 0; i < rest.length; i += 2) {
     const key = rest[i].replace(/^--/, '');
@@ -88,6 +90,41 @@ async function processScenario(o, conn) {
   return { jobs: o.jobs, seconds, client_cpu: clientCpu, server_cpu: srv };
 }
 
+// N worker processes (forked copies of this script in 'worker' mode), like glidemq-run.
+async function procsScenario(o, conn) {
+  const queue = new Queue(o.queue, { connection: conn });
+  await queue.obliterate({ force: true });
+  await prefill(queue, o.jobs, o.chunk);
+  const children = Array.from({ length: o.procs }, () => fork(new URL(import.meta.url).pathname,
+    ['worker', '--host', o.host, '--port', String(o.port), '--queue', o.queue,
+      '--concurrency', String(o.concurrency)], { stdio: 'ignore' }));
+  // Timed from the first completion seen, so process start-up is not counted (same rule as
+  // the glidemq side).
+  let s0 = 0;
+  let t0 = 0;
+  let left0 = 0;
+  for (;;) {
+    const c = await queue.getJobCounts('waiting', 'active', 'prioritized');
+    const left = c.waiting + c.active + c.prioritized;
+    if (!t0 && left < o.jobs) { t0 = performance.now(); s0 = serverCpu(); left0 = left; }
+    if (left === 0) break;
+    await new Promise((r) => setTimeout(r, 5));
+  }
+  const seconds = (performance.now() - t0) / 1000;
+  const srv = serverCpu() - s0;
+  for (const child of children) child.kill('SIGTERM');
+  await queue.obliterate({ force: true });
+  await queue.close();
+  return { jobs: left0, seconds, client_cpu: 0, server_cpu: srv, procs: o.procs };
+}
+
+async function workerMode(o, conn) {
+  const worker = new Worker(o.queue, async () => null, { connection: conn,
+    concurrency: o.concurrency, removeOnComplete: { count: 0 } });
+  process.on('SIGTERM', async () => { await worker.close(); process.exit(0); });
+  await new Promise(() => {});
+}
+
 async function latencyScenario(o, conn) {
   const queue = new Queue(o.queue, { connection: conn });
   await queue.obliterate({ force: true });
@@ -133,6 +170,8 @@ async function main() {
     case 'add-bulk': result = await addScenario(o, conn, 'bulk'); break;
     case 'process': result = await processScenario(o, conn); break;
     case 'latency': result = await latencyScenario(o, conn); break;
+    case 'procs': result = await procsScenario(o, conn); break;
+    case 'worker': await workerMode(o, conn); return;
     default: throw new Error(`unknown scenario ${o.scenario}`);
   }
   result.system = 'bullmq';
