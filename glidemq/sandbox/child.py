@@ -1,0 +1,219 @@
+"""One sandbox child as the parent sees it (`Child`), and one run sent to it (`Invocation`).
+
+The pool keeps the sets a child belongs to (all children, the ready ones), the counters,
+and decides when a child is retired, stopped or killed. What concerns one child alone lives
+here: its channel, the runs it has in flight, its capacity and RSS, and the per-child steps
+of each decision (ask it to stop, signal it, settle its results, reap it).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+import socket
+from collections.abc import Callable
+from functools import partial
+from typing import TYPE_CHECKING, Any
+
+from .errors import (
+    RemoteTraceback,
+    SandboxBootError,
+    SandboxClosedError,
+    SandboxCrashError,
+    SandboxError,
+    describe_exit,
+)
+from .protocol import CANCELLED, STOP, Channel, error_from_wire
+
+if TYPE_CHECKING:
+    from .launcher import Launcher
+
+__all__ = ["Child", "Invocation"]
+
+_MAX_CALLS = 64  # proxied calls one child may have running on the connection
+_LOST_EXIT_WAIT = 2.0  # a child whose socket closed gets this long to exit before SIGKILL
+
+Drop = Callable[[list[int]], None]
+"""Forgets job handles (`JobProxy.drop`): a finished run's jobs take no more calls."""
+
+
+class Invocation:
+    """One run (a job, or a batch) sent to a child."""
+
+    __slots__ = ("abandoned", "child", "future", "handles", "id", "job_ids", "timer")
+
+    def __init__(
+        self, inv_id: int, child: Child, future: asyncio.Future[Any], handles: list[int]
+    ) -> None:
+        self.id = inv_id
+        self.child = child
+        self.future = future
+        self.handles = handles
+        self.job_ids = ""
+        self.timer: asyncio.TimerHandle | None = None
+        self.abandoned = False
+
+    def finish(self, drop: Drop) -> bool:
+        """Forget the run's job handles and cancel its timer; whether its caller still
+        waits for an outcome."""
+        drop(self.handles)
+        if self.timer is not None:
+            self.timer.cancel()
+        return not self.abandoned and not self.future.done()
+
+
+class Child:
+    """What the pool knows about one child process."""
+
+    __slots__ = (
+        "boot",
+        "call_slots",
+        "calls",
+        "capacity",
+        "channel",
+        "exitcode",
+        "inflight",
+        "jobs_started",
+        "kill_reason",
+        "pid",
+        "rss",
+        "state",
+        "stopping",
+        "timers",
+    )
+
+    def __init__(self, pid: int, loop: asyncio.AbstractEventLoop) -> None:
+        self.pid = pid
+        # set when it has loaded the processor (or cannot)
+        self.boot: asyncio.Future[None] = loop.create_future()
+        self.boot.add_done_callback(_consume)  # its error is also reported when nobody waits
+        self.channel: Channel | None = None
+        # booting -> ready -> (retiring | dying) -> dead
+        self.state = "booting"
+        self.capacity = 1
+        self.inflight: dict[int, Invocation] = {}
+        self.jobs_started = 0
+        self.rss = 0
+        self.calls = 0
+        self.call_slots = asyncio.Semaphore(_MAX_CALLS)
+        self.kill_reason: str | None = None
+        self.stopping = False
+        self.exitcode: int | None = None
+        self.timers: list[asyncio.TimerHandle] = []
+
+    @property
+    def free(self) -> int:
+        """How many more runs it takes now."""
+        return self.capacity - len(self.inflight)
+
+    def connect(
+        self,
+        sock: socket.socket,
+        loop: asyncio.AbstractEventLoop,
+        on_messages: Callable[[Child, list[dict[str, Any]]], None],
+        on_closed: Callable[[Child, str], None],
+    ) -> Channel:
+        """Open the child's channel on `sock`: what arrives goes to `on_messages(child,
+        messages)`, its closing to `on_closed(child, reason)`."""
+        self.channel = Channel(sock, partial(on_messages, self), partial(on_closed, self), loop)
+        return self.channel
+
+    # -- messages -----------------------------------------------------------------------------
+
+    def fail_boot(self, wire: Any, target: str) -> None:
+        """A `boot_error` message: the child could not load `target`; its boot fails."""
+        cause = error_from_wire(wire)
+        name = wire.get("name", type(cause).__name__) if isinstance(wire, dict) else "?"
+        error = SandboxBootError(f"cannot load processor {target!r}: {name}: {cause}")
+        if isinstance(cause.__cause__, RemoteTraceback):
+            error.__cause__ = cause.__cause__
+        if not self.boot.done():
+            self.boot.set_exception(error)
+
+    def settle(self, m: dict[str, Any], ok: bool, drop: Drop) -> None:
+        """A `result` (ok) or `error` message: note the RSS it reports, resolve its run."""
+        inv = self.inflight.pop(m.get("i", -1), None)
+        rss = m.get("rss")
+        if isinstance(rss, int):
+            self.rss = rss
+        if inv is None or not inv.finish(drop):
+            return
+        if ok:
+            inv.future.set_result(m.get("v"))
+            return
+        wire = m.get("err")
+        if isinstance(wire, dict) and wire.get("type") == CANCELLED:
+            error: BaseException = SandboxError("the run was cancelled in the child")
+        else:
+            error = error_from_wire(wire)
+        inv.future.set_exception(error)
+
+    # -- stopping -----------------------------------------------------------------------------
+
+    def stop(
+        self, loop: asyncio.AbstractEventLoop, wait: float, kill: Callable[[Child, str], None]
+    ) -> None:
+        """Ask the child to exit once its runs end; `kill` it if it is still there after
+        `wait` seconds."""
+        if self.stopping or self.channel is None:
+            return
+        self.stopping = True
+        self.channel.send({"t": STOP})
+        self.timers.append(loop.call_later(wait, kill, self, "it did not stop when asked"))
+
+    def terminate(self, launcher: Launcher, loop: asyncio.AbstractEventLoop, grace: float) -> None:
+        """SIGTERM the child (and its process group) now, SIGKILL after `grace` seconds."""
+        launcher.kill(self.pid, signal.SIGTERM)
+        self.timers.append(loop.call_later(grace, launcher.kill, self.pid, signal.SIGKILL))
+
+    def disconnected(
+        self, reason: str, launcher: Launcher | None, loop: asyncio.AbstractEventLoop
+    ) -> None:
+        """Its socket closed for `reason`: a child that closed it is exiting and gets a
+        moment to; a broken socket gets it SIGKILL at once."""
+        if "peer closed" not in reason:
+            self.kill_reason = f"IPC failure: {reason}"
+            if launcher is not None:
+                launcher.kill(self.pid, signal.SIGKILL)
+        elif launcher is not None:
+            self.timers.append(
+                loop.call_later(_LOST_EXIT_WAIT, launcher.kill, self.pid, signal.SIGKILL)
+            )
+
+    def close_runs(self, drop: Drop) -> None:
+        """The pool closes: fail the runs still going with SandboxClosedError; results that
+        still come are ignored."""
+        for inv in list(self.inflight.values()):
+            drop(inv.handles)
+            if not inv.future.done():
+                inv.future.set_exception(SandboxClosedError("the sandbox pool was closed"))
+            inv.abandoned = True
+
+    def reap(self, code: int | None, target: str, drop: Drop) -> str:
+        """The child exited with status `code` (None: unknown): mark it dead, cancel its
+        timers, close its channel, fail its boot and its runs. Returns why the runs failed."""
+        self.state = "dead"
+        self.exitcode = code
+        for timer in self.timers:
+            timer.cancel()
+        if self.channel is not None:
+            self.channel.close("reaped")
+        if not self.boot.done():
+            self.boot.set_exception(
+                SandboxBootError(f"a sandbox child {describe_exit(code)} while loading {target!r}")
+            )
+        if self.kill_reason is not None:
+            why = f"sandbox child (pid {self.pid}) was killed: {self.kill_reason}"
+        else:
+            why = f"sandbox child (pid {self.pid}) {describe_exit(code)} while running the job"
+        for inv in self.inflight.values():
+            if inv.finish(drop):
+                inv.future.set_exception(SandboxCrashError(why, code))
+        self.inflight.clear()
+        return why
+
+
+def _consume(fut: asyncio.Future[Any]) -> None:
+    """Retrieve the future's exception, so asyncio does not log it as never retrieved."""
+    if not fut.cancelled():
+        fut.exception()

@@ -1,0 +1,364 @@
+"""How the pool's child processes are started, signalled and reaped: the launchers.
+
+A launcher hands the pool a (pid, socket) pair per child and reports each child's exit.
+`ForkServer` (start_method="forkserver") execs one clean interpreter that forks children on
+request; `Spawner` (start_method="spawn") execs every child itself. Neither ever forks the
+worker process: it runs valkey-glide's native threads, which a fork would break.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import signal
+import socket
+import subprocess
+import sys
+from collections.abc import Callable
+from typing import Any, Protocol
+
+import orjson
+
+from .errors import SandboxBootError, SandboxError, describe_exit
+from .types import SandboxOptions
+
+__all__ = ["ForkServer", "Launcher", "Spawner", "new_launcher"]
+
+# `python -c` bootstrap of the fork server and of spawned children: take the parent's
+# sys.path (last argument) before importing anything, so whatever the parent can import,
+# the child can too.
+_BOOT = (
+    "import sys, json; p = json.loads(sys.argv[-1]); "
+    "sys.path[:] = p + [x for x in sys.path if x not in p]; "
+    "from glidemq.sandbox.runner import {entry}; {entry}(sys.argv[1:])"
+)
+
+
+def _watch_exit(
+    loop: asyncio.AbstractEventLoop, proc: subprocess.Popen[bytes], done: Callable[[], None]
+) -> Callable[[], None]:
+    """Call `done()` once `proc` has exited and been reaped (pidfd when available).
+    Returns a function that stops watching."""
+    try:
+        pidfd = os.pidfd_open(proc.pid)
+    except (AttributeError, OSError):
+        pidfd = -1
+    watching = True
+
+    def stop() -> None:
+        nonlocal watching
+        if watching:
+            watching = False
+            if pidfd >= 0:
+                loop.remove_reader(pidfd)
+                os.close(pidfd)
+
+    def exited() -> None:
+        stop()
+        proc.wait()
+        done()
+
+    if pidfd >= 0:
+        loop.add_reader(pidfd, exited)
+        return stop
+
+    async def poll() -> None:  # pragma: no cover - kernels before 5.3
+        # Nothing to wait on without a pidfd (SIGCHLD belongs to the application): poll.
+        while watching and proc.poll() is None:  # noqa: ASYNC110
+            await asyncio.sleep(0.05)
+        if watching:
+            exited()
+
+    loop.create_task(poll())
+    return stop
+
+
+async def _wait_reaped(proc: subprocess.Popen[bytes], timeout: float) -> None:
+    """Wait for `proc` to exit, SIGKILL it after `timeout`, and reap it."""
+    deadline = asyncio.get_running_loop().time() + timeout
+    while proc.poll() is None:
+        if asyncio.get_running_loop().time() >= deadline:
+            with contextlib.suppress(OSError):
+                proc.kill()
+            await asyncio.to_thread(proc.wait)
+            return
+        await asyncio.sleep(0.01)
+
+
+class Launcher(Protocol):
+    """What the pool needs from a way of starting children."""
+
+    async def start(self) -> None:
+        """Get ready to launch children (raises SandboxBootError if it cannot)."""
+        ...
+
+    async def launch(self) -> tuple[int, socket.socket]:
+        """Start one child; its pid and the parent's end of its socket."""
+        ...
+
+    def kill(self, pid: int, sig: int) -> None:
+        """Send `sig` to child `pid` (and its process group) unless it is already reaped."""
+        ...
+
+    async def close(self) -> None:
+        """Kill what is left and reap everything this launcher started."""
+        ...
+
+    @property
+    def pid(self) -> int | None:
+        """Pid of the launcher's own process (the fork server), if it has one."""
+        ...
+
+
+class ForkServer:
+    """Starts one fork server (exec of a clean interpreter) and asks it for children."""
+
+    def __init__(
+        self,
+        config: dict[str, Any],
+        on_exit: Callable[[int, int | None], None],
+        on_lost: Callable[[str], None],
+        timeout: float,
+    ) -> None:
+        self._config = config
+        self._on_exit = on_exit
+        self._on_lost = on_lost
+        self._timeout = timeout
+        self._proc: subprocess.Popen[bytes] | None = None
+        self._ctrl: socket.socket | None = None
+        self._ready: asyncio.Future[None] | None = None
+        self._forks: dict[int, asyncio.Future[tuple[int, socket.socket]]] = {}
+        self._next = 0
+        self._alive = False
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._unwatch: Callable[[], None] | None = None
+
+    @property
+    def pid(self) -> int | None:
+        return self._proc.pid if self._proc is not None else None
+
+    async def start(self) -> None:
+        loop = self._loop = asyncio.get_running_loop()
+        mine, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        try:
+            # On the loop's thread on purpose: PR_SET_PDEATHSIG follows the thread that
+            # forked, so a helper thread's exit would kill the server. fork+exec is quick.
+            self._proc = subprocess.Popen(  # noqa: ASYNC220
+                [
+                    sys.executable,
+                    "-c",
+                    _BOOT.format(entry="forkserver_main"),
+                    str(theirs.fileno()),
+                    str(os.getpid()),
+                    orjson.dumps(self._config).decode(),
+                    orjson.dumps(sys.path).decode(),
+                ],
+                pass_fds=(theirs.fileno(),),
+                stdin=subprocess.DEVNULL,
+            )
+        except BaseException:
+            mine.close()
+            raise
+        finally:
+            theirs.close()
+        mine.setblocking(False)
+        self._ctrl = mine
+        self._alive = True
+        self._ready = loop.create_future()
+        loop.add_reader(mine.fileno(), self._readable)
+        proc = self._proc
+        self._unwatch = _watch_exit(
+            loop, proc, lambda: self._lost(f"it {describe_exit(proc.returncode)}")
+        )
+        try:
+            await asyncio.wait_for(asyncio.shield(self._ready), self._timeout)
+        except TimeoutError:
+            await self.close()
+            raise SandboxBootError(
+                f"the sandbox fork server did not start within {self._timeout:g} s"
+            ) from None
+        except BaseException:
+            await self.close()
+            raise
+
+    async def launch(self) -> tuple[int, socket.socket]:
+        if not self._alive or self._ctrl is None or self._loop is None:
+            raise SandboxError("the sandbox fork server is not running")
+        self._next += 1
+        n = self._next
+        fut: asyncio.Future[tuple[int, socket.socket]] = self._loop.create_future()
+        self._forks[n] = fut
+        try:
+            self._ctrl.send(orjson.dumps({"t": "fork", "n": n}))
+            return await asyncio.wait_for(asyncio.shield(fut), self._timeout)
+        except TimeoutError:
+            raise SandboxError("the sandbox fork server did not answer a fork request") from None
+        except OSError as exc:
+            raise SandboxError(f"cannot reach the sandbox fork server: {exc}") from None
+        finally:
+            self._forks.pop(n, None)
+            if not fut.done():
+                fut.cancel()  # a late answer finds no future and kills the child
+
+    def kill(self, pid: int, sig: int) -> None:
+        # Through the server: it knows whether `pid` is still its unreaped child.
+        if self._alive and self._ctrl is not None:
+            try:
+                self._ctrl.send(orjson.dumps({"t": "kill", "pid": pid, "sig": sig}))
+                return
+            except OSError:
+                pass
+        # Server gone: its children got SIGKILL from PR_SET_PDEATHSIG already.
+
+    def _readable(self) -> None:
+        while self._ctrl is not None:
+            try:
+                data, fds, _, _ = socket.recv_fds(self._ctrl, 65536, 4)
+            except (BlockingIOError, InterruptedError):
+                return
+            except OSError:
+                data, fds = b"", []
+            if not data:
+                for fd in fds:
+                    os.close(fd)
+                self._lost("it closed its control socket")
+                return
+            try:
+                msg = orjson.loads(data)
+            except orjson.JSONDecodeError:
+                msg = {}
+            kind = msg.get("t")
+            if kind == "forked":
+                fut = self._forks.get(msg.get("n", -1))
+                if "error" in msg or not fds:
+                    for fd in fds:
+                        os.close(fd)
+                    if fut is not None and not fut.done():
+                        fut.set_exception(SandboxError(f"fork failed: {msg.get('error')}"))
+                    continue
+                sock = socket.socket(fileno=fds[0])
+                for fd in fds[1:]:
+                    os.close(fd)
+                if fut is not None and not fut.done():
+                    fut.set_result((int(msg["pid"]), sock))
+                else:  # nobody waits any more (closing): do not leave the child behind
+                    sock.close()
+                    self.kill(int(msg["pid"]), signal.SIGKILL)
+                continue
+            for fd in fds:
+                os.close(fd)
+            if kind == "exit":
+                self._on_exit(int(msg["pid"]), msg.get("code"))
+            elif kind == "ready" and self._ready is not None and not self._ready.done():
+                self._ready.set_result(None)
+
+    def _lost(self, why: str) -> None:
+        if not self._alive:
+            return
+        self._alive = False
+        self._detach()
+        error = SandboxError(f"the sandbox fork server is gone: {why}")
+        if self._ready is not None and not self._ready.done():
+            self._ready.set_exception(error)
+        for fut in self._forks.values():
+            if not fut.done():
+                fut.set_exception(error)
+        self._on_lost(why)
+
+    def _detach(self) -> None:
+        if self._ctrl is not None and self._loop is not None:
+            self._loop.remove_reader(self._ctrl.fileno())
+            self._ctrl.close()
+            self._ctrl = None
+
+    async def close(self) -> None:
+        self._alive = False
+        # EOF on its control socket makes the server kill its children and exit.
+        self._detach()
+        if self._unwatch is not None:
+            self._unwatch()
+        if self._proc is not None:
+            await _wait_reaped(self._proc, 3.0)
+
+
+class Spawner:
+    """Starts every child as a fresh interpreter (fork+exec, its own process group)."""
+
+    def __init__(self, on_exit: Callable[[int, int | None], None]) -> None:
+        self._on_exit = on_exit
+        self._procs: dict[int, subprocess.Popen[bytes]] = {}
+        self._unwatch: dict[int, Callable[[], None]] = {}
+
+    @property
+    def pid(self) -> int | None:
+        return None
+
+    async def start(self) -> None:
+        return None
+
+    async def launch(self) -> tuple[int, socket.socket]:
+        loop = asyncio.get_running_loop()
+        mine, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            proc = subprocess.Popen(  # noqa: ASYNC220 - on the loop thread, see ForkServer
+                [
+                    sys.executable,
+                    "-c",
+                    _BOOT.format(entry="spawn_main"),
+                    str(theirs.fileno()),
+                    str(os.getpid()),
+                    orjson.dumps(sys.path).decode(),
+                ],
+                pass_fds=(theirs.fileno(),),
+                stdin=subprocess.DEVNULL,
+                process_group=0,
+            )
+        except BaseException:
+            mine.close()
+            raise
+        finally:
+            theirs.close()
+        self._procs[proc.pid] = proc
+
+        def exited() -> None:
+            self._procs.pop(proc.pid, None)
+            self._unwatch.pop(proc.pid, None)
+            self._on_exit(proc.pid, proc.returncode)
+
+        self._unwatch[proc.pid] = _watch_exit(loop, proc, exited)
+        return proc.pid, mine
+
+    def kill(self, pid: int, sig: int) -> None:
+        proc = self._procs.get(pid)
+        if proc is None or proc.returncode is not None:
+            return  # reaped: the pid may belong to someone else now
+        try:
+            os.killpg(pid, sig)
+        except OSError:
+            with contextlib.suppress(OSError):
+                os.kill(pid, sig)
+
+    async def close(self) -> None:
+        for pid in list(self._procs):
+            self.kill(pid, signal.SIGKILL)
+        for stop in self._unwatch.values():
+            stop()
+        self._unwatch.clear()
+        for proc in list(self._procs.values()):
+            await _wait_reaped(proc, 3.0)
+        self._procs.clear()
+
+
+def new_launcher(
+    options: SandboxOptions,
+    target: str,
+    on_exit: Callable[[int, int | None], None],
+    on_lost: Callable[[str], None],
+) -> Launcher:
+    """The launcher `options.start_method` asks for. `on_exit(pid, code)` is told of every
+    child's exit; `on_lost(why)` of the fork server's death."""
+    if options.start_method == "spawn":
+        return Spawner(on_exit)
+    config = {"preload": options.preload, "target": target}
+    return ForkServer(config, on_exit, on_lost, options.boot_timeout)
