@@ -178,8 +178,8 @@ async function main() {
   result.scenario = o.scenario;
   result.pid = process.pid;
   result.version = (await import('bullmq/package.json', { with: { type: 'json' } })).default.version;
-  process.stdout.write(JSON.stringify(result) + '\n');
-  process.exit(0);
+  // Exit only once the line is flushed: a pipe write is asynchronous and exit() would cut it.
+  process.stdout.write(JSON.stringify(result) + '\n', () => process.exit(0));
 }
 
 main().catch((err) => { process.stderr.write(`${err.stack || err}\n`); process.exit(1); });
