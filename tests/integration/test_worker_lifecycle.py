@@ -20,29 +20,12 @@ from glidemq import (
     Worker,
 )
 from glidemq.errors import JobStateError
-from tests.helpers import wait_for
-
-FAST = {"promotion_interval": 20, "block_timeout": 500}
+from tests.helpers import FAST, job_state, wait_for, wait_state
 
 
 def _client(queue: Queue[Any, Any]) -> Any:
     assert queue._client is not None
     return queue._client
-
-
-async def _state(queue: Queue[Any, Any], job_id: str) -> str | None:
-    job = await queue.get_job(job_id)
-    return None if job is None else job.state
-
-
-async def _wait_state(queue: Queue[Any, Any], job_id: str, state: str, timeout: float = 10) -> Job:
-    async def reached() -> bool:
-        return await _state(queue, job_id) == state
-
-    await wait_for(reached, timeout=timeout)
-    job = await queue.get_job(job_id)
-    assert job is not None
-    return job
 
 
 async def _pending_count(queue: Queue[Any, Any]) -> int:
@@ -102,9 +85,9 @@ async def test_idle_worker_pause_takes_nothing_until_resume(
         assert job is not None
         await asyncio.sleep(0.7)  # longer than block_timeout: any read in flight has ended
         assert done == []
-        assert await _state(queue, job.id) == "waiting"
+        assert await job_state(queue, job.id) == "waiting"
         worker.resume()
-        await _wait_state(queue, job.id, "completed")
+        await wait_state(queue, job.id, "completed")
     assert done == [job.id]
 
 
@@ -125,10 +108,10 @@ async def test_queue_pause_stops_idle_worker_until_resume(
         assert job is not None
         await asyncio.sleep(0.7)
         assert done == []
-        assert await _state(queue, job.id) == "waiting"
+        assert await job_state(queue, job.id) == "waiting"
         await queue.resume()
         assert not await queue.is_paused()
-        await _wait_state(queue, job.id, "completed")
+        await wait_state(queue, job.id, "completed")
     assert done == [job.id]
 
 
@@ -160,7 +143,7 @@ async def _assert_handed_back(
     assert counts.waiting == n_jobs
     assert counts.completed == 0 and counts.failed == 0
     for job_id in started:
-        assert await _state(queue, job_id) == "waiting"
+        assert await job_state(queue, job_id) == "waiting"
     assert await _pending_count(queue) == 0
     assert worker.consumer not in await _consumers(queue)
 
@@ -247,7 +230,7 @@ async def test_close_hands_back_entries_read_but_not_yet_activated(
     assert await _pending_count(queue) == 1
     await client.fcall("glidemq_deferActive", [queue.keys.stream, queue.keys.events], ["ghost"])
     assert await _pending_count(queue) == 0
-    assert await _state(queue, job.id) == "waiting"
+    assert await job_state(queue, job.id) == "waiting"
     assert (await queue.get_job_counts()).waiting == 1
 
 
@@ -274,7 +257,7 @@ async def test_revoking_a_running_job_aborts_it(
         await asyncio.wait_for(started.wait(), 10)
         assert await queue.revoke(job.id) == "flagged"
         # heartbeat every lock_duration / 3 = 0.2 s; allow generous slack
-        final = await _wait_state(queue, job.id, "failed", timeout=3)
+        final = await wait_state(queue, job.id, "failed", timeout=3)
         assert cancelled.is_set()
         assert worker.active_count == 0
     assert final.failed_reason == "revoked"
@@ -299,9 +282,9 @@ async def test_revoking_a_waiting_job_fails_it_without_running(
     stored = await queue.get_job(revoked.id)
     assert stored is not None and stored.state == "failed" and stored.failed_reason == "revoked"
     async with Worker(queue.name, record, connection=conn, **FAST):
-        await _wait_state(queue, other.id, "completed")
+        await wait_state(queue, other.id, "completed")
     assert ran == [other.id]
-    assert await _state(queue, revoked.id) == "failed"
+    assert await job_state(queue, revoked.id) == "failed"
     try:
         await queue.revoke(revoked.id)
     except JobStateError:
@@ -326,7 +309,7 @@ async def test_sync_processor_runs_in_a_thread(
     job = await queue.add("sync", {"n": 41})
     assert job is not None
     async with Worker(queue.name, blocking, connection=conn, **FAST):
-        final = await _wait_state(queue, job.id, "completed")
+        final = await wait_state(queue, job.id, "completed")
     assert final.returnvalue == 42
     assert threads and threads[0] != loop_thread
 
@@ -351,12 +334,12 @@ async def test_long_job_is_not_reclaimed_while_its_worker_heartbeats(
     worker_a = Worker(queue.name, long, connection=conn, **settings)
     await worker_a.start()
     try:
-        await _wait_state(queue, job.id, "active")
+        await wait_state(queue, job.id, "active")
         worker_b = Worker(queue.name, long, connection=conn, **settings)
         worker_b.on("stalled", lambda r, f: stalled.append((r, f)))
         worker_a.on("stalled", lambda r, f: stalled.append((r, f)))
         async with worker_b:
-            final = await _wait_state(queue, job.id, "completed", timeout=5)
+            final = await wait_state(queue, job.id, "completed", timeout=5)
             await asyncio.sleep(0.3)  # a duplicate run would have started by now
     finally:
         await worker_a.close()
@@ -465,7 +448,7 @@ async def test_worker_with_events_off_writes_no_job_events(
     assert job is not None
     before = await _client(queue).xlen(queue.keys.events)
     async with Worker(queue.name, noop, connection=conn, events=False, **FAST):
-        await _wait_state(queue, job.id, "completed")
+        await wait_state(queue, job.id, "completed")
     assert await _client(queue).xlen(queue.keys.events) == before
 
 

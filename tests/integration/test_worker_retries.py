@@ -15,24 +15,7 @@ from glidemq import (
     Worker,
 )
 from glidemq.context import now_ms
-from tests.helpers import wait_for
-
-FAST = {"promotion_interval": 20, "block_timeout": 500}
-
-
-async def _state(queue: Queue[Any, Any], job_id: str) -> str | None:
-    job = await queue.get_job(job_id)
-    return None if job is None else job.state
-
-
-async def _finished(queue: Queue[Any, Any], job_id: str, state: str, timeout: float = 10) -> Job:
-    async def done() -> bool:
-        return await _state(queue, job_id) == state
-
-    await wait_for(done, timeout=timeout)
-    job = await queue.get_job(job_id)
-    assert job is not None
-    return job
+from tests.helpers import FAST, job_state, wait_for, wait_state
 
 
 async def test_job_failing_twice_then_succeeding_completes(
@@ -49,7 +32,7 @@ async def test_job_failing_twice_then_succeeding_completes(
     job = await queue.add("flaky", None, JobOptions(attempts=3))
     assert job is not None
     async with Worker(queue.name, flaky, connection=conn, **FAST):
-        final = await _finished(queue, job.id, "completed")
+        final = await wait_state(queue, job.id, "completed")
     assert runs == [0, 1, 2]  # each try sees the attempts made before it
     assert final.attempts_made == 2
     assert final.returnvalue == "ok"
@@ -73,7 +56,7 @@ async def test_exhausted_attempts_fail_with_reason_and_stacktrace(
     job = await queue.add("doomed", None, JobOptions(attempts=2))
     assert job is not None
     async with Worker(queue.name, always_fails, connection=conn, **FAST):
-        final = await _finished(queue, job.id, "failed")
+        final = await wait_state(queue, job.id, "failed")
     assert runs == 2
     assert final.attempts_made == 2
     assert final.failed_reason == "boom at the bottom"
@@ -105,13 +88,13 @@ async def _observe_delayed_between_tries(
         await asyncio.wait_for(failed_once.wait(), 10)
 
         async def delayed_seen() -> bool:
-            state = await _state(queue, job.id)
+            state = await job_state(queue, job.id)
             if state is not None and (not seen or seen[-1] != state):
                 seen.append(state)
             return state == "delayed"
 
         await wait_for(delayed_seen, timeout=5, interval=0.01)
-        final = await _finished(queue, job.id, "completed")
+        final = await wait_state(queue, job.id, "completed")
     assert final.attempts_made == attempts - 1
     assert len(runs) == attempts
     return runs, seen
@@ -161,7 +144,7 @@ async def test_custom_backoff_strategy_gets_attempts_and_error(
     async with Worker(
         queue.name, processor, connection=conn, backoff_strategies={"mine": mine}, **FAST
     ):
-        final = await _finished(queue, job.id, "completed")
+        final = await wait_state(queue, job.id, "completed")
     assert [n for n, _ in calls] == [1, 2]
     assert calls[0][1] is raised[0] and calls[1][1] is raised[1]
     assert final.attempts_made == 2
@@ -186,7 +169,7 @@ async def test_custom_backoff_returning_negative_stops_retrying(
         backoff_strategies={"never": lambda n, e: -1},
         **FAST,
     ):
-        final = await _finished(queue, job.id, "failed")
+        final = await wait_state(queue, job.id, "failed")
     assert runs == 1
     assert final.attempts_made == 1
     assert final.failed_reason == "give up"
@@ -205,7 +188,7 @@ async def test_unrecoverable_error_fails_at_once(
     job = await queue.add("fatal", None, JobOptions(attempts=5))
     assert job is not None
     async with Worker(queue.name, processor, connection=conn, **FAST):
-        final = await _finished(queue, job.id, "failed")
+        final = await wait_state(queue, job.id, "failed")
         await asyncio.sleep(0.2)  # a wrongly scheduled retry would run now
     assert runs == 1
     assert final.attempts_made == 1
@@ -226,7 +209,7 @@ async def test_discard_then_raise_is_not_retried(
     job = await queue.add("discard", None, JobOptions(attempts=5))
     assert job is not None
     async with Worker(queue.name, processor, connection=conn, **FAST):
-        final = await _finished(queue, job.id, "failed")
+        final = await wait_state(queue, job.id, "failed")
         await asyncio.sleep(0.2)
     assert runs == 1
     assert final.failed_reason == "discarded failure"
@@ -242,7 +225,7 @@ async def test_non_serializable_return_value_fails_the_job(
     job = await queue.add("unserializable", None)
     assert job is not None
     async with Worker(queue.name, processor, connection=conn, **FAST):
-        final = await _finished(queue, job.id, "failed")
+        final = await wait_state(queue, job.id, "failed")
     assert final.failed_reason is not None
     assert "not JSON-serializable" in final.failed_reason
     assert final.returnvalue is None
@@ -266,7 +249,7 @@ async def test_failed_event_fires_with_job_and_error(
     worker = Worker(queue.name, processor, connection=conn, **FAST)
     worker.on("failed", lambda j, e: events.append((j, e)))
     async with worker:
-        await _finished(queue, job.id, "failed")
+        await wait_state(queue, job.id, "failed")
         await wait_for(lambda: len(events) == 2)
     assert [e for _, e in events] == raised
     assert events[0][1] is raised[0] and events[1][1] is raised[1]
@@ -288,7 +271,7 @@ async def test_job_timeout_fails_with_reason_timeout(
     job = await queue.add("slow", None, JobOptions(timeout=100))
     assert job is not None
     async with Worker(queue.name, sleepy, connection=conn, **FAST):
-        final = await _finished(queue, job.id, "failed", timeout=3)
+        final = await wait_state(queue, job.id, "failed", timeout=3)
     assert starts == 1
     assert final.failed_reason == "timeout"
     assert final.attempts_made == 1
@@ -309,7 +292,7 @@ async def test_job_timeout_is_retried_while_attempts_remain(
     job = await queue.add("slow", None, JobOptions(timeout=100, attempts=2))
     assert job is not None
     async with Worker(queue.name, slow_then_fast, connection=conn, **FAST):
-        final = await _finished(queue, job.id, "completed", timeout=3)
+        final = await wait_state(queue, job.id, "completed", timeout=3)
     assert starts == 2
     assert final.attempts_made == 1
     assert final.failed_reason == "timeout"  # the reason of the failed try is kept
@@ -329,7 +312,7 @@ async def test_dead_letter_parks_final_failures(
     job = await queue.add("poison", None, JobOptions(attempts=2))
     assert job is not None
     async with Worker(queue.name, processor, connection=conn, dead_letter=True, **FAST):
-        final = await _finished(queue, job.id, "failed")
+        final = await wait_state(queue, job.id, "failed")
         assert final.failed_reason == "poison"
         assert final.attempts_made == 2
         dead = await queue.get_dead_letter_jobs()
@@ -340,7 +323,7 @@ async def test_dead_letter_parks_final_failures(
 
         should_fail = False
         assert await queue.retry_jobs(state="dead_letter") == 1
-        healed = await _finished(queue, job.id, "completed")
+        healed = await wait_state(queue, job.id, "completed")
     assert healed.returnvalue == "healed"
     counts = await queue.get_job_counts()
     assert counts.dead_letter == 0 and counts.completed == 1 and counts.failed == 0
@@ -355,7 +338,7 @@ async def test_dead_letter_retry_puts_job_back_to_waiting(
     job = await queue.add("poison", None)
     assert job is not None
     async with Worker(queue.name, processor, connection=conn, dead_letter=True, **FAST):
-        await _finished(queue, job.id, "failed")
+        await wait_state(queue, job.id, "failed")
     assert await queue.retry_jobs(state="dead_letter") == 1
     back = await queue.get_job(job.id)
     assert back is not None

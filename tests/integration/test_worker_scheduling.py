@@ -7,24 +7,7 @@ from typing import Any
 
 from glidemq import ConnectionOptions, Job, JobOptions, Queue, Worker
 from glidemq.context import now_ms
-from tests.helpers import wait_for
-
-FAST = {"promotion_interval": 20, "block_timeout": 500}
-
-
-async def _state(queue: Queue[Any, Any], job_id: str) -> str | None:
-    job = await queue.get_job(job_id)
-    return None if job is None else job.state
-
-
-async def _wait_state(queue: Queue[Any, Any], job_id: str, state: str, timeout: float = 10) -> Job:
-    async def reached() -> bool:
-        return await _state(queue, job_id) == state
-
-    await wait_for(reached, timeout=timeout)
-    job = await queue.get_job(job_id)
-    assert job is not None
-    return job
+from tests.helpers import FAST, job_state, wait_for, wait_state
 
 
 async def test_delayed_job_runs_only_after_its_delay(
@@ -38,9 +21,9 @@ async def test_delayed_job_runs_only_after_its_delay(
     async with Worker(queue.name, record, connection=conn, **FAST):
         job = await queue.add("later", None, JobOptions(delay=600))
         assert job is not None
-        assert await _state(queue, job.id) == "delayed"
+        assert await job_state(queue, job.id) == "delayed"
         assert (await queue.get_job_counts()).delayed == 1
-        await _wait_state(queue, job.id, "completed", timeout=5)
+        await wait_state(queue, job.id, "completed", timeout=5)
     assert ran_at[job.id] >= job.timestamp + 600
     final = await queue.get_job(job.id)
     assert final is not None and final.processed_on is not None
@@ -88,7 +71,7 @@ async def test_prioritized_jobs_added_while_busy_still_run_in_priority_order(
     async with Worker(queue.name, record, connection=conn, concurrency=1, **FAST):
         blocker = await queue.add("blocker", -1)
         assert blocker is not None
-        await _wait_state(queue, blocker.id, "active")
+        await wait_state(queue, blocker.id, "active")
         for p in (7, 2, 9, 4):
             await queue.add("p", p, JobOptions(priority=p))
         gate.set()
@@ -105,9 +88,9 @@ async def test_change_priority_reorders_jobs_not_yet_running(
     assert a is not None and b is not None and c is not None
 
     await a.change_priority(10)  # waiting -> prioritized, behind c
-    assert a.state == "prioritized" and await _state(queue, a.id) == "prioritized"
+    assert a.state == "prioritized" and await job_state(queue, a.id) == "prioritized"
     await c.change_priority(0)  # prioritized -> waiting, behind b in the stream
-    assert c.state == "waiting" and await _state(queue, c.id) == "waiting"
+    assert c.state == "waiting" and await job_state(queue, c.id) == "waiting"
     stored = await queue.get_job(a.id)
     assert stored is not None and stored.priority == 10
     counts = await queue.get_job_counts()
@@ -139,8 +122,8 @@ async def test_change_delay_reschedules_a_delayed_job(
         changed_at = now_ms()
         await job.change_delay(300)
         assert job.state == "delayed"
-        assert await _state(queue, job.id) == "delayed"
-        await _wait_state(queue, job.id, "completed", timeout=5)
+        assert await job_state(queue, job.id) == "delayed"
+        await wait_state(queue, job.id, "completed", timeout=5)
     assert len(ran_at) == 1
     assert ran_at[0] >= changed_at + 300
 
@@ -168,7 +151,7 @@ async def test_promote_runs_a_delayed_job_now(
     assert job.state == "waiting"
     assert (await queue.get_job_counts()).delayed == 0
     async with Worker(queue.name, record, connection=conn, **FAST):
-        await _wait_state(queue, job.id, "completed", timeout=5)
+        await wait_state(queue, job.id, "completed", timeout=5)
     assert done == [job.id]
 
 
@@ -196,8 +179,8 @@ async def test_job_not_started_within_ttl_fails_expired(
     assert expiring is not None and lasting is not None
     await asyncio.sleep(0.25)  # no worker runs: the ttl passes while the job waits
     async with Worker(queue.name, record, connection=conn, **FAST):
-        expired = await _wait_state(queue, expiring.id, "failed")
-        await _wait_state(queue, lasting.id, "completed")
+        expired = await wait_state(queue, expiring.id, "failed")
+        await wait_state(queue, lasting.id, "completed")
     assert ran == [lasting.id]
     assert expired.failed_reason == "expired"
     assert expired.attempts_made == 1  # final despite attempts left
@@ -222,10 +205,10 @@ async def test_move_to_delayed_reschedules_without_using_an_attempt(
     assert job is not None
     async with Worker(queue.name, step, connection=conn, **FAST):
         await asyncio.wait_for(moved.wait(), 10)
-        between = await _wait_state(queue, job.id, "delayed", timeout=2)
+        between = await wait_state(queue, job.id, "delayed", timeout=2)
         assert between.attempts_made == 0
         assert between.failed_reason is None
-        final = await _wait_state(queue, job.id, "completed", timeout=5)
+        final = await wait_state(queue, job.id, "completed", timeout=5)
     assert len(runs) == 2
     assert runs[1] >= target[0]
     assert final.attempts_made == 0
