@@ -283,6 +283,30 @@ end, flags = {'no-writes'}}
 -- activation
 
 -- Marks stream entries as active and returns {entryId, jobId, {hash fields...}} triples, flat.
+---------------------------------------------------------------------------------------------
+-- leaving the active state
+--
+-- Every path that takes a job out of the active state calls leaveActive once, before the job
+-- hash can be deleted. outcome: 'completed' and 'failed' (finished for good), 'retry' (failed,
+-- will run again), 'requeued' (stalled or handed back), 'delayed' (moved to delayed while
+-- running). One HMGET per call keeps the hot path cheap for plain jobs.
+
+-- Groups and ordering keys: give back the slot the job held. Must be idempotent.
+local function releaseGroupSlot(prefix, jobKey, jobId, groupKey, outcome, now)
+end
+
+-- Flows: tell the parent a child finished. Only for 'completed' and 'failed'.
+local function notifyParent(prefix, jobKey, jobId, parentId, outcome, value, now)
+end
+
+local function leaveActive(prefix, jobKey, jobId, outcome, value, now)
+  local h = redis.call('HMGET', jobKey, 'parentId', 'groupKey')
+  if h[2] then releaseGroupSlot(prefix, jobKey, jobId, h[2], outcome, now) end
+  if h[1] and (outcome == 'completed' or outcome == 'failed') then
+    notifyParent(prefix, jobKey, jobId, h[1], outcome, value, now)
+  end
+end
+
 local function activate(prefix, stream, entries, now, out, emitEvents, events)
   for _, e in ipairs(entries) do
     local entryId, f = e[1], e[2]
@@ -339,6 +363,7 @@ local function completeOne(prefix, stream, completed, events, now, jobId, entryI
   redis.call('XDEL', stream, entryId)
   local jobKey = prefix .. 'job:' .. jobId
   if redis.call('EXISTS', jobKey) == 0 then return 'missing' end
+  leaveActive(prefix, jobKey, jobId, 'completed', rv, now)
   if keepCount == 0 then
     deleteJob(prefix, jobId)
   else
@@ -452,10 +477,12 @@ redis.register_function('glidemq_fail', function(keys, args)
   if stack ~= '' then redis.call('HSET', jobKey, 'stacktrace', stack) end
   if retryDelay >= 0 and attempts < maxAttempts and h[3] ~= '1' then
     redis.call('HSET', jobKey, 'failedReason', reason)
+    leaveActive(prefix, jobKey, jobId, 'retry', reason, now)
     requeue(prefix, jobKey, jobId, tonumber(h[2]) or 0, now + retryDelay, now)
     if emitEvents then emit(events, 'retrying', jobId, 'failedReason', reason, 'attemptsMade', attempts) end
     return 'retry'
   end
+  leaveActive(prefix, jobKey, jobId, 'failed', reason, now)
   finalFail(prefix, jobKey, jobId, reason, now, failedSet, keepCount, keepAge, events, emitEvents,
     deadLetter)
   return 'failed'
@@ -490,10 +517,12 @@ redis.register_function('glidemq_reclaimStalled', function(keys, args)
       if stalls > maxStalled or revoked then
         redis.call('HINCRBY', jobKey, 'attemptsMade', 1)
         local reason = revoked and 'revoked' or 'job stalled more than allowable limit'
+        leaveActive(prefix, jobKey, jobId, 'failed', reason, now)
         finalFail(prefix, jobKey, jobId, reason, now, failedSet, keepCount, keepAge, events,
           emitEvents, deadLetter and not revoked)
         failed = failed + 1
       else
+        leaveActive(prefix, jobKey, jobId, 'requeued', nil, now)
         local sid = redis.call('XADD', stream, '*', 'id', jobId)
         redis.call('HSET', jobKey, 'state', 'waiting', 'sid', sid)
         if emitEvents then emit(events, 'stalled', jobId) end
@@ -533,6 +562,7 @@ redis.register_function('glidemq_deferActive', function(keys, args)
       local h = redis.call('HMGET', jobKey, 'state', 'sid')
       -- 'waiting' with this entry as its sid: read by the worker but never activated.
       if jobId ~= '' and (h[1] == 'active' or (h[1] == 'waiting' and h[2] == entryId)) then
+        leaveActive(prefix, jobKey, jobId, 'requeued', nil, 0)
         local sid = redis.call('XADD', stream, '*', 'id', jobId)
         redis.call('HSET', jobKey, 'state', 'waiting', 'sid', sid)
         emit(events, 'waiting', jobId, 'reason', 'deferred')
@@ -587,6 +617,7 @@ redis.register_function('glidemq_moveActiveToDelayed', function(keys, args)
   redis.call('XDEL', stream, entryId)
   local jobKey = prefix .. 'job:' .. jobId
   if redis.call('EXISTS', jobKey) == 0 then return 'missing' end
+  leaveActive(prefix, jobKey, jobId, 'delayed', nil, now)
   local priority = tonumber(redis.call('HGET', jobKey, 'priority')) or 0
   local state = requeue(prefix, jobKey, jobId, priority, runAt, now)
   if args[5] == '1' then emit(keys[3], 'delayed', jobId, 'delay', runAt - now) end
