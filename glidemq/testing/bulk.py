@@ -1,0 +1,177 @@
+"""Operations on many jobs of an in-memory queue at once: retry, drain, clean, and the
+reads behind counts and listings (the bulk functions of the server library)."""
+
+from __future__ import annotations
+
+import fnmatch
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from .store import SHIFT, QueueStore
+
+__all__ = ["clean", "counts", "drain", "job_ids", "redis_range", "retry_jobs", "search"]
+
+
+def redis_range(items: list[str], start: int, stop: int) -> list[str]:
+    """`items[start..stop]` with Valkey's inclusive, negative-from-the-end indices."""
+    n = len(items)
+    if start < 0:
+        start = max(n + start, 0)
+    if stop < 0:
+        stop = n + stop
+    stop = min(stop, n - 1)
+    return [] if start > stop else items[start : stop + 1]
+
+
+def retry_jobs(store: QueueStore, source: str, count: int, ids: Iterable[str], now: int) -> int:
+    """Move finished jobs back to the queue with fresh attempts; returns how many."""
+    zset = store.finished[source]
+    wanted = list(ids) or zset.ordered()[:count]
+    n = 0
+    for job_id in wanted:
+        if not zset.remove(job_id):
+            continue
+        rec = store.jobs.get(job_id)
+        if rec is None:
+            continue
+        rec.attempts_made = rec.stalled_count = 0
+        rec.finished_on = rec.processed_on = rec.returnvalue = None
+        rec.failed_reason = rec.stacktrace = rec.expire_at = None
+        rec.dead_letter = rec.revoked = False
+        store.enqueue(rec, now, now)
+        store.emit("waiting", job_id, reason="retried")
+        n += 1
+    return n
+
+
+def drain(store: QueueStore, delayed: bool) -> int:
+    removed = 0
+    for entry, job_id in list(store.waiting.items()):
+        rec = store.jobs.get(job_id)
+        if rec is not None and rec.state == "waiting":
+            del store.waiting[entry]
+            store.delete(job_id)
+            removed += 1
+    for job_id in store.scheduled.ordered():
+        rec = store.jobs.get(job_id)
+        if rec is None or rec.state == "prioritized" or (delayed and rec.state == "delayed"):
+            store.scheduled.remove(job_id)
+            store.delete(job_id)
+            removed += 1
+    store.emit("drained", None)
+    store.notify()
+    return removed
+
+
+def clean(store: QueueStore, state: str, older_than: int, limit: int) -> list[str]:
+    removed: list[str] = []
+    if state in store.finished:
+        zset = store.finished[state]
+        for job_id in zset.by_score(-(2**62), older_than)[:limit]:
+            zset.remove(job_id)
+            store.delete(job_id)
+            removed.append(job_id)
+    else:
+        if state == "waiting":
+            candidates = list(store.waiting.values())
+        else:
+            candidates = store.scheduled.ordered()
+        for job_id in candidates:
+            if len(removed) >= limit:
+                break
+            rec = store.jobs.get(job_id)
+            if rec is not None and rec.state == state and rec.timestamp < older_than:
+                store.unlink_waiting(rec)
+                store.delete(job_id)
+                removed.append(job_id)
+    if removed:
+        store.emit("cleaned", None, count=len(removed), state=state)
+        store.notify()
+    return removed
+
+
+def counts(store: QueueStore, now: int) -> tuple[int, int, int, int, int, int, int, bool]:
+    prioritized = sum(1 for s in store.scheduled.scores.values() if s >= SHIFT and s % SHIFT <= now)
+    f = store.finished
+    return (
+        len(store.waiting),
+        len(store.active),
+        len(store.scheduled) - prioritized,
+        prioritized,
+        len(f["completed"]),
+        len(f["failed"]),
+        len(f["dlq"]),
+        store.paused,
+    )
+
+
+def job_ids(store: QueueStore, state: str, start: int, stop: int) -> list[str]:
+    """Ids in `state`: finished sets newest first, the others in run order."""
+    if state in store.finished:
+        return redis_range(store.finished[state].ordered()[::-1], start, stop)
+    want = 1_000_000 if stop < 0 else stop - start + 1
+    if state == "active":
+        candidates = list(store.active.values())
+    elif state == "waiting":
+        candidates = list(store.waiting.values())
+    else:
+        candidates = store.scheduled.ordered()
+    out: list[str] = []
+    seen = 0
+    for job_id in candidates:
+        rec = store.jobs.get(job_id)
+        if rec is not None and rec.state == state:
+            if seen >= start:
+                out.append(job_id)
+            seen += 1
+            if len(out) >= want:
+                break
+    return out
+
+
+_MISSING = object()
+
+
+def _same(a: Any, b: Any) -> bool:
+    if isinstance(a, bool) or isinstance(b, bool):
+        return type(a) is type(b) and a == b
+    return bool(a == b)
+
+
+def search(
+    store: QueueStore,
+    state: str,
+    name: str | None,
+    data: Mapping[str, Any] | None,
+    limit: int,
+    scan: int,
+) -> list[str]:
+    """Ids of jobs in `state` whose name matches the glob `name` and whose data has the
+    given top-level values, looking at the first `scan` jobs of the state, at most `limit`."""
+    from ..serialize import decode_data
+
+    if state in store.finished:
+        candidates = store.finished[state].ordered()[::-1][:scan]
+    elif state == "active":
+        candidates = list(store.active.values())[:scan]
+    elif state == "waiting":
+        candidates = list(store.waiting.values())[:scan]
+    else:
+        candidates = store.scheduled.ordered()[:scan]
+    out: list[str] = []
+    for job_id in candidates:
+        rec = store.jobs.get(job_id)
+        if rec is None or (state not in store.finished and rec.state != state):
+            continue
+        if name is not None and not fnmatch.fnmatchcase(rec.name, name):
+            continue
+        if data:
+            value = decode_data(rec.data)
+            if not isinstance(value, dict):
+                continue
+            if not all(_same(value.get(k, _MISSING), v) for k, v in data.items()):
+                continue
+        out.append(job_id)
+        if len(out) >= limit:
+            break
+    return out

@@ -1,0 +1,247 @@
+"""TestJob: a glidemq Job whose fields and methods are backed by an in-memory queue."""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+import time
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any, TypeVar
+
+from ..errors import DelayedError, JobNotFoundError, JobStateError, JobTimeoutError, ValidationError
+from ..job import FINISHED, Job, JobState
+from ..serialize import decode_data, decode_json, encode_data, encode_json
+from ..types import MAX_PRIORITY
+from .bulk import retry_jobs
+from .store import JobRecord, QueueStore
+from .support import UNSUPPORTED_JOB_METHODS, install_unsupported
+
+if TYPE_CHECKING:
+    from .worker import TestWorker
+
+__all__ = ["TestJob", "check_reply"]
+
+D = TypeVar("D")
+R = TypeVar("R")
+
+_RETRY_SOURCES = {"failed": "failed", "completed": "completed", "dead_letter": "dlq"}
+
+
+def check_reply(reply: str, queue: str, job_id: str, op: str) -> str:
+    """Turn a single-job operation's reply into the typed errors the real Queue raises."""
+    if reply == "0":
+        raise JobNotFoundError(queue, job_id)
+    if reply == "ERR:ACTIVE":
+        raise JobStateError(job_id, op, "it is running; revoke it or wait for it to finish")
+    if reply == "ERR:STATE":
+        raise JobStateError(job_id, op, "not possible in its current state")
+    if reply == "ERR:FINISHED":
+        raise JobStateError(job_id, op, "it already finished")
+    return reply
+
+
+def retry_source(state: str) -> str:
+    """The finished set `retry` and `retry_jobs` take jobs from, or ValidationError."""
+    source = _RETRY_SOURCES.get(state)
+    if source is None:
+        raise ValidationError("state", f"can retry failed, completed or dead_letter, not {state!r}")
+    return source
+
+
+class TestJob(Job[D, R]):
+    """A Job of an in-memory queue: the same fields and methods as `glidemq.Job`.
+
+    Like a real Job it is a snapshot: its fields change only through its own methods and
+    `refresh()`.
+    """
+
+    __test__ = False  # not a pytest test class
+    __slots__ = ("_runner", "_store")
+
+    _store: QueueStore
+    _runner: TestWorker[Any, Any] | None
+
+    @classmethod
+    def from_record(
+        cls,
+        store: QueueStore,
+        rec: JobRecord,
+        runner: TestWorker[Any, Any] | None = None,
+    ) -> TestJob[Any, Any]:
+        """A snapshot of the stored job; `runner` is the worker running it, if any."""
+        job: TestJob[Any, Any] = cls.__new__(cls)
+        for name in Job.__slots__:  # fields added to Job later still exist here
+            if not name.startswith("_"):
+                setattr(job, name, None)
+        job._store, job._runner, job._worker = store, runner, None
+        job._discarded = job._moved = False
+        job._fill(rec)
+        return job
+
+    def _fill(self, rec: JobRecord) -> None:
+        self.id, self.name, self.data = rec.id, rec.name, decode_data(rec.data)
+        self.opts = copy.deepcopy(rec.opts)
+        self.timestamp, self.attempts_made = rec.timestamp, rec.attempts_made
+        self.max_attempts, self.delay, self.priority = rec.max_attempts, rec.delay, rec.priority
+        self.state, self.processed_on, self.finished_on = (
+            rec.state,
+            rec.processed_on,
+            rec.finished_on,
+        )
+        self.returnvalue = decode_json(rec.returnvalue) if rec.returnvalue is not None else None
+        self.failed_reason, self.stacktrace = rec.failed_reason, rec.stacktrace
+        self.progress = decode_json(rec.progress) if rec.progress is not None else 0
+        self.parent_id, self.expire_at = rec.parent_id, rec.expire_at
+        self.revoked, self.stalled_count, self.entry_id = rec.revoked, rec.stalled_count, rec.sid
+        self.step = rec.step
+
+    def __repr__(self) -> str:
+        return f"<TestJob {self._store.name}:{self.id} {self.name!r} {self.state}>"
+
+    @property
+    def ctx_name(self) -> str:
+        """Name of the job's queue."""
+        return self._store.name
+
+    @property
+    def queue_name(self) -> str:
+        """Name of the job's queue."""
+        return self._store.name
+
+    def _now(self) -> int:
+        return self._store.clock.now_ms()
+
+    def _record(self) -> JobRecord:
+        rec = self._store.jobs.get(self.id)
+        if rec is None:
+            raise JobNotFoundError(self._store.name, self.id)
+        return rec
+
+    # -- lifecycle -------------------------------------------------------------------------
+
+    async def log(self, message: str) -> int:
+        """Append a line to the job's log; returns the log's length."""
+        n = self._store.log(self.id, [message])
+        if n == 0:
+            raise JobNotFoundError(self._store.name, self.id)
+        return n
+
+    async def update_progress(self, progress: int | float | Mapping[str, Any]) -> None:
+        """Store the job's progress and emit a `progress` event."""
+        if isinstance(progress, bool) or not isinstance(progress, int | float | Mapping):
+            raise ValidationError("progress", "must be a number or a mapping")
+        if not self._store.update(self.id, progress=encode_json(progress)):
+            raise JobNotFoundError(self._store.name, self.id)
+        self.progress = progress
+        if self._runner is not None:
+            self._runner.events.emit("progress", self, progress)
+
+    async def update_data(self, data: D) -> None:
+        """Replace the job's data."""
+        if not self._store.update(self.id, data=encode_data(data)):
+            raise JobNotFoundError(self._store.name, self.id)
+        self.data = data
+
+    async def move_to_delayed(self, timestamp_ms: int, next_step: str | None = None) -> None:
+        """From inside a processor: put this running job back to delayed until `timestamp_ms`.
+        With `next_step`, the next run sees it as `job.step` (step jobs); without, the step
+        stays as it is.
+
+        Always raises DelayedError, which the processor should let propagate.
+        """
+        if next_step is not None and (not isinstance(next_step, str) or not next_step):
+            raise ValidationError("next_step", "must be a non-empty string or None")
+        if self.entry_id is None or self._runner is None:
+            raise JobStateError(self.id, "move to delayed", "only a running job can be delayed")
+        state = self._store.move_active_to_delayed(
+            self.id, self.entry_id, timestamp_ms, self._now(), next_step
+        )
+        if state in ("stale", "missing"):
+            raise JobStateError(self.id, "move to delayed", "the worker no longer owns it")
+        self._moved = True
+        self.state = state
+        if next_step is not None:
+            self.step = next_step
+        raise DelayedError(f"job {self.id} moved to delayed until {timestamp_ms}")
+
+    async def move_to_failed(self, error: BaseException) -> None:
+        """From inside a processor: fail this run now with `error` (retries still apply)."""
+        if self._runner is None or self.entry_id is None:
+            raise JobStateError(self.id, "move to failed", "only a running job can be failed")
+        await self._runner._fail_now(self, error)
+        self._moved = True
+
+    async def remove(self) -> None:
+        """Delete the job; refused while a worker runs it."""
+        check_reply(self._store.remove(self.id), self._store.name, self.id, "remove")
+
+    async def retry(self, state: str = "failed") -> None:
+        """Send a finished job (`failed` or `completed`) back to waiting with fresh attempts."""
+        source = retry_source(state)
+        if retry_jobs(self._store, source, 1, [self.id], self._now()) != 1:
+            self._record()
+            raise JobStateError(self.id, "retry", f"it is not {state}")
+
+    async def change_priority(self, priority: int) -> None:
+        """Re-prioritize a job that is not running yet."""
+        if isinstance(priority, bool) or not isinstance(priority, int):
+            raise ValidationError("priority", "must be an integer")
+        if not 0 <= priority <= MAX_PRIORITY:
+            raise ValidationError("priority", f"must be between 0 and {MAX_PRIORITY}")
+        reply = self._store.change_priority(self.id, priority, self._now())
+        self.state = check_reply(reply, self._store.name, self.id, "change priority")
+        self.priority = priority
+
+    async def change_delay(self, delay: int) -> None:
+        """Set a delayed job's remaining delay to `delay` ms from now."""
+        if isinstance(delay, bool) or not isinstance(delay, int) or delay < 0:
+            raise ValidationError("delay", "must be an integer >= 0")
+        reply = self._store.change_delay(self.id, delay, self._now())
+        self.state = check_reply(reply, self._store.name, self.id, "change delay")
+        self.delay = delay
+
+    async def promote(self) -> None:
+        """Make a delayed job runnable now."""
+        reply = self._store.promote_job(self.id, self._now())
+        self.state = check_reply(reply, self._store.name, self.id, "promote")
+
+    # -- queries ---------------------------------------------------------------------------
+
+    async def get_state(self) -> JobState:
+        """The job's current state."""
+        self.state = self._record().state
+        return self.state
+
+    async def is_revoked(self) -> bool:
+        rec = self._store.jobs.get(self.id)
+        return rec is not None and rec.revoked
+
+    async def refresh(self) -> TestJob[D, R]:
+        """Re-read every field."""
+        self._fill(self._record())
+        return self
+
+    async def wait_until_finished(
+        self, poll_interval: float = 0.05, timeout: float | None = None
+    ) -> JobState:
+        """Wait until the job completed or failed; returns that state, refreshes the fields.
+
+        Raises JobTimeoutError when `timeout` seconds (real time) pass first.
+        """
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while True:
+            state = await self.get_state()
+            if state in FINISHED:
+                await self.refresh()
+                return state
+            wait = poll_interval
+            if deadline is not None:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    raise JobTimeoutError(f"job {self.id} still {state} after {timeout} s")
+                wait = min(wait, left)
+            await self._store.changed(max(wait, 0.001))
+            await asyncio.sleep(0)  # let the change's own callbacks run first
+
+
+install_unsupported(TestJob, Job, UNSUPPORTED_JOB_METHODS)

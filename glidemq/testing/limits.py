@@ -1,0 +1,90 @@
+"""Queue-wide limits of an in-memory queue: backpressure (max waiting), global concurrency,
+rate windows (the queue's and the workers' limiters) and pauses by `rate_limit`, with the
+rules of the server library; and when a queue counts as idle under them."""
+
+from __future__ import annotations
+
+from ..limits import RateLimit
+from .store import SHIFT, QueueStore
+
+__all__ = ["allowance", "charge", "hand_back", "idle", "limit_for", "room"]
+
+_CONCURRENCY_POLL_MS = 50  # as the server: ask again after this when concurrency is used up
+
+
+def room(store: QueueStore) -> int | None:
+    """Places left under `set_max_waiting` for jobs not started yet; None without a limit."""
+    if store.max_waiting is None:
+        return None
+    return store.max_waiting - len(store.waiting) - len(store.scheduled)
+
+
+def allowance(
+    store: QueueStore, count: int, now: int, limiter: RateLimit | None
+) -> tuple[int, int]:
+    """How many jobs a fetch of `count` may start now, and when 0, the ms to wait."""
+    if store.limit_until:
+        if store.limit_until > now:
+            return 0, store.limit_until - now
+        store.limit_until = 0
+    for limit, window in ((store.rate, store.windows["queue"]), (limiter, store.windows["worker"])):
+        if limit is None:
+            continue
+        start, used = window
+        if now >= start + limit.duration:
+            start, used = now, 0
+        if used >= limit.max:
+            return 0, start + limit.duration - now
+        count = min(count, limit.max - used)
+    if store.concurrency > 0:
+        if len(store.active) >= store.concurrency:
+            return 0, _CONCURRENCY_POLL_MS
+        count = min(count, store.concurrency - len(store.active))
+    return count, 0
+
+
+def charge(store: QueueStore, used: int, now: int, limiter: RateLimit | None) -> None:
+    """Count `used` started jobs against the rate windows in force."""
+    if used <= 0:
+        return
+    for limit, window in ((store.rate, store.windows["queue"]), (limiter, store.windows["worker"])):
+        if limit is None:
+            continue
+        if now >= window[0] + limit.duration:
+            window[0], window[1] = now, 0
+        window[1] += used
+
+
+def limit_for(store: QueueStore, ms: int, now: int) -> None:
+    """No worker of the queue starts a job for `ms` (Worker.rate_limit)."""
+    if ms > 0 and now + ms > store.limit_until:
+        store.limit_until = now + ms
+    store.notify()
+
+
+def hand_back(store: QueueStore, job_id: str, entry: str, delay: int, now: int) -> str:
+    """A processor raised RateLimitError: the job goes back to the stream without using an
+    attempt, and the queue stops starting jobs for `delay` ms. 'ok', 'stale' or 'missing'."""
+    limit_for(store, delay, now)
+    rec = store.leave_active(job_id, entry)
+    if isinstance(rec, str):
+        return rec
+    store.to_stream(rec, now)
+    store.emit("waiting", job_id, reason="rate-limited")
+    store.notify()
+    return "ok"
+
+
+def idle(store: QueueStore, now: int) -> bool:
+    """Nothing runs and nothing could start now: no job is active, and no job is runnable
+    or no worker would take one (none started, all paused, queue paused, limits in force)."""
+    if store.active:
+        return False
+    if store.paused:
+        return True
+    takers = [w for w in store.workers if w._accepting()]
+    if not any(allowance(store, 1, now, w.opts.limiter)[0] > 0 for w in takers):
+        return True
+    if store.waiting:
+        return False
+    return not any(s % SHIFT <= now for s in store.scheduled.scores.values())

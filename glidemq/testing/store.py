@@ -1,0 +1,537 @@
+"""The state of one in-memory queue and every transition of its jobs.
+
+Each method is the counterpart of one function of the server library (glidemq.lua) and keeps
+its rules: the states, what a call returns for a missing or busy job, retention, events.
+All calls run on the event loop thread, so each is atomic like an FCALL.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+from collections import deque
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from ..limits import RateLimit
+from .clock import Clock
+
+__all__ = ["FINISHED", "SHIFT", "Event", "JobRecord", "QueueStore"]
+
+SHIFT = 2**42  # priority band width of the scheduled set, as on the server
+_EVENTS_MAXLEN = 1000
+FINISHED = ("completed", "failed")
+
+Event = tuple[str, str, str | None, dict[str, str]]
+"""An event as the events stream holds it: (entry id, event name, job id, other fields)."""
+
+
+class Owner(Protocol):
+    """A worker running jobs of this store."""
+
+    _started_at: int
+
+    @property
+    def opts(self) -> Any: ...
+
+    @property
+    def consumer(self) -> str: ...
+
+    def _accepting(self) -> bool: ...
+
+    def _on_revoked(self, job_id: str) -> None: ...
+
+
+@dataclass(slots=True, eq=False)
+class JobRecord:
+    """A job as stored: the fields of the job hash plus its log."""
+
+    id: str
+    name: str
+    data: bytes
+    opts: dict[str, Any]
+    timestamp: int
+    max_attempts: int
+    delay: int
+    priority: int
+    state: str
+    attempts_made: int = 0
+    processed_on: int | None = None
+    finished_on: int | None = None
+    returnvalue: bytes | None = None
+    failed_reason: str | None = None
+    stacktrace: str | None = None
+    progress: bytes | None = None
+    parent_id: str | None = None
+    expire_at: int | None = None
+    revoked: bool = False
+    stalled_count: int = 0
+    dead_letter: bool = False
+    step: str | None = None
+    sid: str | None = None
+    owner: Owner | None = None
+    logs: list[str] = field(default_factory=list)
+
+
+class _ZSet:
+    """A sorted set: members ordered by (score, member), as Valkey orders them."""
+
+    def __init__(self) -> None:
+        self.scores: dict[str, int] = {}
+
+    def __len__(self) -> int:
+        return len(self.scores)
+
+    def __contains__(self, member: str) -> bool:
+        return member in self.scores
+
+    def add(self, member: str, score: int) -> None:
+        self.scores[member] = score
+
+    def remove(self, member: str) -> bool:
+        return self.scores.pop(member, None) is not None
+
+    def ordered(self) -> list[str]:
+        return sorted(self.scores, key=lambda m: (self.scores[m], m))
+
+    def by_score(self, low: int, high: int) -> list[str]:
+        return [m for m in self.ordered() if low <= self.scores[m] <= high]
+
+
+class QueueStore:
+    """One queue held in memory: jobs, the stream of waiting jobs, the scheduled set,
+    the finished sets, deduplication entries, the pause flag and the events."""
+
+    def __init__(self, name: str, clock: Clock) -> None:
+        self.name = name
+        self.clock = clock
+        self._waiters: list[asyncio.Future[None]] = []
+        self.event_listeners: list[Callable[[Event], None]] = []
+        self.workers: set[Owner] = set()  # started workers of this queue
+        self._event_seq = 0  # never reset: event ids keep growing across obliterate
+        self.reset()
+
+    def reset(self) -> None:
+        """Forget everything (obliterate)."""
+        self.jobs: dict[str, JobRecord] = {}
+        self.last_id = 0
+        self.waiting: dict[str, str] = {}  # entry id -> job id, in stream order
+        self.active: dict[str, str] = {}  # entry id -> job id, jobs held by workers
+        self.scheduled = _ZSet()
+        self.finished = {"completed": _ZSet(), "failed": _ZSet(), "dlq": _ZSet()}
+        self.dedup: dict[str, tuple[str, int]] = {}
+        self.paused = False
+        # limits (glidemq/testing/limits.py) and outcomes kept for add_and_wait
+        self.max_waiting: int | None = None
+        self.concurrency = 0
+        self.rate: RateLimit | None = None
+        self.windows = {"queue": [0, 0], "worker": [0, 0]}  # rate windows: [start, used]
+        self.limit_until = 0
+        self.metrics: dict[str, dict[int, int]] = {"completed": {}, "failed": {}}
+        self.watched: dict[str, int] = {}
+        self.outcomes: dict[str, JobRecord] = {}
+        self.events: deque[Event] = deque(maxlen=_EVENTS_MAXLEN)
+        self._entry_ms = 0
+        self._entry_seq = 0
+
+    # -- change notification -------------------------------------------------------------
+
+    def notify(self) -> None:
+        """Wake everything waiting for a change of this queue (workers, finish waits)."""
+        waiters, self._waiters = self._waiters, []
+        for future in waiters:
+            if not future.done():
+                with contextlib.suppress(RuntimeError):  # its event loop is gone
+                    future.set_result(None)
+
+    async def changed(self, timeout: float | None) -> None:
+        """Return after the next change, or after `timeout` seconds."""
+        future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._waiters.append(future)
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(future, timeout)
+
+    def emit(self, event: str, job_id: str | None, **fields: Any) -> None:
+        """Append to the event log (the events stream of the real queue)."""
+        self._event_seq += 1
+        entry = (
+            f"{self.clock.now_ms()}-{self._event_seq}",
+            event,
+            job_id,
+            {k: str(v) for k, v in fields.items()},
+        )
+        self.events.append(entry)
+        for listener in list(self.event_listeners):
+            listener(entry)
+
+    # -- placement -----------------------------------------------------------------------
+
+    def _entry_id(self, now: int) -> str:
+        if now > self._entry_ms:
+            self._entry_ms, self._entry_seq = now, 0
+        else:
+            self._entry_seq += 1
+        return f"{self._entry_ms}-{self._entry_seq}"
+
+    def to_stream(self, rec: JobRecord, now: int) -> None:
+        """Append the job to the stream: it is waiting."""
+        entry = self._entry_id(now)
+        self.waiting[entry] = rec.id
+        rec.state, rec.sid = "waiting", entry
+
+    def enqueue(self, rec: JobRecord, run_at: int, now: int) -> str:
+        """Put a job where a worker finds it: the stream, or the scheduled set."""
+        if run_at > now:
+            self.scheduled.add(rec.id, rec.priority * SHIFT + run_at)
+            rec.state = "delayed"
+        elif rec.priority > 0:
+            self.scheduled.add(rec.id, rec.priority * SHIFT + now)
+            rec.state = "prioritized"
+        else:
+            self.to_stream(rec, now)
+        self.notify()
+        return rec.state
+
+    def unlink_waiting(self, rec: JobRecord) -> None:
+        """Take a job not yet running out of the stream or the scheduled set."""
+        if rec.state == "waiting":
+            if rec.sid is not None:
+                self.waiting.pop(rec.sid, None)
+        elif rec.state in ("delayed", "prioritized"):
+            self.scheduled.remove(rec.id)
+
+    def delete(self, job_id: str) -> None:
+        """Delete the job and its log (its place in any set is the caller's to clear)."""
+        self.jobs.pop(job_id, None)
+
+    # -- adding --------------------------------------------------------------------------
+
+    def add(
+        self,
+        name: str,
+        data: bytes,
+        opts: dict[str, Any],
+        now: int,
+        delay: int,
+        priority: int,
+        attempts: int,
+        ttl: int,
+        custom_id: str | None,
+    ) -> str:
+        """Add a job; returns its id, or 'duplicate' when the custom id exists."""
+        if custom_id:
+            if custom_id in self.jobs:
+                return "duplicate"
+            job_id = custom_id
+        else:
+            self.last_id += 1
+            while str(self.last_id) in self.jobs:  # skip ids a custom id already took
+                self.last_id += 1
+            job_id = str(self.last_id)
+        rec = JobRecord(job_id, name, data, opts, now, attempts, delay, priority, "waiting")
+        if ttl > 0:
+            rec.expire_at = now + ttl
+        self.jobs[job_id] = rec
+        self.enqueue(rec, now + delay, now)
+        if not opts.get("skipEvents"):
+            self.emit("added", job_id, name=name)
+        return job_id
+
+    def dedup_check(self, dedup_id: str, ttl: int, mode: str, now: int, room: int | None) -> str:
+        """Whether a job with this deduplication id may be added now: 'add', 'skipped', or
+        'full' (`room`: places left under the queue's max waiting, None without a limit).
+        Debounce replaces the previous job while it is delayed or prioritized."""
+        entry = self.dedup.get(dedup_id)
+        if entry is None:
+            return "add"
+        prev_id, prev_ts = entry
+        prev = self.jobs.get(prev_id)
+        prev_state = prev.state if prev is not None else None
+        if mode == "simple":
+            busy = prev_state is not None and prev_state not in FINISHED
+        elif mode == "throttle":
+            busy = now - prev_ts < ttl
+        elif prev is not None and prev_state in ("delayed", "prioritized"):
+            if room is not None and room + 1 <= 0:
+                return "full"
+            self.scheduled.remove(prev_id)
+            self.delete(prev_id)
+            self.emit("removed", prev_id, reason="debounced")
+            busy = False
+        else:
+            busy = prev_state is not None and prev_state not in FINISHED
+        return "skipped" if busy else "add"
+
+    # -- taking and finishing ------------------------------------------------------------
+
+    def promote(self, now: int) -> None:
+        """Move due delayed jobs of priority 0 to the stream."""
+        for job_id in self.scheduled.by_score(0, now):
+            self._move_to_stream(job_id, now)
+
+    def _move_to_stream(self, job_id: str, now: int) -> None:
+        self.scheduled.remove(job_id)
+        rec = self.jobs.get(job_id)
+        if rec is not None:
+            self.to_stream(rec, now)
+
+    def _due_bands(self, now: int, n: int) -> list[str]:
+        """Prioritized jobs (and due delayed ones with a priority) in admission order."""
+        out: list[str] = []
+        for job_id in self.scheduled.ordered():
+            if len(out) >= n:
+                break
+            score = self.scheduled.scores[job_id]
+            if score >= SHIFT and score % SHIFT <= now:
+                out.append(job_id)
+        return out
+
+    def next_due(self, now: int) -> int | None:
+        """When the next scheduled job not yet due becomes due, if any."""
+        later = [s % SHIFT for s in self.scheduled.scores.values() if s % SHIFT > now]
+        return min(later) if later else None
+
+    def take(self, n: int, owner: Owner, now: int, emit: bool) -> list[JobRecord] | None:
+        """Activate up to `n` jobs for `owner`: waiting ones in stream order, then due
+        prioritized ones in priority order. None while the queue is paused."""
+        if self.paused:
+            return None
+        out: list[JobRecord] = []
+        if n <= 0:
+            return out
+        if len(self.waiting) < n:
+            for job_id in self._due_bands(now, n - len(self.waiting)):
+                self._move_to_stream(job_id, now)
+        for entry in list(self.waiting)[:n]:
+            job_id = self.waiting.pop(entry)
+            rec = self.jobs.get(job_id)
+            if rec is None or rec.state != "waiting":
+                continue
+            self.active[entry] = job_id
+            rec.state, rec.processed_on, rec.sid, rec.owner = "active", now, entry, owner
+            out.append(rec)
+            if emit:
+                self.emit("active", job_id)
+        return out
+
+    def leave_active(self, job_id: str, entry: str) -> JobRecord | str:
+        """Take a job out of the active state: its record, or 'stale' when `entry` no longer
+        holds it, or 'missing' when it was deleted meanwhile."""
+        if self.active.get(entry) != job_id:
+            return "stale"
+        del self.active[entry]
+        rec = self.jobs.get(job_id)
+        if rec is None:
+            return "missing"
+        rec.owner = None
+        return rec
+
+    def _retain(self, kind: str, now: int, keep_count: int, keep_age: int) -> None:
+        zset = self.finished[kind]
+        if keep_count > 0 and len(zset) > keep_count:
+            for job_id in zset.ordered()[: min(len(zset) - keep_count, 1000)]:
+                zset.remove(job_id)
+                self.delete(job_id)
+        if keep_age > 0:
+            for job_id in zset.by_score(-(2**62), now - keep_age * 1000)[:1000]:
+                zset.remove(job_id)
+                self.delete(job_id)
+
+    def _count(self, kind: str, now: int) -> None:
+        minute = now // 60_000
+        counts = self.metrics[kind]
+        counts[minute] = counts.get(minute, 0) + 1
+
+    def _keep_outcome(self, rec: JobRecord) -> None:
+        # add_and_wait learns the outcome even when retention deletes the job at once.
+        if rec.id in self.watched:
+            self.outcomes[rec.id] = dataclasses.replace(rec, logs=[])
+
+    def complete(
+        self, job_id: str, entry: str, rv: bytes, keep: tuple[int, int], now: int, emit: bool
+    ) -> str:
+        """Record a success: 'ok', or 'stale'/'missing' when the run no longer owns the job."""
+        rec = self.leave_active(job_id, entry)
+        if isinstance(rec, str):
+            return rec
+        rec.state, rec.returnvalue, rec.finished_on = "completed", rv, now
+        self._count("completed", now)
+        self._keep_outcome(rec)
+        if keep[0] == 0:
+            self.delete(job_id)
+        else:
+            self.finished["completed"].add(job_id, now)
+            self._retain("completed", now, *keep)
+        if emit:
+            self.emit("completed", job_id, returnvalue=rv.decode())
+        self.notify()
+        return "ok"
+
+    def _final_fail(
+        self,
+        rec: JobRecord,
+        reason: str,
+        now: int,
+        keep: tuple[int, int],
+        emit: bool,
+        dead_letter: bool,
+    ) -> None:
+        rec.state, rec.failed_reason, rec.finished_on = "failed", reason, now
+        self._count("failed", now)
+        self._keep_outcome(rec)
+        if dead_letter:
+            rec.dead_letter = True
+            self.finished["dlq"].add(rec.id, now)
+        elif keep[0] == 0:
+            self.delete(rec.id)
+        else:
+            self.finished["failed"].add(rec.id, now)
+            self._retain("failed", now, *keep)
+        if emit:
+            self.emit("failed", rec.id, failedReason=reason)
+
+    def fail(
+        self,
+        job_id: str,
+        entry: str,
+        reason: str,
+        retry_delay: int,
+        keep: tuple[int, int],
+        dead_letter: bool,
+        stack: str,
+        now: int,
+        emit: bool,
+    ) -> str:
+        """Record a failed try: 'retry' (scheduled again), 'failed', 'stale' or 'missing'."""
+        rec = self.leave_active(job_id, entry)
+        if isinstance(rec, str):
+            return rec
+        rec.attempts_made += 1
+        if stack:
+            rec.stacktrace = stack
+        if retry_delay >= 0 and rec.attempts_made < rec.max_attempts and not rec.revoked:
+            rec.failed_reason = reason
+            self.enqueue(rec, now + retry_delay, now)
+            if emit:
+                self.emit("retrying", job_id, failedReason=reason, attemptsMade=rec.attempts_made)
+            return "retry"
+        self._final_fail(rec, reason, now, keep, emit, dead_letter)
+        self.notify()
+        return "failed"
+
+    def defer(self, job_id: str, entry: str) -> bool:
+        """Hand a job its worker did not finish straight back to the stream."""
+        rec = self.leave_active(job_id, entry)
+        if isinstance(rec, str) or rec.state != "active":
+            return False
+        self.to_stream(rec, self.clock.now_ms())
+        self.emit("waiting", job_id, reason="deferred")
+        self.notify()
+        return True
+
+    def move_active_to_delayed(
+        self, job_id: str, entry: str, run_at: int, now: int, step: str | None = None
+    ) -> str:
+        """A running job goes back to delayed without using an attempt; `step` (if given)
+        is what its next run sees as `job.step`."""
+        rec = self.leave_active(job_id, entry)
+        if isinstance(rec, str):
+            return rec
+        if step:
+            rec.step = step
+        state = self.enqueue(rec, run_at, now)
+        self.emit("delayed", job_id, delay=run_at - now)
+        return state
+
+    # -- single-job operations -----------------------------------------------------------
+
+    def remove(self, job_id: str) -> str:
+        """'1' removed, '0' unknown, 'ERR:ACTIVE' while running."""
+        rec = self.jobs.get(job_id)
+        if rec is None:
+            return "0"
+        if rec.state == "active":
+            return "ERR:ACTIVE"
+        self.unlink_waiting(rec)
+        for zset in self.finished.values():
+            zset.remove(job_id)
+        self.delete(job_id)
+        self.emit("removed", job_id)
+        self.notify()
+        return "1"
+
+    def revoke(self, job_id: str, now: int) -> str:
+        """Fail a job not started yet ('revoked'); flag a running one ('flagged')."""
+        rec = self.jobs.get(job_id)
+        if rec is None:
+            return "0"
+        if rec.state in FINISHED:
+            return "ERR:FINISHED"
+        rec.revoked = True
+        if rec.state == "active":
+            self.emit("revoked", job_id, state="active")
+            if rec.owner is not None:
+                rec.owner._on_revoked(job_id)
+            return "flagged"
+        self.unlink_waiting(rec)
+        self._final_fail(rec, "revoked", now, (-1, 0), True, False)
+        self.notify()
+        return "revoked"
+
+    def change_priority(self, job_id: str, priority: int, now: int) -> str:
+        rec = self.jobs.get(job_id)
+        if rec is None:
+            return "0"
+        rec.priority = priority
+        if rec.state == "delayed":
+            old = self.scheduled.scores.get(job_id, now)
+            self.scheduled.add(job_id, priority * SHIFT + old % SHIFT)
+            return "delayed"
+        if rec.state in ("waiting", "prioritized"):
+            self.unlink_waiting(rec)
+            return self.enqueue(rec, now, now)
+        return "ERR:STATE"
+
+    def change_delay(self, job_id: str, delay: int, now: int) -> str:
+        rec = self.jobs.get(job_id)
+        if rec is None:
+            return "0"
+        if rec.state != "delayed":
+            return "ERR:STATE"
+        self.scheduled.remove(job_id)
+        rec.delay = delay
+        return self.enqueue(rec, now + delay, now)
+
+    def promote_job(self, job_id: str, now: int) -> str:
+        rec = self.jobs.get(job_id)
+        if rec is None:
+            return "0"
+        if rec.state != "delayed":
+            return "ERR:STATE"
+        self.scheduled.remove(job_id)
+        rec.delay = 0
+        state = self.enqueue(rec, now, now)
+        self.emit("promoted", job_id)
+        return state
+
+    def update(
+        self, job_id: str, *, data: bytes | None = None, progress: bytes | None = None
+    ) -> bool:
+        rec = self.jobs.get(job_id)
+        if rec is None:
+            return False
+        if data is not None:
+            rec.data = data
+        if progress is not None:
+            rec.progress = progress
+            self.emit("progress", job_id, data=progress.decode())
+        return True
+
+    def log(self, job_id: str, lines: Iterable[str]) -> int:
+        rec = self.jobs.get(job_id)
+        if rec is None:
+            return 0
+        rec.logs.extend(lines)
+        return len(rec.logs)
