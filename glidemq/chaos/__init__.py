@@ -1,0 +1,13 @@
+"""The chaos suite (`glidemq-chaos`): run glidemq under faults and check that no job is lost.
+
+Scenarios live in `glidemq.chaos.scenarios` (see `glidemq.chaos.scenario` for how to write
+one); docs/CHAOS.md describes them, the guarantees and the measured numbers.
+"""
+
+from __future__ import annotations
+
+from .registry import register, scenarios
+from .run import ChaosRun, Fault
+from .scenario import FleetSettings, Scenario
+
+__all__ = ["ChaosRun", "Fault", "FleetSettings", "Scenario", "register", "scenarios"]

@@ -1,0 +1,248 @@
+"""Running one scenario from start to verdict.
+
+Server up -> `prepare` -> fleet (`glidemq-run`) ready -> producer and `inject` together ->
+drain (until every job finished or `--drain-timeout`) -> fleet drained with SIGTERM ->
+ledger collected from the job hashes, the events stream and the processors' files ->
+invariants -> `check` -> result. `cleanup` and the server's stop always run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import random
+import shutil
+import tempfile
+import time
+import uuid
+from dataclasses import fields, replace
+from pathlib import Path
+from typing import Any
+
+from ..connection import ConnectionOptions, close_client, create_client
+from ..keys import QueueKeys
+from ..queue import Queue
+from .app import DIR_ENV
+from .collect import EventsTail, read_jobs, read_leftovers
+from .fleet import Fleet
+from .invariants import check_invariants
+from .ledger import read_executions
+from .producer import Producer
+from .result import build_result
+from .run import ChaosRun
+from .scenario import FleetSettings, Scenario
+from .target import start_target
+
+__all__ = ["PROCESSOR", "resolve_settings", "run_scenario"]
+
+PROCESSOR = "glidemq.chaos.app:process"
+# Clients of the chaos process itself: a dead server must not hold a call for 10 s.
+_REQUEST_TIMEOUT_MS = 2000
+_GRACE = 5.0
+
+
+def resolve_settings(defaults: FleetSettings, args: argparse.Namespace) -> FleetSettings:
+    """The scenario's defaults with every common flag given on the command line applied."""
+    given = {
+        f.name: getattr(args, f.name)
+        for f in fields(FleetSettings)
+        if getattr(args, f.name, None) is not None
+    }
+    return replace(defaults, **given)
+
+
+def _fleet_args(run: ChaosRun) -> list[str]:
+    s = run.settings
+    argv = [
+        "--queue", run.queue_name,
+        "--url", run.worker_url,
+        "--procs", str(s.procs),
+        "--concurrency", str(s.concurrency),
+        "--lock-duration", str(s.lock_duration_ms),
+        "--stalled-interval", str(s.stalled_interval_ms),
+        "--heartbeat-timeout", f"{s.heartbeat_timeout:g}",
+        "--grace", f"{_GRACE:g}",
+        "--status-interval", "0",
+        "--connect-timeout", "30",
+    ]  # fmt: skip
+    if s.sandbox:
+        argv.append("--sandbox")
+    return argv
+
+
+async def _monitor(run: ChaosRun, queue: Queue[Any, Any]) -> None:
+    """Keep `run.progress` current and print a progress line every 2 s."""
+    p = run.progress
+    last_say, last_done, last_t = 0.0, 0, time.monotonic()
+    while True:
+        try:
+            c = await queue.get_job_counts()
+        except Exception:  # the server may be down on purpose: read again
+            p.errors += 1
+            await asyncio.sleep(0.1)
+            continue
+        p.completed, p.failed = c.completed, c.failed
+        p.done = c.completed + c.failed
+        p.waiting, p.active = c.waiting + c.prioritized + c.delayed, c.active
+        p.peak_backlog = max(p.peak_backlog, p.waiting)
+        p.read_at = time.time()
+        now = time.monotonic()
+        if now - last_say >= 2.0:
+            rate = (p.done - last_done) / max(now - last_t, 1e-6)
+            procs = len(run.fleet.workers()) if run.fleet else 0
+            run.say(
+                f"{p.done:,}/{run.jobs:,} done ({rate:,.0f}/s), backlog {p.waiting:,}, "
+                f"active {p.active}, failed {p.failed}, {procs} procs"
+            )
+            last_say, last_done, last_t = now, p.done, now
+        await asyncio.sleep(0.1)
+
+
+async def _drain(run: ChaosRun, producer: Producer, timeout: float) -> bool:
+    """Wait until every enqueued job finished; False when `timeout` passed first."""
+    deadline = time.monotonic() + timeout
+    while run.progress.done < producer.enqueued:
+        if time.monotonic() > deadline:
+            return False
+        await asyncio.sleep(0.05)
+    return True
+
+
+async def _cancel(task: asyncio.Task[Any] | None) -> None:
+    if task is not None and not task.done():
+        task.cancel()
+        with contextlib.suppress(BaseException):
+            await task
+
+
+async def run_scenario(scenario: Scenario, args: argparse.Namespace) -> dict[str, Any]:
+    """Run `scenario` once with `args` (common flags plus its own) and return the result."""
+    settings = resolve_settings(scenario.defaults, args)
+    seed = args.seed if args.seed is not None else random.SystemRandom().randrange(1, 2**31)
+    if args.workdir:
+        workdir = Path(args.workdir) / f"{scenario.name}-{seed}"
+        workdir.mkdir(parents=True, exist_ok=True)
+        keep = True
+    else:
+        workdir = Path(tempfile.mkdtemp(prefix=f"glidemq-chaos-{scenario.name}-"))
+        keep = False
+    target = start_target(scenario.server, args.url)
+    run = ChaosRun(
+        scenario=scenario.name,
+        args=args,
+        settings=settings,
+        seed=seed,
+        jobs=args.jobs,
+        target=target,
+        queue_name=f"chaos-{scenario.name}-{seed}-{uuid.uuid4().hex[:6]}",
+        workdir=workdir,
+        quiet=args.quiet,
+    )
+    run.say(f"seed {seed}, {args.jobs:,} jobs, server {target.describe()} {target.url}")
+    queue: Queue[Any, Any] | None = None
+    observer: Queue[Any, Any] | None = None
+    tail_client = None
+    tail: EventsTail | None = None
+    tasks: dict[str, asyncio.Task[Any]] = {}
+    ok = False
+    try:
+        await scenario.prepare(run)
+        # The producer talks to the server as the workers do (through a proxy, if the
+        # scenario put one in between); the run's own eyes connect directly.
+        timeout = {"request_timeout_ms": _REQUEST_TIMEOUT_MS}
+        direct = ConnectionOptions.from_url(run.target.url, **timeout)
+        keys = QueueKeys(run.queue_name)
+        observer = Queue(run.queue_name, connection=direct)
+        await observer.get_job_counts()  # connects and loads the library
+        queue = run.queue = Queue(
+            run.queue_name, connection=ConnectionOptions.from_url(run.worker_url, **timeout)
+        )
+        tail_client = await create_client(direct, name="glidemq-chaos-tail")
+        tail = EventsTail(tail_client, keys)
+        tasks["tail"] = asyncio.create_task(tail.run())
+        exec_dir = workdir / "exec"
+        exec_dir.mkdir(exist_ok=True)
+        run.fleet = Fleet(
+            PROCESSOR, _fleet_args(run), {DIR_ENV: str(exec_dir)}, workdir / "glidemq-run.log"
+        )
+        run.fleet.start()
+        await run.fleet.wait_ready(settings.procs)
+        run.say(f"{settings.procs} worker processes ready (supervisor pid {run.fleet.pid})")
+        tasks["monitor"] = asyncio.create_task(_monitor(run, observer))
+        producer = run.producer = Producer(
+            queue,
+            args.jobs,
+            job_ms=settings.job_ms,
+            attempts=settings.attempts,
+            rate=settings.rate,
+            on_enqueued=run.ledger.enqueued,
+        )
+        run.started_at = time.time()
+        produce = asyncio.create_task(producer.run())
+        inject = asyncio.create_task(scenario.inject(run))
+        try:
+            await asyncio.wait_for(asyncio.gather(produce, inject), args.timeout)
+        except TimeoutError:
+            run.problem(f"producing and injecting faults took over --timeout {args.timeout:g} s")
+        if producer.done.is_set():
+            run.extra.setdefault("produce_s", round(producer.finished_at - producer.started_at, 3))
+        run.extra.setdefault("producer_retries", producer.retries)
+        drained = await _drain(run, producer, args.drain_timeout)
+        drained_at = time.time()
+        if not drained:
+            run.problem(
+                f"not every job finished within the drain deadline of {args.drain_timeout:g} s"
+            )
+        run.say("draining the fleet (SIGTERM)")
+        code = await run.fleet.stop(_GRACE + 15)
+        run.extra["fleet_exit_code"] = code
+        if code != 0:
+            run.problem(f"glidemq-run did not drain cleanly (exit code {code})")
+        await _cancel(tasks.pop("monitor"))
+        tail.stop()
+        with contextlib.suppress(asyncio.TimeoutError):
+            await asyncio.wait_for(tasks.pop("tail"), 10)
+        await tail.count_missed()
+        enqueued = [e["job_id"] for e in run.ledger.events if e["event"] == "enqueued"]
+        if len(enqueued) < args.jobs:
+            run.problem(f"only {len(enqueued)} of {args.jobs} jobs were enqueued")
+        records = await read_jobs(tail_client, keys, enqueued)
+        leftovers = await read_leftovers(tail_client, keys)
+        executions = read_executions(exec_dir)
+        run.ledger.extend(executions.events)
+        verdict = check_invariants(enqueued, records, leftovers, tail, executions)
+        scenario.check(run)
+        for rec in records.values():
+            if rec.state == "completed" and rec.finished_on is not None:
+                run.ledger.add("completed", rec.job_id, rec.finished_on, rec.result_pid)
+            elif rec.state == "failed" and rec.finished_on is not None:
+                run.ledger.add(
+                    "failed", rec.job_id, rec.finished_on, None, reason=rec.failed_reason
+                )
+        result = build_result(run, len(enqueued), verdict, records, executions, tail, drained_at)
+        ok = bool(result["ok"])
+        return result
+    finally:
+        for name in list(tasks):
+            await _cancel(tasks.pop(name))
+        try:
+            await scenario.cleanup(run)
+        finally:
+            if args.ledger_out:
+                run.ledger.write(Path(args.ledger_out))
+            if run.fleet is not None:
+                run.fleet.kill_all()
+            if observer is not None and ok and not target.embedded:
+                # a server we were lent: take the run's queue away (kept when it failed)
+                with contextlib.suppress(Exception):
+                    await observer.obliterate(force=True)
+            for q in (queue, observer):
+                if q is not None:
+                    await q.close()
+            await close_client(tail_client)
+            target.stop()
+            if keep or not ok:
+                run.say(f"logs and ledger kept in {workdir}")
+            else:
+                shutil.rmtree(workdir, ignore_errors=True)

@@ -1,0 +1,95 @@
+"""What a chaos scenario is: its fleet settings and the hooks the runner calls.
+
+A scenario is a `Scenario` subclass in a module of `glidemq.chaos.scenarios`, decorated with
+`@register`. The runner (`glidemq.chaos.runner`) does everything else: it starts the server,
+the `glidemq-run` fleet and the producer, calls the hooks, drains, collects the ledger and
+checks the invariants. Order of the hooks in one run:
+
+1. `unavailable(args)`: a reason to skip the scenario (and `all` reports it), or None;
+2. `prepare(run)`: the server is up, nothing else runs yet; may set `run.worker_url`, the
+   address the fleet and the producer use (a proxy in front of the server, for instance;
+   the run's own monitoring and the final collection always use `run.target.url`);
+3. `inject(run)`: runs concurrently with the producer and the fleet; injects the faults,
+   recording each with `run.fault(...)`; the run drains once it and the producer returned;
+4. `check(run)`: the fleet has stopped and the ledger is collected; add scenario-specific
+   invariant failures with `run.problem(...)`;
+5. `cleanup(run)`: always, last (stop a proxy, restart a node left down, ...).
+"""
+
+from __future__ import annotations
+
+import argparse
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, ClassVar
+
+if TYPE_CHECKING:
+    from .run import ChaosRun
+
+__all__ = ["FleetSettings", "Scenario", "ServerKind"]
+
+ServerKind = str
+"""Which server the runner starts when no `--url` is given: `standalone`, `aof` (standalone
+with `appendonly yes`, `appendfsync everysec`) or `cluster` (3 primaries + 3 replicas)."""
+
+SERVER_KINDS: tuple[ServerKind, ...] = ("standalone", "aof", "cluster")
+
+
+@dataclass(frozen=True)
+class FleetSettings:
+    """Per-scenario defaults of the common flags (each one can be overridden on the command
+    line). Times: `_ms` in milliseconds, otherwise seconds.
+
+    procs / concurrency / sandbox: the `glidemq-run` fleet; job_ms: how long the fixture
+    processor sleeps per job; attempts: job attempts (retries absorb sandbox crashes);
+    faults: how many faults `inject` injects; rate: producer jobs per second (0: as fast as
+    it can); lock_duration_ms / stalled_interval_ms / heartbeat_timeout: passed to
+    `glidemq-run`, small so a stalled job is recovered within seconds.
+    """
+
+    procs: int = 2
+    concurrency: int = 8
+    job_ms: float = 20.0
+    sandbox: bool = False
+    attempts: int = 1
+    faults: int = 1
+    rate: float = 0.0
+    lock_duration_ms: int = 1500
+    stalled_interval_ms: int = 500
+    heartbeat_timeout: float = 5.0
+
+
+class Scenario:
+    """Base class of a chaos scenario; override `inject` and, when needed, the other hooks.
+
+    Class attributes: `name` (the subcommand), `summary` (one line for `--help`), `server`
+    (a `ServerKind`), `controls_server` (True when the scenario kills, restarts or fails over
+    the server itself, so it cannot run against `--url`), `defaults` (`FleetSettings`).
+    """
+
+    name: ClassVar[str] = ""
+    summary: ClassVar[str] = ""
+    server: ClassVar[ServerKind] = "standalone"
+    controls_server: ClassVar[bool] = False
+    defaults: ClassVar[FleetSettings] = FleetSettings()
+
+    def add_arguments(self, parser: argparse.ArgumentParser) -> None:
+        """Add flags of this scenario only (the common ones exist already)."""
+
+    def unavailable(self, args: argparse.Namespace) -> str | None:
+        """Why this scenario cannot run with these arguments here, or None."""
+        if self.controls_server and getattr(args, "url", None):
+            return f"{self.name} controls the server itself and cannot run against --url"
+        return None
+
+    async def prepare(self, run: ChaosRun) -> None:
+        """Called once the server is up, before the fleet and the producer start."""
+
+    async def inject(self, run: ChaosRun) -> None:
+        """Inject the faults while jobs flow; return when done (the run then drains)."""
+        raise NotImplementedError
+
+    def check(self, run: ChaosRun) -> None:
+        """Scenario-specific invariants, after the drain; report with `run.problem`."""
+
+    async def cleanup(self, run: ChaosRun) -> None:
+        """Always called last, even when the run failed."""

@@ -1,0 +1,108 @@
+"""The ledger arithmetic and the invariant check, on hand-made ledgers (no server needed:
+these are pure functions over timestamps and job records)."""
+
+from __future__ import annotations
+
+from glidemq.chaos.analysis import (
+    duplicates,
+    max_redelivery,
+    max_stall,
+    pre_fault_rate,
+    recovery_time,
+)
+from glidemq.chaos.collect import JobRecord, QueueLeftovers
+from glidemq.chaos.invariants import check_invariants
+from glidemq.chaos.ledger import Executions
+
+
+def _steady(start: float, end: float, per_s: int) -> list[float]:
+    n = int((end - start) * per_s)
+    return [start + i / per_s for i in range(n)]
+
+
+def test_recovery_is_when_throughput_is_back_to_half() -> None:
+    # 100/s for 3 s, nothing for 1.5 s after the fault at t=3, then 100/s again
+    times = _steady(0, 3, 100) + _steady(4.5, 8, 100)
+    assert pre_fault_rate(times, 3.0, 0.0) == 100.0
+    rec = recovery_time(times, 3.0, 0.0)
+    assert rec is not None
+    # the first half-second window at half the rate starts 0.25 s before the resumption
+    assert 1.2 <= rec <= 1.5
+
+
+def test_recovery_is_zero_when_throughput_never_halves() -> None:
+    times = _steady(0, 3, 100) + _steady(3, 6, 70)
+    assert recovery_time(times, 3.0, 0.0) == 0.0
+
+
+def test_recovery_unknown_without_history_or_without_comeback() -> None:
+    assert recovery_time(_steady(0, 3, 100), 0.2, 0.0) is None  # no pre-fault window
+    assert recovery_time(_steady(0, 3, 100), 3.0, 0.0) is None  # nothing after the fault
+
+
+def test_duplicates_count_finished_runs_redeliveries_count_starts() -> None:
+    started = {"a": [(1.0, 10), (3.0, 11)], "b": [(1.0, 10)], "c": [(1.0, 10), (2.5, 12)]}
+    processed = {"a": [(1.1, 10), (3.1, 11)], "b": [(1.1, 10)], "c": [(2.6, 12)]}
+    d = duplicates(started, processed)
+    assert (d.duplicates, d.duplicate_jobs, d.redelivered_jobs, d.extra_starts) == (1, 1, 2, 2)
+    assert max_redelivery(started) == (2.0, "a")
+    assert max_redelivery({"b": [(1.0, 10)]}) == (0.0, None)
+
+
+def test_stall_time_is_from_the_cut_off_start_to_the_stalled_event() -> None:
+    started = {"a": [(1.0, 10), (9.0, 11)], "c": [(1.0, 10), (2.0, 12), (5.0, 13)]}
+    # a: started at 1, handed back at 3 (then waited in the queue until 9)
+    # c: cut off twice; the second time it sat from 2 to 4.5
+    stalled = {"a": [3.0], "c": [1.8, 4.5]}
+    assert max_stall(started, stalled) == (2.5, "c")
+    assert max_stall(started, {}) == (0.0, None)
+
+
+def _rec(job_id: str, state: str | None, **kw: object) -> JobRecord:
+    base: dict[str, object] = {
+        "finished_on": 5.0 if state in ("completed", "failed") else None,
+        "returnvalue": {"id": job_id, "pid": 10} if state == "completed" else None,
+        "failed_reason": "boom" if state == "failed" else None,
+        "attempts_made": 0,
+        "stalled_count": 0,
+    }
+    base.update(kw)
+    return JobRecord(job_id=job_id, state=state, **base)  # type: ignore[arg-type]
+
+
+def test_invariants_pass_on_a_clean_ledger() -> None:
+    records = {"j0": _rec("j0", "completed"), "j1": _rec("j1", "failed")}
+    left = QueueLeftovers(0, 0, 1, 1, frozenset({"j0"}))
+    ex = Executions()
+    ex.started["j0"].append((1.0, 10))
+    v = check_invariants(["j0", "j1"], records, left, None, ex)
+    assert (v.completed, v.failed, v.lost_ids, v.problems) == (1, 1, [], [])
+    assert v.failure_reasons == {"boom": 1}
+
+
+def test_invariants_name_each_broken_rule() -> None:
+    records = {
+        "j0": _rec("j0", "completed", returnvalue={"id": "j9", "pid": 10}),  # someone else's
+        "j1": _rec("j1", "failed", failed_reason=""),  # no reason
+        "j2": _rec("j2", "active"),  # stuck
+        "j3": _rec("j3", None),  # hash gone
+        "j4": _rec("j4", "completed", returnvalue={"id": "j4", "pid": 99}),  # unknown pid
+    }
+    left = QueueLeftovers(2, 3, 3, 1, frozenset({"j0", "j2", "j4"}))
+    ex = Executions()
+    ex.started["j4"].append((1.0, 10))
+    v = check_invariants(["j0", "j1", "j2", "j3", "j4"], records, left, None, ex)
+    assert sorted(v.lost_ids) == ["j2", "j3"]
+    assert v.stuck == {"active": 1, "missing": 1}
+    text = "\n".join(v.problems)
+    for expected in (
+        "2 jobs lost (1 active, 1 missing)",
+        "without their own result: j0",
+        "failed without a reason: j1",
+        "never saw run them: j4",
+        "2 entries still pending",
+        "3 entries left in the stream",
+        "hash says otherwise: j2",
+        "completed set holds 3 jobs, the hashes say 2",
+    ):
+        assert expected in text, text
