@@ -10,30 +10,46 @@ async with Worker("emails", send, concurrency=50):
 
 from __future__ import annotations
 
+from .broadcast import Broadcast, BroadcastWorker
 from .connection import ConnectionOptions
 from .errors import (
     BatchError,
+    ChaosError,
     ConnectionError,
+    CostExceedsCapacityError,
+    CrossSlotError,
+    CycleError,
     DelayedError,
+    DuplicateJobError,
     GlideMQError,
+    JobFailedError,
     JobNotFoundError,
     JobStateError,
     JobTimeoutError,
     LibraryError,
     PayloadTooLargeError,
+    QueueFullError,
+    RateLimitError,
     ServerError,
     UnrecoverableError,
     UnsupportedOptionError,
     ValidationError,
+    WaitingChildrenError,
 )
 from .events import QueueEvent, QueueEvents
+from .flow import FlowJob, FlowProducer, JobNode
 from .job import Job
+from .limits import RateLimit, TokenBucket
 from .processor import ProcessorSpec, processor
+from .queries import Metrics, WorkerInfo
 from .queue import JobCounts, Queue
+from .retry import RetryPolicy
 from .sandbox import SandboxOptions
+from .scheduler import JobScheduler, JobTemplate
 from .shutdown import GracefulShutdown
 from .types import Backoff, BatchOptions, Deduplication, JobOptions, KeepJobs, WorkerOptions
 from .worker import Processor, Worker
+from .workflows import Dag, DagNode, chain, chord, dag, group
 
 __version__ = "0.1.0"
 
@@ -41,33 +57,60 @@ __all__ = [
     "Backoff",
     "BatchError",
     "BatchOptions",
+    "Broadcast",
+    "BroadcastWorker",
+    "ChaosError",
     "ConnectionError",
     "ConnectionOptions",
+    "CostExceedsCapacityError",
+    "CrossSlotError",
+    "CycleError",
+    "Dag",
+    "DagNode",
     "Deduplication",
     "DelayedError",
+    "DuplicateJobError",
+    "FlowJob",
+    "FlowProducer",
     "GlideMQError",
     "GracefulShutdown",
     "Job",
     "JobCounts",
+    "JobFailedError",
+    "JobNode",
     "JobNotFoundError",
     "JobOptions",
+    "JobScheduler",
     "JobStateError",
+    "JobTemplate",
     "JobTimeoutError",
     "KeepJobs",
     "LibraryError",
+    "Metrics",
     "PayloadTooLargeError",
     "Processor",
     "ProcessorSpec",
     "Queue",
     "QueueEvent",
     "QueueEvents",
+    "QueueFullError",
+    "RateLimit",
+    "RateLimitError",
+    "RetryPolicy",
     "SandboxOptions",
     "ServerError",
+    "TokenBucket",
     "UnrecoverableError",
     "UnsupportedOptionError",
     "ValidationError",
+    "WaitingChildrenError",
     "Worker",
+    "WorkerInfo",
     "WorkerOptions",
     "__version__",
+    "chain",
+    "chord",
+    "dag",
+    "group",
     "processor",
 ]

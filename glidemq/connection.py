@@ -24,6 +24,7 @@ from glide import ConnectionError as _GlideConnectionError
 from glide import GlideError as _GlideError
 
 from .errors import ConnectionError, ValidationError
+from .retry import DEFAULT_RETRY, RetryPolicy
 
 __all__ = ["Client", "ConnectionOptions", "create_client", "resolve_connection"]
 
@@ -51,7 +52,8 @@ class ConnectionOptions:
 
     Build it directly, or from a URL with `ConnectionOptions.from_url`:
     `valkey://[user:password@]host:port[/db]`, `valkeys://` for TLS, several `host:port`
-    separated by commas (or `?cluster=1`) for a cluster.
+    separated by commas (or `?cluster=1`) for a cluster. `retry` says how failed calls are
+    retried (`glidemq.retry`).
     """
 
     addresses: tuple[tuple[str, int], ...] = (("127.0.0.1", 6379),)
@@ -62,6 +64,7 @@ class ConnectionOptions:
     database: int = 0
     request_timeout_ms: int = DEFAULT_REQUEST_TIMEOUT_MS
     client_name: str | None = None
+    retry: RetryPolicy = field(default=DEFAULT_RETRY, compare=False, repr=False)
     extra: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
 
     def __post_init__(self) -> None:
@@ -76,6 +79,8 @@ class ConnectionOptions:
             raise ValidationError("request_timeout_ms", "must be positive")
         if self.cluster and self.database != 0:
             raise ValidationError("database", "a cluster has only database 0")
+        if not isinstance(self.retry, RetryPolicy):
+            raise ValidationError("retry", "must be a glidemq.RetryPolicy")
 
     @classmethod
     def from_url(cls, url: str, **overrides: Any) -> ConnectionOptions:

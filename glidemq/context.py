@@ -7,18 +7,16 @@ layout of each FCALL lives in exactly one place.
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
-from glide import ClosingError as _GlideClosing
-from glide import ConnectionError as _GlideConnectionError
 from glide import GlideError as _GlideError
-from glide import TimeoutError as _GlideTimeout
 
 from .connection import Client
-from .errors import ConnectionError, JobNotFoundError, JobStateError, ServerError
-from .functions import call
+from .errors import JobNotFoundError, JobStateError, ServerError
+from .functions import ensure_library
 from .keys import QueueKeys
+from .retry import DEFAULT_RETRY, RETRY_SAFE_FUNCTIONS, RetryPolicy, retrying, to_glidemq_error
 
 __all__ = ["QueueContext", "now_ms"]
 
@@ -35,30 +33,95 @@ def _s(value: bytes | str | int | None) -> str:
 
 
 class QueueContext:
-    """A queue's keys bound to a connected client."""
+    """A queue's keys bound to a connected client.
 
-    __slots__ = ("client", "compress", "keys", "name")
+    Calls are retried as `glidemq.retry` says. The owner may swap `client` at any time (a
+    renewed connection); `on_transport_failure` / `on_success` tell it how calls fare, and
+    `keep_trying` (when set) returning False ends retries early (the owner is closing).
+    """
 
-    def __init__(self, client: Client, keys: QueueKeys, *, compress: bool = False) -> None:
+    __slots__ = (
+        "client",
+        "compress",
+        "keep_trying",
+        "keys",
+        "name",
+        "on_success",
+        "on_transport_failure",
+        "retry",
+    )
+
+    def __init__(
+        self,
+        client: Client,
+        keys: QueueKeys,
+        *,
+        compress: bool = False,
+        retry: RetryPolicy = DEFAULT_RETRY,
+    ) -> None:
         self.client = client
         self.keys = keys
         self.name = keys.name
         self.compress = compress
+        self.retry = retry
+        self.on_transport_failure: Callable[[], Awaitable[None]] | None = None
+        self.on_success: Callable[[], None] | None = None
+        self.keep_trying: Callable[[], bool] | None = None
 
-    async def fcall(self, function: str, keys: Sequence[str], args: Sequence[str | bytes]) -> Any:
-        """Call a library function on this queue's slot."""
-        return await call(self.client, function, keys, args)
+    def _client(self) -> Client:
+        return self.client
 
-    async def command(self, coro: Any) -> Any:
-        """Await a plain client command, mapping client errors into the glidemq tree."""
+    async def fcall(
+        self,
+        function: str,
+        keys: Sequence[str],
+        args: Sequence[str | bytes],
+        *,
+        safe: bool | None = None,
+    ) -> Any:
+        """Call a library function on this queue's slot. `safe` (default: from
+        `RETRY_SAFE_FUNCTIONS`) allows a retry after a failure that may have run it."""
+        key_list, arg_list = list(keys), list(args)
+
+        async def send(client: Client) -> Any:
+            return await client.fcall(function, keys=key_list, arguments=arg_list)
+
+        return await retrying(
+            send,
+            self._client,
+            what=function,
+            safe=function in RETRY_SAFE_FUNCTIONS if safe is None else safe,
+            policy=self.retry,
+            reload_library=ensure_library,
+            on_transport_failure=self.on_transport_failure,
+            on_success=self.on_success,
+            keep_trying=self.keep_trying,
+        )
+
+    async def command(
+        self, call: Callable[[Client], Awaitable[Any]] | Awaitable[Any], *, safe: bool = True
+    ) -> Any:
+        """Run a plain client command, errors mapped into the glidemq tree.
+
+        Given `lambda client: client.hget(...)` it is retried (after an ambiguous failure only
+        when `safe`, the default: plain commands are mostly reads); given an awaitable it is
+        tried once.
+        """
+        if callable(call):
+            return await retrying(
+                call,
+                self._client,
+                what="command",
+                safe=safe,
+                policy=self.retry,
+                on_transport_failure=self.on_transport_failure,
+                on_success=self.on_success,
+                keep_trying=self.keep_trying,
+            )
         try:
-            return await coro
+            return await call
         except _GlideError as exc:
-            # A time-out is a transport failure, as in functions.call: the server is gone or stuck.
-            transport = isinstance(exc, _GlideConnectionError | _GlideClosing | _GlideTimeout)
-            if transport or "connection" in str(exc).lower():
-                raise ConnectionError(f"{type(exc).__name__}: {exc}") from exc
-            raise ServerError(str(exc)) from exc
+            raise to_glidemq_error(exc, "command") from exc
 
     # -- keys of the common call shapes -------------------------------------------------
 
@@ -105,11 +168,13 @@ class QueueContext:
 
     async def get_fields(self, job_id: str) -> dict[bytes, bytes] | None:
         """The job's hash, or None when it does not exist."""
-        h = await self.command(self.client.hgetall(self.keys.job(job_id)))
+        key = self.keys.job(job_id)
+        h = await self.command(lambda c: c.hgetall(key))
         return h or None
 
     async def get_state(self, job_id: str) -> str | None:
-        state = await self.command(self.client.hget(self.keys.job(job_id), "state"))
+        key = self.keys.job(job_id)
+        state = await self.command(lambda c: c.hget(key, "state"))
         return None if state is None else _s(state)
 
     async def retry_jobs(self, source: str, count: int, ids: Sequence[str] = ()) -> int:
@@ -118,11 +183,13 @@ class QueueContext:
         )
         return int(reply)
 
-    async def move_active_to_delayed(self, job_id: str, entry_id: str, run_at: int) -> str:
+    async def move_active_to_delayed(
+        self, job_id: str, entry_id: str, run_at: int, step: str = ""
+    ) -> str:
         return _s(
             await self.fcall(
                 "glidemq_moveActiveToDelayed",
                 self.job_op_keys,
-                [str(now_ms()), job_id, entry_id, str(run_at), "1"],
+                [str(now_ms()), job_id, entry_id, str(run_at), "1", step],
             )
         )

@@ -6,23 +6,37 @@ from collections.abc import Sequence
 
 __all__ = [
     "BatchError",
+    "ChaosError",
     "ConnectionError",
+    "CostExceedsCapacityError",
+    "CrossSlotError",
+    "CycleError",
     "DelayedError",
+    "DuplicateJobError",
     "GlideMQError",
+    "JobFailedError",
     "JobNotFoundError",
     "JobStateError",
     "JobTimeoutError",
     "LibraryError",
     "PayloadTooLargeError",
+    "QueueFullError",
+    "RateLimitError",
     "ServerError",
     "UnrecoverableError",
     "UnsupportedOptionError",
     "ValidationError",
+    "WaitingChildrenError",
 ]
 
 
 class GlideMQError(Exception):
     """Root of every error glidemq raises on purpose."""
+
+
+class ChaosError(GlideMQError):
+    """A chaos run (`glidemq-chaos`) could not be set up, e.g. its worker fleet never
+    became ready; the run's verdict is then unknown, not a failure of the queue."""
 
 
 class ValidationError(GlideMQError, ValueError):
@@ -45,6 +59,31 @@ class PayloadTooLargeError(ValidationError):
 
 class UnsupportedOptionError(ValidationError):
     """An option the wire protocol names but this version does not enforce yet."""
+
+
+class CostExceedsCapacityError(ValidationError):
+    """A job's token cost is larger than its token bucket's capacity: it could never run.
+    Amounts are in tokens (`cost`, `capacity`)."""
+
+    def __init__(self, cost: float, capacity: float) -> None:
+        super().__init__("cost", f"{cost:g} tokens exceed the token bucket capacity {capacity:g}")
+        self.cost = cost
+        self.capacity = capacity
+
+
+class RateLimitError(GlideMQError):
+    """Raised by a processor: put the job back (no attempt is counted) and, when `delay` ms
+    is given, stop the whole queue's workers from starting jobs for that long (as
+    `Worker.rate_limit(delay)` does)."""
+
+    def __init__(self, delay: int = 0) -> None:
+        if isinstance(delay, bool) or not isinstance(delay, int) or delay < 0:
+            raise ValidationError("delay", f"must be an integer number of ms >= 0, got {delay!r}")
+        super().__init__(delay)  # args = (delay,): rebuilt as it was across a process boundary
+        self.delay = delay
+
+    def __str__(self) -> str:
+        return f"rate limited for {self.delay} ms" if self.delay else "rate limited"
 
 
 class ConnectionError(GlideMQError):
@@ -81,6 +120,43 @@ class JobTimeoutError(GlideMQError, TimeoutError):
     """A job ran longer than its timeout, or a wait for a job ran out of time."""
 
 
+class JobFailedError(GlideMQError):
+    """The job a caller waited for failed for good (`Queue.add_and_wait`).
+
+    `reason` is the job's failedReason, `stacktrace` the processor's traceback when known.
+    """
+
+    def __init__(
+        self, queue: str, job_id: str, reason: str | None, stacktrace: str | None = None
+    ) -> None:
+        super().__init__(f"job {job_id!r} of queue {queue!r} failed: {reason}")
+        self.queue = queue
+        self.job_id = job_id
+        self.reason = reason
+        self.stacktrace = stacktrace
+
+
+class QueueFullError(GlideMQError):
+    """An add was refused because the queue holds its maximum of jobs not yet started
+    (`Queue.set_max_waiting`). Nothing of a refused job was written.
+
+    From `add_bulk`: `results` is the list `add_bulk` would have returned (None for items
+    not added) and `refused` the indexes of the items refused by the limit.
+    """
+
+    def __init__(
+        self,
+        queue: str,
+        results: Sequence[object] | None = None,
+        refused: Sequence[int] | None = None,
+    ) -> None:
+        n = len(refused) if refused is not None else 1
+        super().__init__(f"queue {queue!r} is full: {n} job(s) refused")
+        self.queue = queue
+        self.results = list(results) if results is not None else []
+        self.refused = list(refused) if refused is not None else []
+
+
 class UnrecoverableError(GlideMQError):
     """Raised by a processor: fail the job now, without using its remaining attempts."""
 
@@ -98,3 +174,38 @@ class BatchError(GlideMQError):
     def __init__(self, results: Sequence[object], message: str = "some jobs in the batch failed"):
         super().__init__(message)
         self.results = list(results)
+
+
+class WaitingChildrenError(DelayedError):
+    """Raised after `Job.move_to_waiting_children`: the job waits for its children, not failed."""
+
+
+class CycleError(ValidationError):
+    """Jobs of a flow or DAG depend on each other in a circle; `cycle` lists them in order
+    (the first one again at the end). Raised before anything is written."""
+
+    def __init__(self, cycle: Sequence[str]) -> None:
+        super().__init__("flow", "dependency cycle: " + " -> ".join(cycle))
+        self.cycle = list(cycle)
+
+
+class CrossSlotError(GlideMQError):
+    """A flow in a cluster uses queues whose keys hash to different slots; one atomic call
+    cannot reach them. `slots` maps each queue to its slot. Raised before anything is written."""
+
+    def __init__(self, slots: dict[str, int]) -> None:
+        listed = ", ".join(f"{q!r}: {s}" for q, s in sorted(slots.items(), key=lambda x: x[1]))
+        super().__init__(
+            "a flow's queues must share one cluster slot, these do not: "
+            f"{listed} (pick queue names with the same slot, see glidemq.keys.queue_slot)"
+        )
+        self.slots = dict(slots)
+
+
+class DuplicateJobError(GlideMQError):
+    """A flow names a custom job id that already exists; nothing of the flow was written."""
+
+    def __init__(self, queue: str, job_id: str) -> None:
+        super().__init__(f"job {job_id!r} exists in queue {queue!r}; the flow was not added")
+        self.queue = queue
+        self.job_id = job_id

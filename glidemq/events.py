@@ -8,12 +8,14 @@ from dataclasses import dataclass, field
 from types import TracebackType
 from typing import Any, Self
 
-from glide import MaxId, MinId, StreamReadOptions
+from glide import GlideError, MaxId, MinId, StreamReadOptions
 
 from .connection import Client, ConnectionLike, close_client, create_client, resolve_connection
 from .emitter import Emitter
 from .errors import GlideMQError
 from .keys import DEFAULT_PREFIX, QueueKeys
+from .retry import to_glidemq_error
+from .watchdog import Renewal
 
 __all__ = ["QueueEvent", "QueueEvents"]
 
@@ -80,7 +82,12 @@ class QueueEvents:
         self._client = await create_client(self.connection, name=f"glidemq-events-{self.name}")
         if self.last_id == "$":
             # Pin the position now, so nothing between start() and the first read is missed.
-            info = await self._client.xrevrange(self.keys.events, MaxId(), MinId(), 1)
+            try:
+                info = await self._client.xrevrange(self.keys.events, MaxId(), MinId(), 1)
+            except GlideError as exc:
+                await close_client(self._client)
+                self._client = None
+                raise to_glidemq_error(exc, "events: reading the last id") from exc
             self.last_id = self._last(info)
         self._queue = asyncio.Queue(self.buffer_size)
         self._task = asyncio.get_running_loop().create_task(self._read_loop())
@@ -92,6 +99,17 @@ class QueueEvents:
             return first.decode()
         return "0-0"
 
+    async def _renew_client(self) -> None:
+        try:
+            client = await create_client(self.connection, name=f"glidemq-events-{self.name}")
+        except GlideMQError:
+            return  # the read loop tries again later
+        if self._client is None:  # closed meanwhile
+            await close_client(client)
+            return
+        old, self._client = self._client, client
+        await close_client(old)
+
     @property
     def closed(self) -> bool:
         """True once `close()` was called."""
@@ -100,6 +118,10 @@ class QueueEvents:
     async def _read_loop(self) -> None:
         assert self._queue is not None
         backoff = 0.05
+        # valkey-glide never notices a connection gone silent: after reads kept failing for
+        # longer than one read may take, a new client replaces it (once the server answers).
+        renewal = Renewal(self.connection, self._renew_client)
+        renewal.stale_after += self.block_timeout / 1000
         while self._client is not None:
             try:
                 reply = await self._client.xread(
@@ -107,12 +129,14 @@ class QueueEvents:
                     StreamReadOptions(block_ms=self.block_timeout, count=500),
                 )
                 backoff = 0.05
+                renewal.ok()
             except asyncio.CancelledError:
                 raise
             except Exception as exc:
                 if self.closed:
                     return
                 self.events.emit("error", GlideMQError(f"events read failed: {exc}"))
+                await renewal.failed()
                 await asyncio.sleep(backoff)
                 backoff = min(backoff * 2, 5.0)
                 continue

@@ -5,12 +5,17 @@ worker's dedicated client, after which the entries are activated in one call."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import time
 from typing import TYPE_CHECKING, Any
 
+from glide import GlideError as _GlideError
 from glide import StreamGroupOptions, StreamReadGroupOptions
 
 from .context import now_ms
 from .errors import GlideMQError, ServerError
+from .limiting import limiter_args
+from .retry import to_glidemq_error
 
 if TYPE_CHECKING:
     from .worker import Worker
@@ -24,16 +29,21 @@ class Fetcher:
     def __init__(self, worker: Worker[Any, Any]) -> None:
         self.worker = worker
         self.drained_emitted = False
+        self.limiter = limiter_args(worker.opts)  # max, duration passed with every fetch
+        self.limited_ms = 0  # > 0: a queue-wide limit stopped the last fetch for this long
+        # For the Watchdog: whether the loop wants jobs, and when a fetch last succeeded.
+        self.wants = False
+        self.progress_at = time.monotonic()
+        self.error_at = float("-inf")
 
     async def ensure_group(self) -> None:
         """Create the `workers` group from id 0, so jobs added before any worker count."""
         w = self.worker
-        assert w._client is not None
+        assert w._ctx is not None
+        stream, opts = w.keys.stream, StreamGroupOptions(make_stream=True)
         try:
-            await w._client.xgroup_create(
-                w.keys.stream, "workers", "0", StreamGroupOptions(make_stream=True)
-            )
-        except Exception as exc:
+            await w._ctx.command(lambda c: c.xgroup_create(stream, "workers", "0", opts))
+        except ServerError as exc:
             if "BUSYGROUP" not in str(exc):
                 raise ServerError(f"cannot create the consumer group: {exc}") from exc
 
@@ -45,18 +55,26 @@ class Fetcher:
         while not w._closing:
             try:
                 if w._paused or w._free() <= 0 or w._flushes or w._pending:
+                    self.wants = False
                     w._wake.clear()
                     await w._wake.wait()
                     continue
+                if not self.wants:
+                    self.wants, self.progress_at = True, time.monotonic()
                 got = await self.fetch_now()
+                self.progress_at = time.monotonic()
                 if got is None:  # queue paused on the server
                     await asyncio.sleep(min(0.5, w.opts.block_timeout / 1000))
+                elif got == 0 and self.limited_ms:
+                    await self.wait_limit()
                 elif got == 0:
                     await self.fetch_blocking()
+                    self.progress_at = time.monotonic()
                 backoff = 0.05
             except asyncio.CancelledError:
                 raise
             except GlideMQError as exc:
+                self.error_at = time.monotonic()
                 if "NOGROUP" in str(exc):
                     try:
                         await self.ensure_group()
@@ -66,6 +84,15 @@ class Fetcher:
                 w.events.emit("error", exc)
                 await asyncio.sleep(backoff)
                 backoff = min(backoff * 2, 5.0)
+
+    async def wait_limit(self) -> None:
+        """A queue-wide limit stopped the fetch: sleep until it may pass (or this worker
+        frees a slot itself), not in a blocking read that would take jobs over the limit."""
+        w = self.worker
+        w._wake.clear()
+        with contextlib.suppress(TimeoutError):
+            timeout = min(self.limited_ms, w.opts.block_timeout) / 1000
+            await asyncio.wait_for(w._wake.wait(), timeout)
 
     async def fetch_now(self) -> int | None:
         """Take up to the free slots without blocking; None when the queue is paused."""
@@ -77,11 +104,12 @@ class Fetcher:
             reply = await w._ctx.fcall(
                 "glidemq_completeAndFetchNext",
                 w._ctx.fetch_keys,
-                [str(now_ms()), w.consumer, str(n), w._emit_flag, "0"],
+                [str(now_ms()), w.consumer, str(n), w._emit_flag, "0", *self.limiter],
             )
             w._start_jobs(reply[1])
         finally:
             w._reserved -= n
+        self.limited_ms = int(reply[3]) if len(reply) > 3 else 0
         if reply[2] == 1:
             return None
         return len(reply[1]) // 3
@@ -105,13 +133,13 @@ class Fetcher:
                     w.consumer,
                     StreamReadGroupOptions(block_ms=w.opts.block_timeout, count=n),
                 )
-            except Exception as exc:
+            except _GlideError as exc:
                 if w._closing:
                     return
-                raise ServerError(f"blocking read failed: {exc}") from exc
+                raise to_glidemq_error(exc, "blocking read") from exc
             if not reply:
                 return
-            args = [str(now_ms()), w._emit_flag]
+            args = [str(now_ms()), w._emit_flag, *self.limiter]
             for entries in reply.values():
                 for entry_id, fields in entries.items():
                     job_id = next(
@@ -122,7 +150,7 @@ class Fetcher:
                 await w._ctx.fcall(
                     "glidemq_deferActive",
                     [w.keys.stream, w.keys.events],
-                    [w.consumer, *args[2:]],
+                    [w.consumer, *args[4:]],
                 )
                 return
             flat = await w._ctx.fcall("glidemq_moveToActive", w._ctx.fetch_keys, args)

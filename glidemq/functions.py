@@ -16,14 +16,11 @@ from importlib import resources
 from typing import Any
 
 from glide import AllPrimaries, GlideClusterClient
-from glide import ClosingError as _GlideClosing
-from glide import ConnectionError as _GlideConnectionError
-from glide import GlideError as _GlideError
 from glide import RequestError as _RequestError
-from glide import TimeoutError as _GlideTimeout
 
 from .connection import Client
-from .errors import ConnectionError, LibraryError, ServerError
+from .errors import LibraryError, ServerError
+from .retry import DEFAULT_RETRY, RETRY_SAFE_FUNCTIONS, RetryPolicy, is_missing_function, retrying
 
 __all__ = [
     "LIBRARY_NAME",
@@ -35,8 +32,8 @@ __all__ = [
 ]
 
 LIBRARY_NAME = "glidemq"
-LIBRARY_VERSION = 8
-LIBRARY_SOURCE_SHA256 = "5c66a9cf72755d6b712e390874f9384d7be9f2d0530d47fbc908425380256716"
+LIBRARY_VERSION = 9
+LIBRARY_SOURCE_SHA256 = "124f2963c97bcadb8c7418b409da84a7ec755e78b1a9f3e21faf4391b3637cfa"
 _PLACEHOLDER = "__GLIDEMQ_LIBRARY_VERSION__"
 _VERSION_KEY = "{glidemq}:_"
 
@@ -60,9 +57,7 @@ def source_sha256() -> str:
     return hashlib.sha256(raw_library_source().encode()).hexdigest()
 
 
-def _is_missing_function(exc: BaseException) -> bool:
-    text = str(exc).lower()
-    return "function not found" in text or "no such function" in text
+_is_missing_function = is_missing_function
 
 
 def _parse_version(value: Any) -> int | None:
@@ -93,7 +88,6 @@ async def _loaded_versions(client: Client) -> list[int | None]:
         raise
 
 
-_TRANSPORT = (_GlideConnectionError, _GlideClosing, _GlideTimeout)
 # one lock per event loop: an asyncio.Lock must not be shared between loops
 _load_locks: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, asyncio.Lock] = (
     weakref.WeakKeyDictionary()
@@ -111,8 +105,10 @@ async def ensure_library(client: Client) -> None:
     if lock is None:
         lock = _load_locks[loop] = asyncio.Lock()
     async with lock:
+        what = "cannot load the glidemq function library"
         try:
-            versions = await _loaded_versions(client)
+            # Reading versions and loading identical text are both safe to repeat.
+            versions = await retrying(_loaded_versions, lambda: client, what=what, safe=True)
             if all(v == LIBRARY_VERSION for v in versions):
                 return
             newer = [v for v in versions if v is not None and v > LIBRARY_VERSION]
@@ -121,31 +117,42 @@ async def ensure_library(client: Client) -> None:
                     f"the server has glidemq library version {max(newer)}, newer than this "
                     f"client's {LIBRARY_VERSION}: upgrade glidemq"
                 )
-            if isinstance(client, GlideClusterClient):
-                await client.function_load(library_source(), True, AllPrimaries())
-            else:
-                await client.function_load(library_source(), True)
-        except _TRANSPORT as exc:
-            raise ConnectionError(f"cannot load the glidemq function library: {exc}") from exc
-        except _RequestError as exc:
-            raise LibraryError(f"cannot load the glidemq function library: {exc}") from exc
-        except _GlideError as exc:
-            raise ConnectionError(f"cannot load the glidemq function library: {exc}") from exc
+            await retrying(_load, lambda: client, what=what, safe=True)
+        except ServerError as exc:
+            if isinstance(exc, LibraryError):
+                raise
+            raise LibraryError(str(exc)) from exc.__cause__
+
+
+async def _load(client: Client) -> None:
+    if isinstance(client, GlideClusterClient):
+        await client.function_load(library_source(), True, AllPrimaries())
+    else:
+        await client.function_load(library_source(), True)
 
 
 async def call(
-    client: Client, function: str, keys: Sequence[str], args: Sequence[str | bytes]
+    client: Client,
+    function: str,
+    keys: Sequence[str],
+    args: Sequence[str | bytes],
+    *,
+    safe: bool | None = None,
+    policy: RetryPolicy = DEFAULT_RETRY,
 ) -> Any:
-    """FCALL a library function; reload the library once if the server lost it (restart)."""
-    for attempt in (1, 2):
-        try:
-            return await client.fcall(function, keys=list(keys), arguments=list(args))
-        except _TRANSPORT as exc:
-            raise ConnectionError(f"{function}: {type(exc).__name__}: {exc}") from exc
-        except _RequestError as exc:
-            if attempt == 2 or not _is_missing_function(exc):
-                raise ServerError(f"{function}: {exc}") from exc
-        except _GlideError as exc:
-            raise ConnectionError(f"{function}: {exc}") from exc
-        await ensure_library(client)
-    raise AssertionError("unreachable")
+    """FCALL a library function, retrying as `glidemq.retry` says; the library is loaded
+    again where a node lost it. `safe` (default: from `RETRY_SAFE_FUNCTIONS`) allows a retry
+    after a failure that may have run the call."""
+    key_list, arg_list = list(keys), list(args)
+
+    async def send(c: Client) -> Any:
+        return await c.fcall(function, keys=key_list, arguments=arg_list)
+
+    return await retrying(
+        send,
+        lambda: client,
+        what=function,
+        safe=function in RETRY_SAFE_FUNCTIONS if safe is None else safe,
+        policy=policy,
+        reload_library=ensure_library,
+    )

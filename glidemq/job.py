@@ -22,7 +22,8 @@ D = TypeVar("D")
 R = TypeVar("R")
 
 JobState = str
-"""One of: waiting, active, delayed, prioritized, completed, failed (wire protocol states)."""
+"""One of: waiting, active, delayed, prioritized, completed, failed, waiting-children,
+group-waiting, rate-limited (the wire protocol's states)."""
 
 FINISHED = ("completed", "failed")
 
@@ -53,16 +54,19 @@ class Job(Generic[D, R]):
         "_moved",
         "_worker",
         "attempts_made",
+        "cost",
         "data",
         "delay",
         "entry_id",
         "expire_at",
         "failed_reason",
         "finished_on",
+        "group_key",
         "id",
         "max_attempts",
         "name",
         "opts",
+        "ordering_key",
         "parent_id",
         "priority",
         "processed_on",
@@ -72,6 +76,7 @@ class Job(Generic[D, R]):
         "stacktrace",
         "stalled_count",
         "state",
+        "step",
         "timestamp",
     )
 
@@ -111,6 +116,12 @@ class Job(Generic[D, R]):
         self.expire_at: int | None = _opt_int(g(b"expireAt"))
         self.revoked: bool = g(b"revoked") == b"1"
         self.stalled_count: int = _int(g(b"stalledCount"))
+        # group (ordering keys included); ordering_key: set when it runs jobs one at a time
+        self.group_key: str | None = _str(g(b"groupKey"))
+        self.ordering_key: str | None = _str(g(b"orderingKey"))
+        cost = g(b"cost")  # millitokens on the wire, tokens here; None: the default, 1
+        self.cost: float | None = _int(cost) / 1000 if cost is not None else None
+        self.step: str | None = _str(g(b"step"))
         self.entry_id: str | None = entry_id or _str(g(b"sid"))
 
     @classmethod
@@ -135,7 +146,13 @@ class Job(Generic[D, R]):
         job.state = "delayed" if delay else ("prioritized" if priority else "waiting")
         job.processed_on = job.finished_on = job.returnvalue = None
         job.failed_reason = job.stacktrace = job.parent_id = job.entry_id = None
-        job.progress, job.expire_at, job.revoked, job.stalled_count = 0, None, False, 0
+        job.progress, job.revoked, job.stalled_count = 0, False, 0
+        ttl = opts.get("ttl")  # the server stores expireAt = timestamp + ttl (ttl > 0)
+        job.expire_at = timestamp + ttl if isinstance(ttl, int) and ttl > 0 else None
+        key = opts.get("orderingKey", opts.get("groupKey"))
+        job.group_key, job.cost = key, opts.get("cost")
+        job.ordering_key = key if opts.get("groupConcurrency", 1) == 1 else None
+        job.step = None
         return job
 
     def __repr__(self) -> str:
@@ -186,19 +203,50 @@ class Job(Generic[D, R]):
         """Make the current run's failure final, whatever attempts remain."""
         self._discarded = True
 
-    async def move_to_delayed(self, timestamp_ms: int) -> None:
+    async def move_to_delayed(self, timestamp_ms: int, next_step: str | None = None) -> None:
         """From inside a processor: put this running job back to delayed until `timestamp_ms`.
+        With `next_step`, the next run sees it as `job.step` (step jobs); without, the step
+        stays as it is.
 
         Always raises DelayedError, which the processor should let propagate.
         """
+        if next_step is not None and (not isinstance(next_step, str) or not next_step):
+            raise ValidationError("next_step", "must be a non-empty string or None")
         if self.entry_id is None or self._worker is None:
             raise JobStateError(self.id, "move to delayed", "only a running job can be delayed")
-        state = await self._ctx.move_active_to_delayed(self.id, self.entry_id, timestamp_ms)
+        state = await self._ctx.move_active_to_delayed(
+            self.id, self.entry_id, timestamp_ms, next_step or ""
+        )
         if state in ("stale", "missing"):
             raise JobStateError(self.id, "move to delayed", "the worker no longer owns it")
         self._moved = True
         self.state = state
+        if next_step is not None:
+            self.step = next_step
         raise DelayedError(f"job {self.id} moved to delayed until {timestamp_ms}")
+
+    # -- flows (docs/WORKFLOWS.md) ---------------------------------------------------------
+
+    async def move_to_waiting_children(self) -> None:
+        """From inside a processor: stop running until this job's pending children finished;
+        it runs again after the last one. Returns when none is pending (go on); otherwise
+        raises WaitingChildrenError, which the processor should let propagate."""
+        from .flow import move_to_waiting_children
+
+        await move_to_waiting_children(self)
+
+    async def get_children_values(self) -> dict[str, Any]:
+        """Return values of this job's completed children, by `"<queue>:<id>"`."""
+        from .flow import children_values
+
+        return await children_values(self._ctx, self.id)
+
+    async def get_ignored_children_failures(self) -> dict[str, str]:
+        """Failure reasons of children failed with `ignore_dependency_on_failure`, by
+        `"<queue>:<id>"`."""
+        from .flow import ignored_failures
+
+        return await ignored_failures(self._ctx, self.id)
 
     async def move_to_failed(self, error: BaseException) -> None:
         """From inside a processor: fail this run now with `error` (retries still apply)."""
@@ -261,25 +309,36 @@ class Job(Generic[D, R]):
         self.state = state
         return state
 
+    # The predicates group states as JobCounts does: a job waiting for a slot of its group
+    # is waiting, one held back by its group's rate limit or token bucket is delayed.
+
     async def is_completed(self) -> bool:
+        """Whether the job completed."""
         return await self.get_state() == "completed"
 
     async def is_failed(self) -> bool:
+        """Whether the job failed for good (dead letters included)."""
         return await self.get_state() == "failed"
 
     async def is_delayed(self) -> bool:
-        return await self.get_state() == "delayed"
+        """Whether the job waits for a time: delayed, or rate-limited by its group."""
+        return await self.get_state() in ("delayed", "rate-limited")
 
     async def is_active(self) -> bool:
+        """Whether a worker runs the job now."""
         return await self.get_state() == "active"
 
     async def is_waiting(self) -> bool:
-        return await self.get_state() in ("waiting", "prioritized")
+        """Whether the job waits for a worker: waiting, prioritized, or group-waiting."""
+        return await self.get_state() in ("waiting", "prioritized", "group-waiting")
+
+    async def is_waiting_children(self) -> bool:
+        """Whether the job (a flow parent) waits for its children to finish."""
+        return await self.get_state() == "waiting-children"
 
     async def is_revoked(self) -> bool:
-        revoked = await self._ctx.command(
-            self._ctx.client.hget(self._ctx.keys.job(self.id), "revoked")
-        )
+        key = self._ctx.keys.job(self.id)
+        revoked = await self._ctx.command(lambda c: c.hget(key, "revoked"))
         return bool(revoked == b"1")
 
     async def refresh(self) -> Job[D, R]:

@@ -2,11 +2,20 @@
 
 from __future__ import annotations
 
+import binascii
 import re
 
 from .errors import ValidationError
 
-__all__ = ["DEFAULT_PREFIX", "QueueKeys", "validate_job_id", "validate_queue_name"]
+__all__ = [
+    "CLUSTER_SLOTS",
+    "DEFAULT_PREFIX",
+    "QueueKeys",
+    "hash_slot",
+    "queue_slot",
+    "validate_job_id",
+    "validate_queue_name",
+]
 
 DEFAULT_PREFIX = "glide"
 # Braces would break the hash tag, ':' the key layout, glob characters the SCAN of obliterate.
@@ -14,6 +23,24 @@ _BAD_NAME = re.compile(r"[{}:*?\[\]\\\s\x00-\x1f\x7f]")
 _BAD_ID = re.compile(r"[{}:\x00-\x1f\x7f]")
 MAX_QUEUE_NAME = 200
 MAX_JOB_ID = 256
+CLUSTER_SLOTS = 16384
+
+
+def hash_slot(key: str | bytes) -> int:
+    """The cluster slot of a key: CRC16 (XMODEM) of its hash tag, or of the whole key when it
+    has none, modulo 16384 (as Valkey computes it)."""
+    raw = key.encode() if isinstance(key, str) else key
+    start = raw.find(b"{")
+    if start >= 0:
+        end = raw.find(b"}", start + 1)
+        if end > start + 1:
+            raw = raw[start + 1 : end]
+    return binascii.crc_hqx(raw, 0) % CLUSTER_SLOTS
+
+
+def queue_slot(name: str) -> int:
+    """The cluster slot every key of queue `name` lives in (its name is the hash tag)."""
+    return hash_slot("{" + validate_queue_name(name) + "}")
 
 
 def validate_queue_name(name: object) -> str:

@@ -1,20 +1,27 @@
-"""Queue: the producer and administration side of one queue."""
+"""Queue: the producer side of one queue (adding jobs, waiting for results, backpressure,
+job schedulers) and its lifecycle; reading and maintenance come from `QueueAdmin`
+(glidemq/admin.py), queue-wide limits from `QueueLimits` (glidemq/limiting.py)."""
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Iterable, Mapping
+from datetime import datetime
+from functools import partial
 from types import TracebackType
 from typing import Any, Generic, Self, TypeVar
 
 from glide import Batch, ClusterBatch, GlideClusterClient
 
+from . import backpressure, scheduler
+from .admin import JobCounts, QueueAdmin
 from .connection import Client, ConnectionLike, close_client, create_client, resolve_connection
 from .context import QueueContext, now_ms
 from .errors import (
+    CostExceedsCapacityError,
     GlideMQError,
     PayloadTooLargeError,
+    QueueFullError,
     ServerError,
     UnsupportedOptionError,
     ValidationError,
@@ -22,47 +29,39 @@ from .errors import (
 from .functions import ensure_library
 from .job import Job
 from .keys import DEFAULT_PREFIX, QueueKeys
+from .limiting import QueueLimits
+from .limits import addjob_limit_args, compact_limit_args
+from .request import ResultWaiter, default_result_ttl, validate_result_ttl
+from .retry import retry_batch
+from .scheduler import JobScheduler, JobTemplate
 from .serialize import encode_data
 from .types import JobOptions, wire_opts
+from .watchdog import queue_renewal
 
 __all__ = ["JobCounts", "Queue"]
 
 D = TypeVar("D")
 R = TypeVar("R")
 
-_STATES = ("waiting", "active", "delayed", "prioritized", "completed", "failed", "dead_letter")
 _BULK_CHUNK = 1000  # most coalesced single adds in one FCALL
 _BULK_PER_CALL = 250  # jobs per glidemq_addBulk call inside add_bulk
 _PIPELINE_CALLS = 8  # calls per pipelined batch
 
 
-@dataclass(frozen=True, slots=True)
-class JobCounts:
-    """How many jobs are in each state."""
-
-    waiting: int
-    active: int
-    delayed: int
-    prioritized: int
-    completed: int
-    failed: int
-    dead_letter: int
-    paused: bool
-
-    def as_dict(self) -> dict[str, int]:
-        """The counts by state name (without `paused`)."""
-        return {s: getattr(self, s) for s in _STATES}
+async def _exec(batch: Batch | ClusterBatch, client: Client) -> Any:
+    return await client.exec(batch, False)  # type: ignore[arg-type,unused-ignore]
 
 
 def _reply(value: Any) -> str:
     return value.decode() if isinstance(value, bytes) else str(value)
 
 
-class Queue(Generic[D, R]):
+class Queue(QueueAdmin[D, R], QueueLimits, Generic[D, R]):
     """Add jobs to a queue and manage it.
 
     `Queue("emails", connection="valkey://localhost:6379")`; use it as `async with` or call
-    `close()`. The connection is made on first use.
+    `close()`. The connection is made on first use. `result_ttl` (ms) is the default of
+    `JobOptions.result_ttl` for jobs added through this Queue.
     """
 
     def __init__(
@@ -72,8 +71,11 @@ class Queue(Generic[D, R]):
         connection: ConnectionLike = None,
         prefix: str = DEFAULT_PREFIX,
         compression: bool = False,
+        result_ttl: int | None = None,
     ) -> None:
         self.keys = QueueKeys(name, prefix)
+        self.result_ttl = validate_result_ttl(result_ttl)
+        self._results: ResultWaiter | None = None
         self.name = name
         self.connection = resolve_connection(connection)
         self.compression = compression
@@ -108,19 +110,26 @@ class Queue(Generic[D, R]):
                     await close_client(client)
                     raise
                 self._client = client
-                self._ctx = QueueContext(client, self.keys, compress=self.compression)
+                self._ctx = QueueContext(
+                    client, self.keys, compress=self.compression, retry=self.connection.retry
+                )
+                queue_renewal(self._ctx, self.connection, f"glidemq-queue-{self.name}")
         return self._ctx
 
     async def close(self) -> None:
         """Close the connection. Idempotent."""
         self._closed = True
-        client, self._client, self._ctx = self._client, None, None
+        if self._results is not None:
+            await self._results.close()
+        ctx, client, self._client, self._ctx = self._ctx, self._client, None, None
+        if ctx is not None:
+            client = ctx.client  # a renewed connection replaced the first client
         await close_client(client)
 
     # -- adding ------------------------------------------------------------------------------
 
     def _compact(self, name: Any, data: Any, opts: JobOptions) -> list[str | bytes]:
-        """The 8 per-job arguments of glidemq_addBulk."""
+        """The per-job arguments of glidemq_addBulk: 9, or 17 with limit options."""
         if not isinstance(name, str):
             raise ValidationError("name", "must be a string")
         return [
@@ -132,12 +141,14 @@ class Queue(Generic[D, R]):
             str(opts.attempts),
             str(opts.ttl),
             opts.job_id or "",
+            *compact_limit_args(opts),
         ]
 
     def _dedup_args(self, name: str, data: Any, opts: JobOptions, now: int) -> list[str | bytes]:
-        """glidemq_dedup's 20 arguments: dedup id, ttl, mode, then addJob's 17."""
+        """glidemq_dedup's 21 arguments: dedup id, ttl, mode, then addJob's 17 and lifo."""
         d = opts.deduplication
         assert d is not None
+        *group, lifo = addjob_limit_args(opts)
         return [
             d.id,
             str(d.ttl),
@@ -150,15 +161,10 @@ class Queue(Generic[D, R]):
             str(opts.priority),
             "",
             str(opts.attempts),
-            "",
-            "0",
-            "0",
-            "0",
-            "0",
-            "0",
-            "0",
+            *group,
             str(opts.ttl),
             opts.job_id or "",
+            lifo,
         ]
 
     def _added(
@@ -172,6 +178,11 @@ class Queue(Generic[D, R]):
                 raise UnsupportedOptionError("opts", "not supported by this library version")
             if job_id == "ERR:INVALID_JOB_ID":
                 raise ValidationError("job_id", "rejected by the server")
+            if job_id == "ERR:COST_EXCEEDS_CAPACITY":
+                bucket = opts.token_bucket
+                raise CostExceedsCapacityError(opts.cost or 1.0, bucket.capacity if bucket else 0)
+            if job_id == backpressure.QUEUE_FULL:
+                raise QueueFullError(self.name)
             raise ServerError(f"add: {job_id}")
         assert self._ctx is not None
         return Job._created(
@@ -194,7 +205,7 @@ class Queue(Generic[D, R]):
         Adds made in the same event-loop iteration share one round trip; each is still
         atomic on its own.
         """
-        options = JobOptions.coerce(opts)
+        options = default_result_ttl(JobOptions.coerce(opts), self.result_ttl)
         ctx = await self._context()
         if options.deduplication is not None:
             now = now_ms()
@@ -233,8 +244,12 @@ class Queue(Generic[D, R]):
         k = self.keys
         try:
             ctx = await self._context()
+            # Argument 8 of each job is its custom id: with one everywhere, a resend is harmless.
             replies = await ctx.fcall(
-                "glidemq_addBulk", [k.id, k.stream, k.scheduled, k.events], args
+                "glidemq_addBulk",
+                [k.id, k.stream, k.scheduled, k.events],
+                args,
+                safe=all(job_args[7] for job_args, _ in pending),
             )
         except BaseException as exc:
             for _, future in pending:
@@ -269,7 +284,7 @@ class Queue(Generic[D, R]):
             try:
                 if not isinstance(name, str):
                     raise ValidationError("name", "must be a string")
-                options = JobOptions.coerce(raw_opts)
+                options = default_result_ttl(JobOptions.coerce(raw_opts), self.result_ttl)
                 if options.deduplication is not None:
                     args = self._dedup_args(name, data, options, now)
                 else:
@@ -317,11 +332,20 @@ class Queue(Generic[D, R]):
         replies_by_job: list[Any] = [None] * len(items)
         for start in range(0, len(calls), _PIPELINE_CALLS):
             chunk = calls[start : start + _PIPELINE_CALLS]
-            batch: Batch | ClusterBatch = ClusterBatch(False) if cluster else Batch(False)
-            for function, keys, args, _ in chunk:
-                batch.fcall(function, keys, args)
-            replies = await ctx.command(ctx.client.exec(batch, False))  # type: ignore[arg-type,unused-ignore]
-            for (function, _, _, idx), reply in zip(chunk, replies or [], strict=True):
+            # Resent after a time-out only when every job has a custom or deduplication id.
+            safe = all(
+                items[j][2].job_id or items[j][2].deduplication for c in chunk for j in c[3]
+            )
+
+            async def send(indices: list[int], chunk: Any = chunk, safe: bool = safe) -> Any:
+                batch: Batch | ClusterBatch = ClusterBatch(False) if cluster else Batch(False)
+                for i in indices:
+                    batch.fcall(*chunk[i][:3])
+                return await ctx.command(partial(_exec, batch), safe=safe)
+
+            # A call answered MOVED / TRYAGAIN / CLUSTERDOWN did not run: it is sent again.
+            replies = await retry_batch(send, len(chunk), policy=ctx.retry)
+            for (function, _, _, idx), reply in zip(chunk, replies, strict=True):
                 if isinstance(reply, Exception):
                     raise ServerError(f"add_bulk: {reply}")
                 if function == "glidemq_addBulk":
@@ -329,164 +353,85 @@ class Queue(Generic[D, R]):
                         replies_by_job[j] = r
                 else:
                     replies_by_job[idx[0]] = reply
+            if any(backpressure.is_full(replies_by_job[j]) for c in chunk for j in c[3]):
+                break  # the queue is full: send nothing more
+        refused = backpressure.refused_items(replies_by_job)
         for (name, data, options, _), reply in zip(items, replies_by_job, strict=True):
-            out.append(self._added(reply, name, data, options, now))
+            if refused and (reply is None or backpressure.is_full(reply)):
+                out.append(None)
+            else:
+                out.append(self._added(reply, name, data, options, now))
+        if refused:
+            raise QueueFullError(self.name, out, refused)
         return out
 
-    # -- reading -----------------------------------------------------------------------------
-
-    async def get_job(self, job_id: str) -> Job[D, R] | None:
-        """The job with this id, or None."""
-        ctx = await self._context()
-        fields = await ctx.get_fields(job_id)
-        return None if fields is None else Job(ctx, fields)
-
-    async def _jobs_by_ids(self, ids: Sequence[str]) -> list[Job[D, R]]:
-        ctx = await self._context()
-        if not ids:
-            return []
-        cluster = isinstance(ctx.client, GlideClusterClient)
-        batch: Batch | ClusterBatch = ClusterBatch(False) if cluster else Batch(False)
-        for job_id in ids:
-            batch.hgetall(self.keys.job(job_id))
-        replies = await ctx.command(ctx.client.exec(batch, False))  # type: ignore[arg-type,unused-ignore]
-        return [Job(ctx, h) for h in replies or [] if isinstance(h, dict) and h]
-
-    async def get_jobs(
-        self, states: str | Sequence[str] = ("waiting",), start: int = 0, end: int = -1
-    ) -> list[Job[D, R]]:
-        """Jobs in the given state(s), `start..end` inclusive within each state.
-
-        Finished states list the newest first; the others in the order they will run.
+    async def add_and_wait(
+        self,
+        name: str,
+        data: D | None = None,
+        opts: JobOptions | Mapping[str, Any] | None = None,
+        *,
+        timeout: float | None = 30.0,
+    ) -> R:
+        """Add a job and wait until it finished: return its return value, or raise
+        JobFailedError when it failed for good, JobTimeoutError after `timeout` seconds (the
+        job is left alone). A custom `job_id` that exists waits for (or returns the outcome
+        of) that job instead of adding one. See docs/ADVANCED.md.
         """
-        wanted = [states] if isinstance(states, str) else list(states)
-        ctx = await self._context()
-        ids: list[str] = []
-        for state in wanted:
-            if state not in _STATES:
-                raise ValidationError("states", f"unknown state {state!r}; one of {_STATES}")
-            wire = "dlq" if state == "dead_letter" else state
-            reply = await ctx.fcall(
-                "glidemq_getJobIds",
-                [self.keys.stream, self.keys.scheduled],
-                [wire, str(start), str(end)],
-            )
-            ids += [_reply(x) for x in reply]
-        return await self._jobs_by_ids(ids)
+        if self._results is None:
+            self._results = ResultWaiter(self)
+        result: R = await self._results.add_and_wait(name, data, opts, timeout)
+        return result
 
-    async def get_job_counts(self) -> JobCounts:
-        """Counts of jobs by state, read in one call."""
-        ctx = await self._context()
-        r = await ctx.fcall("glidemq_getCounts", [self.keys.stream, self.keys.scheduled], [])
-        w, a, d, p, c, f, dl = (int(x) for x in r[:7])
-        return JobCounts(w, a, d, p, c, f, dl, paused=bool(int(r[7])))
+    async def set_max_waiting(self, limit: int | None) -> None:
+        """Refuse new jobs with QueueFullError while `limit` jobs have not started yet
+        (`count()`: waiting + prioritized + delayed, LIFO and jobs held back by their group
+        included); None removes the limit. Shared by all producers."""
+        await backpressure.set_max_waiting(await self._context(), limit)
 
-    async def count(self) -> int:
-        """Jobs not yet started: waiting, prioritized and delayed."""
-        c = await self.get_job_counts()
-        return c.waiting + c.prioritized + c.delayed
+    async def get_max_waiting(self) -> int | None:
+        """The queue's limit set by `set_max_waiting`, or None."""
+        return await backpressure.get_max_waiting(await self._context())
 
-    async def get_job_logs(
-        self, job_id: str, start: int = 0, end: int = -1
-    ) -> tuple[list[str], int]:
-        """The job's log lines in `start..end` and the total number of lines."""
-        ctx = await self._context()
-        key = self.keys.log(job_id)
-        lines = await ctx.command(ctx.client.lrange(key, start, end))
-        total = await ctx.command(ctx.client.llen(key))
-        return [x.decode() for x in lines], int(total)
+    # -- job schedulers (glidemq/scheduler.py) -----------------------------------------------
 
-    async def get_dead_letter_jobs(self, start: int = 0, end: int = -1) -> list[Job[D, R]]:
-        """Jobs that failed for good while their worker had `dead_letter=True`, newest first."""
-        return await self.get_jobs("dead_letter", start, end)
-
-    # -- control -----------------------------------------------------------------------------
-
-    async def pause(self) -> None:
-        """Stop workers from taking new jobs (running jobs finish)."""
-        ctx = await self._context()
-        await ctx.fcall("glidemq_pause", [self.keys.meta, self.keys.events], [])
-
-    async def resume(self) -> None:
-        """Let workers take jobs again."""
-        ctx = await self._context()
-        await ctx.fcall("glidemq_resume", [self.keys.meta, self.keys.events], [])
-
-    async def is_paused(self) -> bool:
-        ctx = await self._context()
-        return bool(await ctx.command(ctx.client.hget(self.keys.meta, "paused")) == b"1")
-
-    async def remove(self, job_id: str) -> None:
-        """Delete a job that is not running."""
-        ctx = await self._context()
-        await ctx.job_operation("glidemq_removeJob", job_id, op="remove")
-
-    async def revoke(self, job_id: str) -> str:
-        """Cancel a job: one not started fails at once with reason `revoked` ('revoked');
-        a running one is flagged and aborted by its worker ('flagged')."""
-        ctx = await self._context()
-        return await ctx.job_operation("glidemq_revoke", job_id, str(now_ms()), op="revoke")
-
-    async def retry_jobs(self, count: int = 1000, state: str = "failed") -> int:
-        """Send up to `count` failed (or completed, dead_letter) jobs back to waiting."""
-        source = {"failed": "failed", "completed": "completed", "dead_letter": "dlq"}.get(state)
-        if source is None:
-            raise ValidationError(
-                "state", f"can retry failed, completed or dead_letter, not {state!r}"
-            )
-        if isinstance(count, bool) or not isinstance(count, int) or count < 1:
-            raise ValidationError("count", "must be a positive integer")
-        ctx = await self._context()
-        return await ctx.retry_jobs(source, count)
-
-    async def drain(self, delayed: bool = False) -> int:
-        """Remove every job waiting to run (and delayed ones too if `delayed`); running jobs
-        are left alone. Returns how many were removed."""
-        ctx = await self._context()
-        cursor, removed = "-", 0
-        while True:
-            r = await ctx.fcall(
-                "glidemq_drain", ctx.job_op_keys, [cursor, "1000", "1" if delayed else "0"]
-            )
-            removed += int(r[0])
-            cursor = _reply(r[1])
-            if cursor == "0":
-                return removed
-
-    async def clean(self, grace: int, limit: int = 1000, state: str = "completed") -> list[str]:
-        """Remove up to `limit` jobs in `state` older than `grace` ms; returns their ids.
-
-        States: completed, failed, dead_letter (by finish time); waiting, delayed, prioritized
-        (by enqueue time).
-        """
-        allowed = ("completed", "failed", "dead_letter", "waiting", "delayed", "prioritized")
-        if state not in allowed:
-            raise ValidationError("state", f"must be one of {allowed}")
-        for field, value in (("grace", grace), ("limit", limit)):
-            if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-                raise ValidationError(field, "must be an integer >= 0")
-        ctx = await self._context()
-        wire = "dlq" if state == "dead_letter" else state
-        reply = await ctx.fcall(
-            "glidemq_clean", ctx.job_op_keys, [wire, str(now_ms() - grace), str(limit)]
+    async def upsert_job_scheduler(
+        self,
+        name: str,
+        *,
+        cron: str | None = None,
+        every_ms: int | None = None,
+        tz: str | None = None,
+        start_date: int | datetime | None = None,
+        end_date: int | datetime | None = None,
+        limit: int | None = None,
+        template: JobTemplate | Mapping[str, Any] | None = None,
+    ) -> JobScheduler:
+        """Create or replace the scheduler `name`: running workers add a job from `template`
+        (name, data, opts) on the `cron` expression (in time zone `tz`) or every `every_ms`,
+        from `start_date` until `end_date` or `limit` jobs. Replacing it keeps its next run
+        when the schedule is unchanged. Returns the stored scheduler."""
+        new = scheduler.build(
+            name,
+            cron=cron,
+            every_ms=every_ms,
+            tz=tz,
+            start_date=start_date,
+            end_date=end_date,
+            limit=limit,
+            template=template,
+            compress=self.compression,
         )
-        return [_reply(x) for x in reply]
+        return await scheduler.upsert(await self._context(), new, now_ms())
 
-    async def obliterate(self, force: bool = False) -> None:
-        """Delete the queue and every job in it. Refused while jobs run unless `force`."""
-        ctx = await self._context()
-        cursor = "0"
-        first = True
-        while first or cursor != "0":
-            reply = _reply(
-                await ctx.fcall(
-                    "glidemq_obliterate",
-                    [self.keys.stream, self.keys.meta],
-                    [cursor, "1" if force or not first else "0"],
-                )
-            )
-            if reply == "ERR:ACTIVE":
-                raise GlideMQError(
-                    f"queue {self.name!r} has running jobs; close the workers or pass force=True"
-                )
-            cursor, first = reply, False
+    async def get_job_scheduler(self, name: str) -> JobScheduler | None:
+        """The scheduler `name`, or None."""
+        return await scheduler.get(await self._context(), name)
+
+    async def get_job_schedulers(self) -> list[JobScheduler]:
+        """Every scheduler of the queue, the next to run first."""
+        return await scheduler.get_all(await self._context())
+
+    async def remove_job_scheduler(self, name: str) -> bool:
+        """Delete the scheduler `name` (jobs it already added stay); False if there was none."""
+        return await scheduler.remove(await self._context(), name)

@@ -1,117 +1,457 @@
-"""A worker's background duties: promote due jobs, recover stalled ones, and heartbeat the
-jobs it runs (which also tells it about revoked and lost jobs)."""
+"""Job schedulers: a template job added to a queue on a cron or fixed-interval schedule.
+
+A scheduler is one field of the queue's `schedulers` hash (field = scheduler name, value = a
+JSON entry with the schedule, the job template and the next run, in glide-mq's
+`SchedulerEntry` layout). Every running Worker fires due schedulers from its promotion loop;
+`glidemq_fireScheduler` adds the job only if the entry is still the one the worker read, and
+stores the following run in the same call, so however many workers see a due run, exactly one
+job is added for it. Each run's job has the id `repeat-<scheduler>-<run time in ms>`.
+
+Runs missed while no worker was running are not made up: the first worker to see the
+scheduler fires once (for the oldest missed run) and schedules the next run after now.
+"""
 
 from __future__ import annotations
 
-import asyncio
-from typing import TYPE_CHECKING, Any
+import dataclasses
+import functools
+import hashlib
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
 
-from .context import now_ms
-from .errors import GlideMQError
+import orjson
 
-if TYPE_CHECKING:
-    from .worker import Worker
+from .context import QueueContext
+from .cron import CronExpression, parse_cron, resolve_tz
+from .errors import GlideMQError, PayloadTooLargeError, ServerError, ValidationError
+from .keys import validate_job_id
+from .limits import addjob_limit_args
+from .serialize import encode_data
+from .types import Backoff, JobOptions, from_mapping, retention_from_wire
 
-__all__ = ["Maintenance"]
+__all__ = ["JobScheduler", "JobTemplate", "SchedulerRunner"]
 
-_PROMOTE_BATCH = 1000
-_RECLAIM_BATCH = 100
+MAX_SCHEDULER_NAME = 200  # leaves room for the run's job id
+_CAS_TRIES = 20
 
 
-class Maintenance:
-    """The three periodic loops of one started Worker, on its command client."""
+@dataclass(frozen=True, slots=True)
+class JobTemplate:
+    """The job a scheduler adds on each run: `name` (default: the scheduler's name), `data`
+    and `opts`. Each run gets its own job id, so `opts.job_id` and deduplication are refused."""
 
-    def __init__(self, worker: Worker[Any, Any]) -> None:
-        self.worker = worker
-        self.stall_cursor = "0-0"
+    name: str | None = None
+    data: Any = None
+    opts: JobOptions = field(default_factory=JobOptions)
 
-    def start(self) -> list[asyncio.Task[None]]:
-        """Start the loops; the worker cancels them when it closes."""
-        loop = asyncio.get_running_loop()
-        name = self.worker.name
-        return [
-            loop.create_task(self.promote_loop(), name=f"glidemq-promote-{name}"),
-            loop.create_task(self.stall_loop(), name=f"glidemq-stall-{name}"),
-            loop.create_task(self.heartbeat_loop(), name=f"glidemq-heartbeat-{name}"),
-        ]
+    def __post_init__(self) -> None:
+        if self.name is not None and (not isinstance(self.name, str) or not self.name):
+            raise ValidationError("template.name", "must be a non-empty string")
+        if not isinstance(self.opts, JobOptions):
+            raise ValidationError("template.opts", "must be JobOptions or a dict of them")
+        if self.opts.job_id is not None:
+            raise ValidationError(
+                "template.opts.job_id", "each run gets its own id (repeat-<scheduler>-<time>)"
+            )
+        if self.opts.deduplication is not None:
+            raise ValidationError("template.opts.deduplication", "not supported on schedulers")
 
-    async def promote_loop(self) -> None:
-        """Move due delayed jobs to the stream; sleep until the next is due (at most the
-        promotion interval, which also bounds how long prioritized jobs wait when idle)."""
-        w = self.worker
-        interval = w.opts.promotion_interval / 1000
-        while True:
-            delay = interval
+    @classmethod
+    def coerce(cls, value: JobTemplate | Mapping[str, Any] | None) -> JobTemplate:
+        """A template from a template, a dict with keys name / data / opts, or None."""
+        if value is None:
+            return cls()
+        if isinstance(value, JobTemplate):
+            return value
+        if not isinstance(value, Mapping):
+            raise ValidationError("template", f"expected JobTemplate or a dict, got {value!r}")
+        values = dict(value)
+        if values.get("opts") is None:
+            values.pop("opts", None)
+        else:
             try:
-                assert w._ctx is not None
-                now = now_ms()
-                reply = await w._ctx.fcall(
-                    "glidemq_promote",
-                    [w.keys.scheduled, w.keys.stream, w.keys.events],
-                    [str(now), str(_PROMOTE_BATCH), str(w._concurrency)],
-                )
-                next_due = int(reply[1])
-                if int(reply[0]) >= _PROMOTE_BATCH:
-                    delay = 0
-                elif next_due >= 0:
-                    delay = max(0.0, min(interval, (next_due - now_ms()) / 1000))
-            except GlideMQError as exc:
-                w.events.emit("error", exc)
-            await asyncio.sleep(delay)
+                values["opts"] = JobOptions.coerce(values["opts"])
+            except ValidationError as exc:
+                raise ValidationError(f"template.opts.{exc.field}", exc.reason) from None
+        try:
+            return from_mapping(cls, values)
+        except ValidationError as exc:
+            if exc.field.startswith("template"):
+                raise
+            raise ValidationError(f"template.{exc.field}", exc.reason) from None
 
-    async def stall_loop(self) -> None:
-        """Every stalled_interval, reclaim jobs idle longer than lock_duration (their worker
-        died or hung), walking the whole pending list with XAUTOCLAIM's cursor."""
-        w = self.worker
-        interval = w.opts.stalled_interval / 1000
-        while True:
-            await asyncio.sleep(interval)
+
+@dataclass(frozen=True, slots=True)
+class JobScheduler:
+    """A stored job scheduler. Times are epoch milliseconds.
+
+    `next_run`: when it fires next; `last_run`: the run time of its last job (None before the
+    first); `count`: jobs it has added (kept across upserts, reset by removing it);
+    `compress`: job data is stored compressed (set by a Queue with `compression=True`).
+    """
+
+    name: str
+    cron: str | None
+    every_ms: int | None
+    tz: str | None
+    start_date: int | None
+    end_date: int | None
+    limit: int | None
+    template: JobTemplate
+    next_run: int
+    last_run: int | None
+    count: int
+    compress: bool = False
+
+    def job_id(self, run: int) -> str:
+        """The id of the job this scheduler adds for the run at `run` ms."""
+        return f"repeat-{self.name}-{run}"
+
+
+# -- entries -------------------------------------------------------------------------------
+
+
+def _ms(name: str, value: object) -> int | None:
+    if value is None:
+        return None
+    if isinstance(value, datetime):
+        if value.tzinfo is None:
+            raise ValidationError(name, "a datetime must be timezone-aware")
+        return int(value.timestamp() * 1000)
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise ValidationError(name, f"must be epoch ms or an aware datetime, got {value!r}")
+    return value
+
+
+@functools.lru_cache(maxsize=256)
+def _cron(expression: str, tz: str | None) -> CronExpression:
+    return parse_cron(expression, tz)
+
+
+def _opts_from_wire(wire: Mapping[str, Any]) -> JobOptions:
+    """JobOptions from the `opts` JSON of a template (the job hash's camelCase layout)."""
+    kw: dict[str, Any] = {}
+    for key, name in (
+        ("delay", "delay"),
+        ("priority", "priority"),
+        ("attempts", "attempts"),
+        ("timeout", "timeout"),
+        ("ttl", "ttl"),
+    ):
+        if key in wire:
+            kw[name] = wire[key]
+    b = wire.get("backoff")
+    if isinstance(b, Mapping):
+        kw["backoff"] = Backoff(**{k: b[k] for k in ("type", "delay", "jitter") if k in b})
+    for key, name in (
+        ("removeOnComplete", "remove_on_complete"),
+        ("removeOnFail", "remove_on_fail"),
+    ):
+        if key in wire:
+            kw[name] = retention_from_wire(wire[key])
+    return JobOptions(**kw)
+
+
+_DEFAULT_OPTIONS = dataclasses.asdict(JobOptions())
+
+
+def _options_dict(opts: JobOptions) -> dict[str, Any]:
+    """The options that differ from the defaults, by their Python names (JobOptions.coerce
+    reads them back, nested options included)."""
+    return {k: v for k, v in dataclasses.asdict(opts).items() if v != _DEFAULT_OPTIONS.get(k)}
+
+
+def decode_entry(name: str, raw: bytes | str) -> JobScheduler:
+    """A scheduler from its stored JSON; ValidationError when it cannot be read."""
+    try:
+        e = orjson.loads(raw)
+        t = e.get("template") or {}
+        if "options" in t:  # written by glidemq
+            opts = JobOptions.coerce(t["options"])
+        else:  # written by another producer: the job-hash `opts` layout
+            opts = _opts_from_wire(t.get("opts") or {})
+        return JobScheduler(
+            name=name,
+            cron=e.get("pattern"),
+            every_ms=e.get("every"),
+            tz=e.get("tz"),
+            start_date=e.get("startDate"),
+            end_date=e.get("endDate"),
+            limit=e.get("limit"),
+            template=JobTemplate(t.get("name"), t.get("data"), opts),
+            next_run=int(e["nextRun"]),
+            last_run=e.get("lastRun"),
+            count=int(e.get("iterationCount", 0)),
+            compress=e.get("compress") is True,
+        )
+    except (orjson.JSONDecodeError, KeyError, TypeError, ValueError, AttributeError) as exc:
+        raise ValidationError(f"scheduler {name!r}", f"unreadable entry: {exc}") from None
+
+
+def encode_entry(s: JobScheduler) -> bytes:
+    """The stored JSON of a scheduler."""
+    entry: dict[str, Any] = {}
+    for key, value in (
+        ("pattern", s.cron),
+        ("every", s.every_ms),
+        ("tz", s.tz),
+        ("startDate", s.start_date),
+        ("endDate", s.end_date),
+        ("limit", s.limit),
+    ):
+        if value is not None:
+            entry[key] = value
+    # `opts` in the job hash's layout for other readers, `options` for an exact round trip
+    template: dict[str, Any] = {
+        "data": s.template.data,
+        "opts": s.template.opts.to_wire(),
+        "options": _options_dict(s.template.opts),
+    }
+    if s.template.name is not None:
+        template["name"] = s.template.name
+    entry["template"] = template
+    entry["nextRun"] = s.next_run
+    if s.last_run is not None:
+        entry["lastRun"] = s.last_run
+    entry["iterationCount"] = s.count
+    if s.compress:
+        entry["compress"] = True
+    return orjson.dumps(entry)
+
+
+def _sha1(raw: bytes) -> str:
+    # a version tag of the entry, compared with the server's redis.sha1hex
+    return hashlib.sha1(raw).hexdigest()
+
+
+# -- planning runs ---------------------------------------------------------------------------
+
+
+def _after(s: JobScheduler, ts: int) -> int:
+    """The first run strictly after `ts` (for every_ms: on the grid of its first run)."""
+    if s.cron is not None:
+        return _cron(s.cron, s.tz).next_after(ts)
+    assert s.every_ms is not None
+    anchor = s.next_run
+    if ts < anchor:
+        return anchor
+    return anchor + ((ts - anchor) // s.every_ms + 1) * s.every_ms
+
+
+def _first_run(s: JobScheduler, now: int, last_run: int | None) -> int:
+    """When a new (or re-scheduled) scheduler runs first: for cron, its first time at or after
+    max(now, start_date); for every_ms, start_date (or the next run on its grid once that
+    passed), else one interval after its last run, else now."""
+    start = max(now, s.start_date or 0)
+    if s.cron is not None:
+        return _cron(s.cron, s.tz).next_after(start - 1)
+    assert s.every_ms is not None
+    if s.start_date is not None:
+        if s.start_date >= now:
+            return s.start_date
+        return s.start_date + -(-(now - s.start_date) // s.every_ms) * s.every_ms
+    if last_run is not None:
+        return max(now, last_run + s.every_ms)
+    return now
+
+
+def _finished(s: JobScheduler, next_run: int, count: int) -> bool:
+    """True when the scheduler has no run left after `count` jobs."""
+    if s.limit is not None and count >= s.limit:
+        return True
+    return s.end_date is not None and next_run > s.end_date
+
+
+def _same_schedule(a: JobScheduler, b: JobScheduler) -> bool:
+    return (a.cron, a.every_ms, a.tz, a.start_date) == (b.cron, b.every_ms, b.tz, b.start_date)
+
+
+def build(
+    name: str,
+    *,
+    cron: str | None,
+    every_ms: int | None,
+    tz: str | None,
+    start_date: int | datetime | None,
+    end_date: int | datetime | None,
+    limit: int | None,
+    template: JobTemplate | Mapping[str, Any] | None,
+    compress: bool,
+) -> JobScheduler:
+    """A validated scheduler, not yet placed in time (next_run 0)."""
+    validate_job_id(name, "name")
+    if len(name) > MAX_SCHEDULER_NAME:
+        raise ValidationError("name", f"longer than {MAX_SCHEDULER_NAME} characters")
+    if (cron is None) == (every_ms is None):
+        raise ValidationError("cron", "give exactly one of cron= and every_ms=")
+    if every_ms is not None:
+        if isinstance(every_ms, bool) or not isinstance(every_ms, int) or every_ms < 1:
+            raise ValidationError("every_ms", f"must be an integer >= 1, got {every_ms!r}")
+        if tz is not None:
+            raise ValidationError("tz", "applies to cron schedules only")
+    if cron is not None:
+        if tz is not None:
+            resolve_tz(tz)  # a clear error for an unknown zone before the cron's own checks
+            if not isinstance(tz, str):
+                raise ValidationError("tz", "must be an IANA time zone name")
+        _cron(cron, tz)
+    start, end = _ms("start_date", start_date), _ms("end_date", end_date)
+    if start is not None and end is not None and end < start:
+        raise ValidationError("end_date", "is before start_date")
+    if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit < 1):
+        raise ValidationError("limit", f"must be an integer >= 1, got {limit!r}")
+    tmpl = JobTemplate.coerce(template)
+    try:
+        encode_data(tmpl.data, compress=compress)  # JSON-serializable, within the size limit
+    except PayloadTooLargeError as exc:
+        raise PayloadTooLargeError(exc.size, exc.limit, "template.data") from None
+    except ValidationError as exc:
+        raise ValidationError("template.data", exc.reason) from None
+    return JobScheduler(name, cron, every_ms, tz, start, end, limit, tmpl, 0, None, 0, compress)
+
+
+def place(new: JobScheduler, old: JobScheduler | None, now: int) -> JobScheduler:
+    """`new` placed in time, taking over from `old` (the stored entry of the same name): an
+    unchanged schedule keeps its next run, a changed one is planned afresh; the job count
+    carries over."""
+    count = old.count if old else 0
+    last_run = old.last_run if old else None
+    if old is not None and _same_schedule(old, new):
+        next_run = old.next_run
+    else:
+        next_run = _first_run(new, now, last_run)
+    if new.limit is not None and count >= new.limit:
+        raise ValidationError("limit", f"already reached: this scheduler added {count} jobs")
+    if new.end_date is not None and next_run > new.end_date:
+        raise ValidationError("end_date", "no run left before end_date")
+    return dataclasses.replace(new, next_run=next_run, last_run=last_run, count=count)
+
+
+# -- server calls ----------------------------------------------------------------------------
+
+
+def schedulers_key(ctx: QueueContext) -> str:
+    return ctx.keys.base + "schedulers"
+
+
+async def upsert(ctx: QueueContext, new: JobScheduler, now: int) -> JobScheduler:
+    """Store `new`, replacing the scheduler of the same name (compare-and-set: a worker
+    firing it at the same moment makes this re-read and try again)."""
+    key = schedulers_key(ctx)
+    for _ in range(_CAS_TRIES):
+        raw = await ctx.command(lambda c: c.hget(key, new.name))
+        old = None
+        if raw is not None:
             try:
-                assert w._ctx is not None
-                while True:
-                    reply = await w._ctx.fcall(
-                        "glidemq_reclaimStalled",
-                        w._ctx.fail_keys,
-                        [
-                            str(now_ms()),
-                            w.consumer,
-                            str(w.opts.lock_duration),
-                            self.stall_cursor,
-                            str(_RECLAIM_BATCH),
-                            str(w.opts.max_stalled_count),
-                            w._emit_flag,
-                            str(w._keep_fail[0]),
-                            str(w._keep_fail[1]),
-                            "1" if w.opts.dead_letter else "0",
-                        ],
-                    )
-                    cursor = reply[0].decode() if isinstance(reply[0], bytes) else str(reply[0])
-                    requeued, failed = int(reply[1]), int(reply[2])
-                    if requeued or failed:
-                        w.events.emit("stalled", requeued, failed)
-                    self.stall_cursor = cursor
-                    if cursor == "0-0":
-                        break
-            except GlideMQError as exc:
-                w.events.emit("error", exc)
+                old = decode_entry(new.name, raw)
+            except ValidationError:
+                old = None  # an unreadable entry is replaced
+        placed = place(new, old, now)
+        written = await ctx.fcall(
+            "glidemq_setScheduler",
+            [key],
+            [new.name, "" if raw is None else _sha1(raw), encode_entry(placed)],
+            safe=True,
+        )
+        if int(written) == 1:
+            return placed
+    raise ServerError(f"scheduler {new.name!r} changed under every attempt to update it")
 
-    async def heartbeat_loop(self) -> None:
-        """Keep running jobs from looking stalled; abort those revoked or taken over."""
-        w = self.worker
-        interval = min(w.opts.lock_duration / 3000, 5.0)
-        while True:
-            await asyncio.sleep(interval)
-            if not w._active:
+
+async def get(ctx: QueueContext, name: str) -> JobScheduler | None:
+    raw = await ctx.command(lambda c: c.hget(schedulers_key(ctx), name))
+    return None if raw is None else decode_entry(name, raw)
+
+
+async def get_all(ctx: QueueContext) -> list[JobScheduler]:
+    raw = await ctx.command(lambda c: c.hgetall(schedulers_key(ctx)))
+    out = [decode_entry(k.decode(), v) for k, v in (raw or {}).items()]
+    return sorted(out, key=lambda s: (s.next_run, s.name))
+
+
+async def remove(ctx: QueueContext, name: str) -> bool:
+    n = await ctx.command(lambda c: c.hdel(schedulers_key(ctx), [name]))
+    return bool(n)
+
+
+def _add_args(s: JobScheduler, run: int, now: int) -> list[str | bytes]:
+    """glidemq_addJob's arguments (the 17 and lifo) for the job of the run at `run`."""
+    opts = s.template.opts
+    *limits, lifo = addjob_limit_args(opts)
+    return [
+        s.template.name or s.name,
+        encode_data(s.template.data, compress=s.compress),
+        orjson.dumps(opts.to_wire()),
+        str(now),
+        str(opts.delay),
+        str(opts.priority),
+        "",
+        str(opts.attempts),
+        *limits,
+        str(opts.ttl),
+        s.job_id(run),
+        lifo,
+    ]
+
+
+def plan_fire(s: JobScheduler, now: int) -> tuple[bytes, int | None]:
+    """The entry to store after firing the due run `s.next_run` at `now`, and the run after
+    it (None when this was the last). Runs missed before now are skipped."""
+    count = s.count + 1
+    nxt = _after(s, max(now, s.next_run))
+    if _finished(s, nxt, count):
+        return b"", None
+    fired = dataclasses.replace(s, next_run=nxt, last_run=s.next_run, count=count)
+    return encode_entry(fired), nxt
+
+
+class SchedulerRunner:
+    """Fires the due job schedulers of one queue; each Worker's promotion loop runs one."""
+
+    def __init__(self, on_error: Callable[[BaseException], None]) -> None:
+        self.on_error = on_error
+        self._bad: set[bytes] = set()  # unreadable entries already reported
+
+    async def fire_due(self, ctx: QueueContext, now: int) -> int | None:
+        """Fire every due scheduler once; the earliest next run (ms), None if there is none."""
+        key = schedulers_key(ctx)
+        raw = await ctx.command(lambda c: c.hgetall(key))
+        if not raw:
+            return None
+        earliest: int | None = None
+        k = ctx.keys
+        for name_b, value in raw.items():
+            name = name_b.decode()
+            try:
+                s = decode_entry(name, value)
+            except ValidationError as exc:
+                if value not in self._bad:
+                    if len(self._bad) > 1000:
+                        self._bad.clear()
+                    self._bad.add(value)
+                    self.on_error(exc)
                 continue
-            try:
-                assert w._ctx is not None
-                args = [w.consumer]
-                for entry_id, (job, _) in list(w._active.items()):
-                    args += [entry_id, job.id]
-                lost, revoked = await w._ctx.fcall("glidemq_heartbeat", [w.keys.stream], args)
-                for raw in revoked:
-                    w._abort(raw.decode(), revoked=True)
-                for raw in lost:
-                    w._abort(raw.decode(), revoked=False)
-            except GlideMQError as exc:
-                w.events.emit("error", exc)
+            nxt: int | None = s.next_run
+            if s.next_run <= now:
+                try:
+                    entry, nxt = plan_fire(s, now)
+                    args = _add_args(s, s.next_run, now)
+                except GlideMQError as exc:  # a template that no longer encodes, a bad cron
+                    self.on_error(exc)
+                    continue
+                status, reply = await ctx.fcall(
+                    "glidemq_fireScheduler",
+                    [key, k.id, k.stream, k.scheduled, k.events],
+                    [name, _sha1(value), entry, *args],
+                    safe=True,
+                )
+                reply_s = reply.decode() if isinstance(reply, bytes) else str(reply)
+                if status == b"fired" and reply_s.startswith("ERR:"):
+                    self.on_error(ServerError(f"scheduler {name!r}: adding its job: {reply_s}"))
+                elif status != b"fired":
+                    nxt = None  # another worker fired it; the next read has the new entry
+            if nxt is not None and (earliest is None or nxt < earliest):
+                earliest = nxt
+        return earliest

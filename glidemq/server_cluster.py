@@ -102,10 +102,17 @@ class EmbeddedCluster:
         self._host = host
         self._primaries = primaries
         self._replicas_per_primary = replicas_per_primary
+        self._node_timeout_ms = node_timeout_ms
         self._node_args = ["--cluster-node-timeout", str(node_timeout_ms), *extra_args]
         self._nodes: list[EmbeddedValkey] = []
         # (primary port, replica port, sync id) -> when the link was first seen online
         self._online_since: dict[tuple[int, int, str], float] = {}
+
+    @property
+    def node_timeout_ms(self) -> int:
+        """``cluster-node-timeout`` of every node: a dead primary is failed over after about
+        this long (plus the election)."""
+        return self._node_timeout_ms
 
     @property
     def nodes(self) -> list[EmbeddedValkey]:

@@ -16,6 +16,7 @@ import orjson
 
 from .errors import ValidationError
 from .keys import validate_job_id
+from .limits import RateLimit, TokenBucket, check_job_limits, limits_to_wire
 
 if TYPE_CHECKING:
     from .sandbox.types import SandboxOptions
@@ -145,12 +146,31 @@ class Deduplication:
             raise ValidationError("deduplication.ttl", "throttle mode needs a ttl > 0")
 
 
+def _check_dependency_policy(opts: JobOptions) -> None:
+    """A flow child's failure policy: at most one of the two options (docs/WORKFLOWS.md)."""
+    for name in ("ignore_dependency_on_failure", "remove_dependency_on_failure"):
+        if not isinstance(getattr(opts, name), bool):
+            raise ValidationError(name, "must be a bool")
+    if opts.ignore_dependency_on_failure and opts.remove_dependency_on_failure:
+        raise ValidationError(
+            "remove_dependency_on_failure", "cannot be combined with ignore_dependency_on_failure"
+        )
+
+
 @dataclass(frozen=True, slots=True)
 class JobOptions:
     """Options of one job. Times are in milliseconds.
 
     attempts counts every try, the first included; `timeout` fails a try that runs longer;
-    `ttl` fails a job that has not started within that time; `job_id` makes adding idempotent.
+    `ttl` fails a job that has not started within that time; `job_id` makes adding idempotent;
+    `result_ttl` keeps the job's outcome readable for that long after it finished, whatever
+    its retention (0: not at all, None: the Queue's default). In a flow, a child that fails
+    for good fails its parents unless `ignore_dependency_on_failure` or
+    `remove_dependency_on_failure` is set (docs/WORKFLOWS.md).
+    Jobs with one `ordering_key` run one at a time in the order they were added; jobs with one
+    `group_key` run at most `group_concurrency` at a time (default 1, which is an ordering
+    key); both may add a `group_rate_limit` and a `token_bucket` that each job takes `cost`
+    tokens from; `lifo` jobs run newest first (docs/ADVANCED.md).
     """
 
     delay: int = 0
@@ -161,14 +181,26 @@ class JobOptions:
     remove_on_complete: Retention | None = None
     remove_on_fail: Retention | None = None
     deduplication: Deduplication | None = None
+    ignore_dependency_on_failure: bool = False
+    remove_dependency_on_failure: bool = False
     job_id: str | None = None
     ttl: int = 0
+    result_ttl: int | None = None
+    ordering_key: str | None = None
+    group_key: str | None = None
+    group_concurrency: int | None = None
+    group_rate_limit: RateLimit | None = None
+    token_bucket: TokenBucket | None = None
+    cost: float | None = None
+    lifo: bool = False
 
     def __post_init__(self) -> None:
         _int("delay", self.delay)
         _int("priority", self.priority, high=MAX_PRIORITY)
         _int("attempts", self.attempts, low=1)
         _int("ttl", self.ttl)
+        if self.result_ttl is not None:
+            _int("result_ttl", self.result_ttl)
         if self.timeout is not None:
             _int("timeout", self.timeout, low=1)
         if self.backoff is not None and not isinstance(self.backoff, Backoff):
@@ -179,6 +211,8 @@ class JobOptions:
         _check_retention("remove_on_fail", self.remove_on_fail)
         if self.job_id is not None:
             validate_job_id(self.job_id)
+        _check_dependency_policy(self)
+        check_job_limits(self)
 
     @classmethod
     def coerce(cls, value: JobOptions | Mapping[str, Any] | None) -> JobOptions:
@@ -199,6 +233,8 @@ class JobOptions:
             ("deduplication", Deduplication),
             ("remove_on_complete", KeepJobs),
             ("remove_on_fail", KeepJobs),
+            ("group_rate_limit", RateLimit),
+            ("token_bucket", TokenBucket),
         )
         for key, kind in nested:
             if isinstance(values.get(key), Mapping):
@@ -239,10 +275,17 @@ class JobOptions:
         if self.deduplication is not None:
             d = self.deduplication
             out["deduplication"] = {"id": d.id, "ttl": d.ttl, "mode": d.mode}
+        if self.ignore_dependency_on_failure:
+            out["ignoreDependencyOnFailure"] = True
+        if self.remove_dependency_on_failure:
+            out["removeDependencyOnFailure"] = True
         if self.job_id is not None:
             out["jobId"] = self.job_id
         if self.ttl:
             out["ttl"] = self.ttl
+        if self.result_ttl:
+            out["resultTtl"] = self.result_ttl
+        limits_to_wire(self, out)
         return out
 
 
@@ -297,7 +340,8 @@ class WorkerOptions:
     is reclaimed by another worker; stalled_interval: how often to look for such jobs;
     max_stalled_count: reclaims before the job fails; events: write per-job lifecycle events;
     dead_letter: park jobs that fail for good in the queue's dead-letter set; sandbox: run
-    the processor (then a 'module:attr' or file target) in child processes (docs/SANDBOX.md).
+    the processor (then a 'module:attr' or file target) in child processes (docs/SANDBOX.md);
+    limiter: at most `max` jobs start per `duration` ms, counted over all workers of the queue.
     """
 
     concurrency: int = 1
@@ -316,8 +360,11 @@ class WorkerOptions:
     consumer: str | None = None
     batch: BatchOptions | None = None
     sandbox: SandboxOptions | None = None
+    limiter: RateLimit | None = None
 
     def __post_init__(self) -> None:
+        if self.limiter is not None:  # a {"max", "duration"} dict is fine too
+            object.__setattr__(self, "limiter", RateLimit.coerce("limiter", self.limiter))
         _int("concurrency", self.concurrency, low=1, high=100_000)
         if self.prefetch is not None:
             _int("prefetch", self.prefetch, low=1, high=100_000)

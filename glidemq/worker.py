@@ -18,6 +18,7 @@ from types import TracebackType
 from typing import TYPE_CHECKING, Any, Generic, Self, TypeVar, cast
 from uuid import uuid4
 
+from . import limiting
 from .backoff import retry_delay
 from .batch import BatchRunner
 from .connection import Client, ConnectionLike, close_client, create_client, resolve_connection
@@ -27,6 +28,7 @@ from .errors import (
     DelayedError,
     GlideMQError,
     JobTimeoutError,
+    RateLimitError,
     UnrecoverableError,
     ValidationError,
 )
@@ -34,9 +36,10 @@ from .fetcher import Fetcher
 from .functions import ensure_library
 from .job import Job
 from .keys import DEFAULT_PREFIX, QueueKeys
-from .scheduler import Maintenance
+from .maintenance import Maintenance
 from .serialize import encode_json
 from .types import WorkerOptions, from_mapping, job_retention, retention_args
+from .watchdog import Watchdog
 
 if TYPE_CHECKING:
     from .sandbox.pool import SandboxPool
@@ -80,6 +83,8 @@ class Worker(Generic[D, R]):
     stop it with `close()`, which lets running jobs finish (up to `close_timeout`) and hands
     the rest back to the queue. Options are `WorkerOptions` fields, as keywords or `options=`.
     """
+
+    RateLimitError = RateLimitError
 
     def __init__(
         self,
@@ -128,10 +133,12 @@ class Worker(Generic[D, R]):
         )
         # In batch mode `concurrency` counts batches; the worker holds that many batches' jobs.
         self._concurrency = base.concurrency * (base.batch.size if base.batch else 1)
-        self._prefetch = base.prefetch or self._concurrency
-        self._flush_size = max(
-            base.batch.size if base.batch else 1, -(-self._concurrency // _FLUSH_DIVISOR)
-        )
+        # A sandbox may also hold runs queued in its children (pipelining, see _free).
+        held = self._concurrency
+        if self.sandbox_pool is not None:
+            held += self.sandbox_pool.max_pipeline_slots
+        self._prefetch = base.prefetch or held
+        self._flush_size = max(base.batch.size if base.batch else 1, -(-held // _FLUSH_DIVISOR))
         self._batches: BatchRunner[D, R] | None = (
             BatchRunner(self, base.batch) if base.batch else None
         )
@@ -159,6 +166,8 @@ class Worker(Generic[D, R]):
         self._executor: ThreadPoolExecutor | None = None
         self._paused = False
         self._fetcher = Fetcher(self)
+        self.watchdog = Watchdog(self)
+        """Replaces this worker's clients when its connection goes silent (glidemq.watchdog)."""
         self.completed_count = 0
         self.failed_count = 0
 
@@ -187,7 +196,8 @@ class Worker(Generic[D, R]):
             self._client = await create_client(self.connection, name=f"glidemq-{self.consumer}")
             self._blocking = await create_client(self.connection, name=f"glidemq-{self.consumer}-b")
             await ensure_library(self._client)
-            self._ctx = QueueContext(self._client, self.keys)
+            self._ctx = QueueContext(self._client, self.keys, retry=self.connection.retry)
+            self.watchdog.attach(self._ctx)
             await self._fetcher.ensure_group()
             if self.sandbox_pool is not None:
                 await self.sandbox_pool.start()  # children start in the background
@@ -198,10 +208,13 @@ class Worker(Generic[D, R]):
             self._client = self._blocking = self._ctx = None
             self._started = False
             raise
+        maintenance = Maintenance(self)
+        await maintenance.register()  # listed by Queue.get_workers once started
         loop = asyncio.get_running_loop()
         self._tasks = [
             loop.create_task(self._fetcher.loop(), name=f"glidemq-fetch-{self.name}"),
-            *Maintenance(self).start(),
+            *maintenance.start(),
+            self.watchdog.start(),
         ]
 
     async def run(self) -> None:
@@ -300,7 +313,10 @@ class Worker(Generic[D, R]):
 
     def _free(self) -> int:
         """Slots neither running a job nor promised to a fetch in flight."""
-        return self._concurrency - self._running - self._reserved
+        free = self._concurrency - self._running - self._reserved
+        if self.sandbox_pool is not None:  # runs it would queue in children now
+            free += self.sandbox_pool.pipeline_slots
+        return free
 
     def _start_jobs(self, flat: list[Any]) -> None:
         if not flat or self._closing:
@@ -449,6 +465,7 @@ class Worker(Generic[D, R]):
         ]
         for job, rv, (keep_count, keep_age) in batch:
             args += [job.id, job.entry_id or "", rv, str(keep_count), str(keep_age)]
+        args += self._fetcher.limiter
         reply: Any = None
         try:
             for attempt in range(5):
@@ -493,6 +510,9 @@ class Worker(Generic[D, R]):
 
     async def _fail(self, job: Job[D, R], error: BaseException, counted: bool) -> None:
         assert self._ctx is not None
+        if isinstance(error, RateLimitError):  # back to the queue, no attempt counted
+            await limiting.hand_back(self, job, error, counted)
+            return
         final = isinstance(error, UnrecoverableError | _Expired) or job.discarded
         delay = -1
         if not final:
@@ -541,6 +561,8 @@ class Worker(Generic[D, R]):
             job.failed_reason = reason
             job.state = "failed" if status == "failed" else "retrying"
             self.events.emit("failed", job, error)
+        elif status == "stale":
+            log.info("glidemq: job %s was reclaimed by another worker; failure dropped", job.id)
         self._wake.set()
 
     # -- aborting -------------------------------------------------------------------------
@@ -555,6 +577,12 @@ class Worker(Generic[D, R]):
                 # Another worker owns the job now: stop running it here, report nothing.
                 self._active.pop(entry_id, None)
             task.cancel()
+
+    async def rate_limit(self, ms: int) -> None:
+        """Stop every worker of the queue from starting jobs for `ms` milliseconds (running
+        jobs go on). From a processor, follow it with `raise Worker.RateLimitError()` to put
+        the current job back without counting an attempt."""
+        await limiting.rate_limit(self, ms)
 
     def abort_job(self, job_id: str) -> bool:
         """Cancel a job this worker is running; it fails with reason `revoked`."""

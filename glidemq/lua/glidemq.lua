@@ -78,6 +78,50 @@ local function retain(prefix, setKey, now, keepCount, keepAge)
   end
 end
 
+-- Per-minute counts of finished jobs (Queue.get_metrics): hash field = epoch minute. One
+-- HINCRBY per call; when a new minute starts and the hash holds more than a day, old minutes go.
+local METRICS_MINUTES = 1440
+local function countMetric(key, now, n)
+  local minute = math.floor(now / 60000)
+  if redis.call('HINCRBY', key, minute, n) == n
+      and redis.call('HLEN', key) > METRICS_MINUTES + 60 then
+    local oldest = minute - METRICS_MINUTES
+    for _, f in ipairs(redis.call('HKEYS', key)) do
+      if (tonumber(f) or 0) <= oldest then redis.call('HDEL', key, f) end
+    end
+  end
+end
+
+-- Result cache: a finished job's outcome under prefix 'result:' .. id for rttl ms, whatever
+-- the job's retention. Only jobs added with a resultTtl option (hash field 'rttl') get one.
+local function keepResult(prefix, jobId, rttl, ...)
+  local key = prefix .. 'result:' .. jobId
+  redis.call('HSET', key, ...)
+  redis.call('PEXPIRE', key, rttl)
+end
+
+-- Backpressure: room left under the queue's maxWaiting (meta field) for jobs not started yet
+-- (waiting with LIFO and group-waiting jobs, prioritized, delayed with rate-limited jobs: what
+-- getCounts counts), or nil when the queue has no limit: one HGET per call without a limit.
+local QUEUE_FULL = 'ERR:QUEUE_FULL'
+local function waitingRoom(prefix)
+  local meta = prefix .. 'meta'
+  local max = redis.call('HGET', meta, 'maxWaiting')
+  if not max then return nil end
+  local stream = prefix .. 'stream'
+  local active = 0
+  local ok, pending = pcall(redis.call, 'XPENDING', stream, GROUP)
+  if ok then active = tonumber(pending[1]) end
+  local parked = redis.call('LLEN', prefix .. 'list') + redis.call('ZCARD', prefix .. 'ratelimited')
+    + (tonumber(redis.call('HGET', meta, 'groupWaiting')) or 0)
+  return tonumber(max) - (redis.call('XLEN', stream) - active)
+    - redis.call('ZCARD', prefix .. 'scheduled') - parked
+end
+
+local function isAdded(reply)
+  return reply ~= 'duplicate' and reply ~= 'skipped' and string.sub(reply, 1, 4) ~= 'ERR:'
+end
+
 -- Members of bands >= 1 (prioritized, or delayed with priority) that may run now, in
 -- priority order, at most n of them.
 local function takeDueBands(scheduled, now, n)
@@ -117,6 +161,437 @@ local function moveToStream(prefix, scheduled, ids)
 end
 
 ---------------------------------------------------------------------------------------------
+-- limits: queue-wide rate limit and concurrency, groups, token buckets, ordering keys, LIFO
+--
+-- meta          rateLimitMax, rateLimitDuration (global rate limit), concurrency (global),
+--               limitUntil (Worker.rate_limit), groupWaiting (jobs parked in groups)
+-- rate          fixed-window counters: start/count (global), wStart/wCount (worker limiter)
+-- group:{k}     maxConcurrency, active (slots held, reservations included), reserved (slots
+--               handed to woken jobs that have not started yet), nextSeq (ordering keys),
+--               rateMax, rateDuration, rateWindowStart, rateCount, tbCapacity,
+--               tbRefillRate, tbTokens, tbLastRefill, tbRefillRemainder (millitokens)
+-- groupq:{k}    jobs parked while their group is busy, scored by the stream entry they were
+--               read from (entryScore; ordering keys: seq)
+-- ordering      per-key sequence counters of ordering keys; orderdone:pending:{k} holds the
+--               sequence numbers that finished while an earlier one had not
+-- ratelimited   jobs waiting for a group's rate window or tokens, scored by eligible time
+-- groups        every group key in use (drain walks it); list: LIFO jobs, newest at the tail
+--
+-- A group key with concurrency 1 is an ordering key (job field orderingKey): its jobs run
+-- strictly in sequence order, one at a time, and a job waiting for a retry keeps the key.
+-- With concurrency n > 1 (job field groupSlot = '1' while a slot is held) a slot freed goes
+-- straight to the first parked job, which holds it as a reservation until it runs. A woken
+-- job re-enters the stream at its tail, behind entries of its group not read yet; while any
+-- reservation is unused those park too, so none of them gets a slot before the woken job.
+
+local CONCURRENCY_POLL_MS = 50 -- retry hint when the global concurrency is used up
+local MAX_WAKE = 1000          -- parked jobs woken per call, bounds the work of one call
+
+-- LIFO jobs wait in the list, newest at the tail; move up to n of them, newest first, to the
+-- stream. Returns how many moved.
+local function admitLifo(prefix, stream, n)
+  if n <= 0 then return 0 end
+  local ids = redis.call('RPOP', prefix .. 'list', n)
+  if not ids then return 0 end
+  local moved = 0
+  for _, jobId in ipairs(ids) do
+    local jobKey = prefix .. 'job:' .. jobId
+    local h = redis.call('HMGET', jobKey, 'state', 'sid')
+    if h[1] == 'waiting' and not h[2] then -- else removed or re-queued meanwhile
+      redis.call('HSET', jobKey, 'sid', redis.call('XADD', stream, '*', 'id', jobId))
+      moved = moved + 1
+    end
+  end
+  return moved
+end
+
+-- Due rate-limited jobs back to where they run from. Returns how many moved.
+local function promoteRateLimited(prefix, now, limit)
+  local rl = prefix .. 'ratelimited'
+  local ids = redis.call('ZRANGEBYSCORE', rl, '-inf', now, 'LIMIT', 0, limit)
+  for _, jobId in ipairs(ids) do
+    redis.call('ZREM', rl, jobId)
+    local jobKey = prefix .. 'job:' .. jobId
+    local h = redis.call('HMGET', jobKey, 'state', 'priority')
+    if h[1] == 'rate-limited' then requeue(prefix, jobKey, jobId, tonumber(h[2]) or 0, now, now) end
+  end
+  return #ids
+end
+
+-- A stream entry read for a job that does not start now: the job lives elsewhere from here on.
+local function unstream(stream, jobKey, entryId)
+  redis.call('XACK', stream, GROUP, entryId)
+  redis.call('XDEL', stream, entryId)
+  redis.call('HDEL', jobKey, 'sid')
+end
+
+-- A stream entry's place in the stream as a sorted-set score: ms * 2048 + seq, exact below
+-- 2^53 (ms up to the year 2109); entries past the 2048th of one ms tie.
+local function entryScore(entryId)
+  local ms, seq = string.match(entryId, '^(%d+)-(%d+)$')
+  if not ms then return math.huge end
+  return tonumber(ms) * 2048 + math.min(tonumber(seq), 2047)
+end
+
+local function parkInGroup(prefix, jobKey, jobId, k, score)
+  redis.call('ZADD', prefix .. 'groupq:' .. k, score, jobId)
+  redis.call('HSET', jobKey, 'state', 'group-waiting')
+  redis.call('HINCRBY', prefix .. 'meta', 'groupWaiting', 1)
+end
+
+local function parkRateLimited(prefix, jobKey, jobId, at)
+  redis.call('ZADD', prefix .. 'ratelimited', at, jobId)
+  redis.call('HSET', jobKey, 'state', 'rate-limited')
+end
+
+-- A parked job runs again (to the stream, or its priority band); with reserve it holds one of
+-- the group's slots meanwhile. Returns false when it was not parked (or is gone).
+local function wakeParked(prefix, k, jobId, reserve, now)
+  if redis.call('ZREM', prefix .. 'groupq:' .. k, jobId) == 0 then return false end
+  redis.call('HINCRBY', prefix .. 'meta', 'groupWaiting', -1)
+  local jobKey = prefix .. 'job:' .. jobId
+  local priority = redis.call('HGET', jobKey, 'priority')
+  if not priority then return false end
+  if reserve then
+    redis.call('HSET', jobKey, 'groupSlot', '1')
+    redis.call('HINCRBY', prefix .. 'group:' .. k, 'reserved', 1)
+  end
+  requeue(prefix, jobKey, jobId, tonumber(priority) or 0, now, now)
+  return true
+end
+
+-- Hand free slots of a concurrency group to its first parked jobs.
+local function fillSlots(prefix, k, gk, max, active, now)
+  local gq = prefix .. 'groupq:' .. k
+  for _ = 1, MAX_WAKE do
+    if active >= max then break end
+    local head = redis.call('ZRANGE', gq, 0, 0)
+    if not head[1] then break end
+    if wakeParked(prefix, k, head[1], true, now) then active = active + 1 end
+  end
+  redis.call('HSET', gk, 'active', active)
+end
+
+-- A slot of concurrency group k is given back: to the first parked job, or to the group.
+-- unused: the slot was a reservation whose job never started.
+local function passSlot(prefix, k, now, unused)
+  local gk = prefix .. 'group:' .. k
+  local g = redis.call('HMGET', gk, 'maxConcurrency', 'active', 'reserved')
+  local max, active, reserved = tonumber(g[1]) or 1, tonumber(g[2]) or 0, tonumber(g[3]) or 0
+  if unused and reserved > 0 then
+    reserved = reserved - 1
+    redis.call('HSET', gk, 'reserved', reserved)
+  end
+  if active <= max then
+    local gq = prefix .. 'groupq:' .. k
+    for _ = 1, MAX_WAKE do
+      local head = redis.call('ZRANGE', gq, 0, 0)
+      if not head[1] then break end
+      if wakeParked(prefix, k, head[1], true, now) then return end
+    end
+  end
+  if active > 0 then active = active - 1 end
+  if reserved > active then -- reservations are slots too: a count above active is stale
+    redis.call('HSET', gk, 'active', active, 'reserved', active)
+  else
+    redis.call('HSET', gk, 'active', active)
+  end
+end
+
+-- Job seq of ordering key k finished for good (or will never run): the key moves on to the
+-- next sequence number not finished yet, and that job runs if it was parked. Idempotent.
+local function orderingDone(prefix, k, seq, now)
+  if seq <= 0 then return end
+  local gk = prefix .. 'group:' .. k
+  local nextSeq = tonumber(redis.call('HGET', gk, 'nextSeq')) or 1
+  if seq < nextSeq then return end
+  local pending = prefix .. 'orderdone:pending:' .. k
+  if seq > nextSeq then
+    redis.call('HSET', pending, seq, '1')
+    return
+  end
+  nextSeq = nextSeq + 1
+  while redis.call('HDEL', pending, nextSeq) == 1 do nextSeq = nextSeq + 1 end
+  redis.call('HSET', gk, 'nextSeq', nextSeq)
+  local gq = prefix .. 'groupq:' .. k
+  local ids = redis.call('ZRANGEBYSCORE', gq, nextSeq, nextSeq, 'LIMIT', 0, 1)
+  if ids[1] then wakeParked(prefix, k, ids[1], false, now) end
+end
+
+-- A job of group k gives up its claim: the slot it holds or has reserved (concurrency
+-- groups; unused: a reservation, the job never started on it), or, once it finished for
+-- good, its turn (ordering keys).
+local function releaseHold(prefix, jobKey, k, strict, seq, slot, finished, now, unused)
+  if strict then
+    if finished then orderingDone(prefix, k, seq, now) end
+  elseif slot then
+    redis.call('HDEL', jobKey, 'groupSlot')
+    passSlot(prefix, k, now, unused)
+  end
+end
+
+-- Decides whether a job of group k read from the stream starts now. If not, the job is parked
+-- (group-waiting or rate-limited) or, when its cost can never be paid, dead-lettered; its
+-- entry is gone then and false is returned. Charges the group's rate window and tokens.
+local function admitGroupJob(prefix, stream, entryId, jobId, jobKey, k, now, emitEvents, events)
+  local gk = prefix .. 'group:' .. k
+  local j = redis.call('HMGET', jobKey, 'orderingKey', 'orderingSeq', 'groupSlot', 'cost')
+  local g = redis.call('HMGET', gk, 'maxConcurrency', 'active', 'nextSeq', 'rateMax',
+    'rateDuration', 'rateWindowStart', 'rateCount', 'tbCapacity', 'tbRefillRate', 'tbTokens',
+    'tbLastRefill', 'tbRefillRemainder', 'reserved')
+  local strict, seq, reserved = j[1] and true or false, tonumber(j[2]) or 0, j[3] == '1'
+  if strict then
+    if seq > (tonumber(g[3]) or 1) then -- an earlier job of the key has not finished
+      unstream(stream, jobKey, entryId)
+      parkInGroup(prefix, jobKey, jobId, k, seq)
+      return false
+    end
+  elseif not reserved then
+    local max, active = tonumber(g[1]) or 1, tonumber(g[2]) or 0
+    -- parked jobs go first, and so do woken ones not started yet (they re-entered the
+    -- stream behind this entry): a job arriving while others wait queues behind them
+    if active >= max or math.min(tonumber(g[13]) or 0, active) > 0
+        or redis.call('ZCARD', prefix .. 'groupq:' .. k) > 0 then
+      unstream(stream, jobKey, entryId)
+      -- in stream order, not the order reads are processed: an idle worker's blocking read
+      -- activates its entries in a second call, after later entries may have been parked
+      parkInGroup(prefix, jobKey, jobId, k, entryScore(entryId))
+      if active < max then fillSlots(prefix, k, gk, max, active, now) end
+      return false
+    end
+  end
+  local set = {}
+  local rateMax, rateDur = tonumber(g[4]) or 0, tonumber(g[5]) or 0
+  if rateMax > 0 and rateDur > 0 then
+    local ws, n = tonumber(g[6]) or 0, tonumber(g[7]) or 0
+    if now >= ws + rateDur then ws, n = now, 0 end
+    if n >= rateMax then
+      unstream(stream, jobKey, entryId)
+      parkRateLimited(prefix, jobKey, jobId, ws + rateDur)
+      return false
+    end
+    set = {'rateWindowStart', ws, 'rateCount', n + 1}
+  end
+  local cap = tonumber(g[8]) or 0
+  if cap > 0 then
+    local cost = tonumber(j[4]) or 0
+    if cost <= 0 then cost = 1000 end
+    if cost > cap then
+      unstream(stream, jobKey, entryId)
+      local reason = string.format('cost %s exceeds the capacity %s of the token bucket of group %s',
+        tostring(cost / 1000), tostring(cap / 1000), k)
+      redis.call('HSET', jobKey, 'state', 'failed', 'failedReason', reason, 'finishedOn', now,
+        'deadLetter', '1')
+      redis.call('ZADD', prefix .. 'dlq', now, jobId)
+      if emitEvents then emit(events, 'failed', jobId, 'failedReason', reason) end
+      releaseHold(prefix, jobKey, k, strict, seq, reserved, true, now, true)
+      return false
+    end
+    local rate = tonumber(g[9]) or 0
+    local tokens = math.min(cap, tonumber(g[10]) or cap)
+    local last = tonumber(g[11]) or now
+    local rem = tonumber(g[12]) or 0
+    if now > last then
+      if rate > 0 and tokens < cap then
+        -- millitokens/s times ms: thousandths of a millitoken; the remainder carries over
+        local elapsed = math.min(now - last, math.ceil(cap * 1000 / rate) + 1)
+        local raw = elapsed * rate + rem
+        tokens = math.min(cap, tokens + math.floor(raw / 1000))
+        rem = raw % 1000
+      end
+      if tokens >= cap then rem = 0 end
+      last = now
+    end
+    if tokens < cost then
+      local wait = 60000 -- a bucket that never refills: look again now and then
+      if rate > 0 then wait = math.max(1, math.ceil(((cost - tokens) * 1000 - rem) / rate)) end
+      redis.call('HSET', gk, 'tbTokens', tokens, 'tbLastRefill', last, 'tbRefillRemainder', rem)
+      unstream(stream, jobKey, entryId)
+      parkRateLimited(prefix, jobKey, jobId, now + wait)
+      return false
+    end
+    set[#set + 1] = 'tbTokens'; set[#set + 1] = tokens - cost
+    set[#set + 1] = 'tbLastRefill'; set[#set + 1] = last
+    set[#set + 1] = 'tbRefillRemainder'; set[#set + 1] = rem
+  end
+  if not strict and not reserved then
+    set[#set + 1] = 'active'; set[#set + 1] = (tonumber(g[2]) or 0) + 1
+    redis.call('HSET', jobKey, 'groupSlot', '1')
+  elseif reserved then -- the reservation is used: the job runs on it
+    set[#set + 1] = 'reserved'; set[#set + 1] = math.max(0, (tonumber(g[13]) or 0) - 1)
+  end
+  if #set > 0 then redis.call('HSET', gk, unpack(set)) end
+  return true
+end
+
+-- A job leaves the queue without finishing a run (removed, revoked, drained, cleaned,
+-- debounced): out of the LIFO list and the wait sets, and its group claim given back.
+local function forgetJob(prefix, jobKey, jobId, now)
+  local j = redis.call('HMGET', jobKey, 'state', 'sid', 'lifo', 'groupKey', 'orderingKey',
+    'orderingSeq', 'groupSlot')
+  local state, k = j[1], j[4]
+  if state == 'rate-limited' then
+    redis.call('ZREM', prefix .. 'ratelimited', jobId)
+  elseif state == 'waiting' and j[3] == '1' and not j[2] then
+    redis.call('LREM', prefix .. 'list', 1, jobId)
+  end
+  if not k then return end
+  if state == 'group-waiting' and redis.call('ZREM', prefix .. 'groupq:' .. k, jobId) == 1 then
+    redis.call('HINCRBY', prefix .. 'meta', 'groupWaiting', -1)
+  end
+  releaseHold(prefix, jobKey, k, j[5] and true or false, tonumber(j[6]) or 0, j[7] == '1', true,
+    now, state ~= 'active')
+end
+
+-- The group arguments of addJob (10-15) for a job with ordering key k: a table, or an error
+-- reply. Cost is checked against the capacity here, before anything is written.
+local function groupArgs(a, o)
+  local g = {}
+  for i, name in ipairs({'concurrency', 'rateMax', 'rateDuration', 'tbCapacity', 'tbRefillRate',
+    'cost'}) do
+    local v = tonumber(a[o + 8 + i]) or 0
+    if v < 0 or v ~= math.floor(v) then return 'ERR:BAD_OPTION' end
+    g[name] = v
+  end
+  if g.concurrency < 1 then g.concurrency = 1 end
+  if g.rateMax > 0 and g.rateDuration <= 0 then return 'ERR:BAD_OPTION' end
+  if g.cost > 0 and g.tbCapacity == 0 then return 'ERR:BAD_OPTION' end
+  if g.tbCapacity > 0 and (g.cost > 0 and g.cost or 1000) > g.tbCapacity then
+    return 'ERR:COST_EXCEEDS_CAPACITY'
+  end
+  return g
+end
+
+-- Each add restates its group's settings: they are stored on the group, last add wins.
+-- Returns the job hash fields that tie the job to the group.
+local function joinGroup(prefix, k, g, now)
+  local gk = prefix .. 'group:' .. k
+  local cur = redis.call('HMGET', gk, 'maxConcurrency', 'rateMax', 'rateDuration', 'tbCapacity',
+    'tbRefillRate')
+  local set, del = {}, {}
+  local function put(f, v) set[#set + 1] = f; set[#set + 1] = v end
+  if tonumber(cur[1]) ~= g.concurrency then put('maxConcurrency', g.concurrency) end
+  if g.rateMax > 0 then
+    if tonumber(cur[2]) ~= g.rateMax then put('rateMax', g.rateMax) end
+    if tonumber(cur[3]) ~= g.rateDuration then put('rateDuration', g.rateDuration) end
+  elseif cur[2] then
+    del = {'rateMax', 'rateDuration', 'rateWindowStart', 'rateCount'}
+  end
+  if g.tbCapacity > 0 then
+    if not cur[4] then
+      put('tbTokens', g.tbCapacity); put('tbLastRefill', now); put('tbRefillRemainder', 0)
+    end
+    if tonumber(cur[4]) ~= g.tbCapacity then put('tbCapacity', g.tbCapacity) end
+    if tonumber(cur[5]) ~= g.tbRefillRate then put('tbRefillRate', g.tbRefillRate) end
+  elseif cur[4] then
+    for _, f in ipairs({'tbCapacity', 'tbRefillRate', 'tbTokens', 'tbLastRefill',
+      'tbRefillRemainder'}) do del[#del + 1] = f end
+  end
+  if #set > 0 then redis.call('HSET', gk, unpack(set)) end
+  if #del > 0 then redis.call('HDEL', gk, unpack(del)) end
+  redis.call('SADD', prefix .. 'groups', k)
+  local fields = {'groupKey', k}
+  if g.concurrency == 1 then
+    fields[3], fields[4] = 'orderingKey', k
+    fields[5], fields[6] = 'orderingSeq', redis.call('HINCRBY', prefix .. 'ordering', k, 1)
+  end
+  if g.cost > 0 then fields[#fields + 1] = 'cost'; fields[#fields + 1] = g.cost end
+  return fields
+end
+
+-- Queue-wide limits on how many jobs one fetch may start. m: meta fields {paused,
+-- rateLimitMax, rateLimitDuration, concurrency, limitUntil}; lim: the calling worker's limiter
+-- {max, duration} or nil; held: entries of this call already in the pending list. Returns the
+-- number allowed (0: plus the ms to wait before asking again) and the windows to charge.
+local function queueAllowance(prefix, stream, m, lim, count, now, held)
+  local untilMs = tonumber(m[5])
+  if untilMs then
+    if untilMs > now then return 0, untilMs - now end
+    redis.call('HDEL', prefix .. 'meta', 'limitUntil')
+  end
+  local charge
+  local gMax, gDur = tonumber(m[2]) or 0, tonumber(m[3]) or 0
+  local wMax, wDur = 0, 0
+  if lim then wMax, wDur = lim[1], lim[2] end
+  if (gMax > 0 and gDur > 0) or (wMax > 0 and wDur > 0) then
+    local r = redis.call('HMGET', prefix .. 'rate', 'start', 'count', 'wStart', 'wCount')
+    charge = {}
+    for i, w in ipairs({{gMax, gDur, 'start', 'count'}, {wMax, wDur, 'wStart', 'wCount'}}) do
+      local max, dur = w[1], w[2]
+      if max > 0 and dur > 0 then
+        local s, n = tonumber(r[2 * i - 1]) or 0, tonumber(r[2 * i]) or 0
+        if now >= s + dur then s, n = now, 0 end
+        if n >= max then return 0, s + dur - now end
+        if max - n < count then count = max - n end
+        charge[#charge + 1] = {w[3], s, w[4], n}
+      end
+    end
+  end
+  local conc = tonumber(m[4]) or 0
+  if conc > 0 then
+    local ok, p = pcall(redis.call, 'XPENDING', stream, GROUP)
+    local active = (ok and tonumber(p[1]) or 0) - held
+    if active >= conc then return 0, CONCURRENCY_POLL_MS end
+    if conc - active < count then count = conc - active end
+  end
+  return count, 0, charge
+end
+
+local function chargeWindows(prefix, charge, used)
+  if not charge or used <= 0 then return end
+  local f = {}
+  for _, c in ipairs(charge) do
+    f[#f + 1] = c[1]; f[#f + 1] = c[2]; f[#f + 1] = c[3]; f[#f + 1] = c[4] + used
+  end
+  redis.call('HSET', prefix .. 'rate', unpack(f))
+end
+
+-- The worker limiter {max, duration} passed as two arguments, or nil.
+local function limiterArg(max, duration)
+  max, duration = tonumber(max), tonumber(duration)
+  if max and max > 0 and duration and duration > 0 then return {max, duration} end
+  return nil
+end
+
+local META_LIMITS = {'paused', 'rateLimitMax', 'rateLimitDuration', 'concurrency', 'limitUntil'}
+
+-- Empties the LIFO list, the rate-limited set and every group's wait set (drain); returns the
+-- ids of the jobs that waited there, their group claims given back.
+local function takeParked(prefix, now)
+  local ids = {}
+  local function take(key, members, state)
+    for _, jobId in ipairs(members) do
+      local h = redis.call('HMGET', prefix .. 'job:' .. jobId, 'state', 'sid')
+      if h[1] == state and not (state == 'waiting' and h[2]) then ids[#ids + 1] = jobId end
+    end
+    redis.call('DEL', key)
+  end
+  take(prefix .. 'list', redis.call('LRANGE', prefix .. 'list', 0, -1), 'waiting')
+  take(prefix .. 'ratelimited', redis.call('ZRANGE', prefix .. 'ratelimited', 0, -1),
+    'rate-limited')
+  for _, k in ipairs(redis.call('SMEMBERS', prefix .. 'groups')) do
+    local gq = prefix .. 'groupq:' .. k
+    take(gq, redis.call('ZRANGE', gq, 0, -1), 'group-waiting')
+  end
+  redis.call('HDEL', prefix .. 'meta', 'groupWaiting')
+  for _, jobId in ipairs(ids) do
+    local jobKey = prefix .. 'job:' .. jobId
+    local j = redis.call('HMGET', jobKey, 'groupKey', 'orderingKey', 'orderingSeq', 'groupSlot')
+    if j[1] then
+      releaseHold(prefix, jobKey, j[1], j[2] and true or false, tonumber(j[3]) or 0,
+        j[4] == '1', true, now, true)
+    end
+  end
+  return ids
+end
+
+-- The server's clock in ms, for calls that are given no time.
+local function clockMs()
+  local t = redis.call('TIME')
+  return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+end
+
+---------------------------------------------------------------------------------------------
 -- version
 
 redis.register_function{function_name = 'glidemq_version', callback = function(keys, args)
@@ -126,9 +601,8 @@ end, flags = {'no-writes'}}
 ---------------------------------------------------------------------------------------------
 -- add
 
-local UNSUPPORTED = 'ERR:UNSUPPORTED_OPTION'
-
--- a: argument table, o: index of the first of the 17 addJob arguments.
+-- a: argument table, o: index of the first of the 17 addJob arguments; a[o + 17] = '1' adds
+-- the job LIFO (glidemq's 18th argument).
 local function addJobCore(idKey, events, a, o)
   local prefix = prefixOf(idKey, 'id')
   local name, data, opts = a[o], a[o + 1], a[o + 2]
@@ -140,21 +614,30 @@ local function addJobCore(idKey, events, a, o)
   local orderingKey = a[o + 8] or ''
   local ttl = tonumber(a[o + 15]) or 0
   local customId = a[o + 16] or ''
+  local lifo = a[o + 17] == '1' and delay == 0 and priority == 0
+  local rttl = string.match(opts, '"resultTtl"%s*:%s*(%d+)')
   if now == nil then return 'ERR:BAD_TIMESTAMP' end
-  -- Ordering, group and token-bucket options are not enforced by this library version:
-  -- refuse them rather than accept a promise that would not be kept.
-  if orderingKey ~= '' then return UNSUPPORTED end
-  for i = 9, 14 do
-    local v = tonumber(a[o + i])
-    if v ~= nil and v ~= 0 then return UNSUPPORTED end
-  end
   if delay < 0 or priority < 0 or priority > 2097152 then return 'ERR:BAD_OPTION' end
+  -- Arguments 10-15 configure the group named by the ordering key; without a key they mean
+  -- nothing: refuse them rather than accept a promise that would not be kept.
+  local group
+  if orderingKey ~= '' then
+    group = groupArgs(a, o)
+    if type(group) == 'string' then return group end
+  else
+    for i = 9, 14 do
+      local v = tonumber(a[o + i])
+      if v ~= nil and v ~= 0 then return 'ERR:BAD_OPTION' end
+    end
+  end
 
   local jobId
   if customId ~= '' then
     if not validCustomId(customId) then return 'ERR:INVALID_JOB_ID' end
     jobId = customId
     if redis.call('EXISTS', prefix .. 'job:' .. jobId) == 1 then return 'duplicate' end
+    -- With a result cache, the id stays taken while the outcome of its last job is kept.
+    if rttl and redis.call('EXISTS', prefix .. 'result:' .. jobId) == 1 then return 'duplicate' end
   else
     for _ = 1, 10 do
       local candidate = tostring(redis.call('INCR', idKey))
@@ -167,13 +650,24 @@ local function addJobCore(idKey, events, a, o)
   end
 
   local jobKey = prefix .. 'job:' .. jobId
-  local state, sid = enqueue(prefix, jobId, priority, now + delay, now)
+  local state, sid
+  if lifo then
+    redis.call('RPUSH', prefix .. 'list', jobId)
+    state = 'waiting'
+  else
+    state, sid = enqueue(prefix, jobId, priority, now + delay, now)
+  end
   local fields = {'id', jobId, 'name', name, 'data', data, 'opts', opts, 'timestamp', now,
     'attemptsMade', 0, 'delay', delay, 'priority', priority, 'maxAttempts', maxAttempts,
     'state', state}
   if sid then fields[#fields + 1] = 'sid'; fields[#fields + 1] = sid end
   if parentId ~= '' then fields[#fields + 1] = 'parentId'; fields[#fields + 1] = parentId end
   if ttl > 0 then fields[#fields + 1] = 'expireAt'; fields[#fields + 1] = now + ttl end
+  if rttl then fields[#fields + 1] = 'rttl'; fields[#fields + 1] = rttl end
+  if lifo then fields[#fields + 1] = 'lifo'; fields[#fields + 1] = '1' end
+  if group then
+    for _, v in ipairs(joinGroup(prefix, orderingKey, group, now)) do fields[#fields + 1] = v end
+  end
   redis.call('HSET', jobKey, unpack(fields))
   if not string.find(opts, '"skipEvents":true', 1, true) then
     emit(events, 'added', jobId, 'name', name)
@@ -183,22 +677,42 @@ end
 
 -- KEYS: id, stream, scheduled, events. ARGS: the 17 documented addJob arguments.
 redis.register_function('glidemq_addJob', function(keys, args)
+  local room = waitingRoom(prefixOf(keys[1], 'id'))
+  if room and room <= 0 then return QUEUE_FULL end
   return addJobCore(keys[1], keys[4], args, 1)
 end)
 
--- KEYS: id, stream, scheduled, events. ARGS: now, then per job 8 args: name, data, opts, delay,
--- priority, maxAttempts, ttl, customJobId. The compact form our own producers use: fewer
--- arguments per job cost less on both sides. Returns one addJob reply per job.
+-- KEYS: id, stream, scheduled, events. ARGS: now, then per job 9 args: name, data, opts, delay,
+-- priority, maxAttempts, ttl, customJobId, ext; when ext is '1', 8 more follow: orderingKey,
+-- groupConcurrency, groupRateMax, groupRateDuration, tbCapacity, tbRefillRate, jobCost, lifo
+-- (ext '' for a plain job). The compact form our own producers use: fewer arguments per job
+-- cost less on both sides. Returns one addJob reply per job.
 redis.register_function('glidemq_addBulk', function(keys, args)
   local now = args[1]
   local out = {}
   local a = {}
-  for i = 2, #args, 8 do
-    a[1], a[2], a[3], a[4] = args[i], args[i + 1], args[i + 2], now
-    a[5], a[6], a[7], a[8] = args[i + 3], args[i + 4], '', args[i + 5]
-    a[9], a[10], a[11], a[12], a[13], a[14], a[15] = '', '0', '0', '0', '0', '0', '0'
-    a[16], a[17] = args[i + 6], args[i + 7]
-    out[#out + 1] = addJobCore(keys[1], keys[4], a, 1)
+  local room = waitingRoom(prefixOf(keys[1], 'id'))
+  local i = 2
+  while i <= #args do
+    local ext = args[i + 8] == '1'
+    if room and room <= 0 then
+      out[#out + 1] = QUEUE_FULL
+    else
+      a[1], a[2], a[3], a[4] = args[i], args[i + 1], args[i + 2], now
+      a[5], a[6], a[7], a[8] = args[i + 3], args[i + 4], '', args[i + 5]
+      if ext then
+        for x = 9, 15 do a[x] = args[i + x] end
+        a[18] = args[i + 16]
+      else
+        a[9], a[10], a[11], a[12], a[13], a[14], a[15] = '', '0', '0', '0', '0', '0', '0'
+        a[18] = ''
+      end
+      a[16], a[17] = args[i + 6], args[i + 7]
+      local r = addJobCore(keys[1], keys[4], a, 1)
+      out[#out + 1] = r
+      if room and isAdded(r) then room = room - 1 end
+    end
+    i = i + (ext and 17 or 9)
   end
   return out
 end)
@@ -209,6 +723,7 @@ redis.register_function('glidemq_dedup', function(keys, args)
   local dedupId, ttl, mode = args[1], tonumber(args[2]) or 0, args[3]
   local now = tonumber(args[7])
   local prefix = prefixOf(dedupKey, 'dedup')
+  local room = waitingRoom(prefix)
   local entry = redis.call('HGET', dedupKey, dedupId)
   if entry then
     local sep = string.find(entry, ':', 1, true)
@@ -222,7 +737,11 @@ redis.register_function('glidemq_dedup', function(keys, args)
       if now - prevTs < ttl then return 'skipped' end
     elseif mode == 'debounce' then
       if prevState == 'delayed' or prevState == 'prioritized' then
+        -- the replaced job frees its place; refuse before deleting anything
+        if room and room + 1 <= 0 then return QUEUE_FULL end
+        if room then room = room + 1 end
         redis.call('ZREM', keys[4], prevId)
+        forgetJob(prefix, prevKey, prevId, now)
         deleteJob(prefix, prevId)
         emit(keys[5], 'removed', prevId, 'reason', 'debounced')
       elseif prevState and not isTerminal(prevState) then
@@ -232,6 +751,7 @@ redis.register_function('glidemq_dedup', function(keys, args)
       return 'ERR:BAD_DEDUP_MODE'
     end
   end
+  if room and room <= 0 then return QUEUE_FULL end
   local jobId = addJobCore(keys[2], keys[5], args, 4)
   if jobId ~= 'duplicate' and string.sub(jobId, 1, 4) ~= 'ERR:' then
     redis.call('HSET', dedupKey, dedupId, jobId .. ':' .. args[7])
@@ -243,9 +763,10 @@ end)
 -- scheduling
 
 -- KEYS: scheduled, stream, events. ARGS: now, limit, prioritizedLimit.
--- Moves due delayed jobs of priority 0 to the stream; moves prioritized jobs only while the
--- stream holds nothing undelivered, so priority order is kept among waiting jobs.
--- Returns {moved, nextDueMs or -1}.
+-- Moves due delayed jobs of priority 0 and due rate-limited jobs to the stream; moves LIFO
+-- jobs, then prioritized jobs only while the stream holds nothing undelivered, so priority
+-- order is kept among waiting jobs. Returns {moved, nextDueMs or -1} (the earliest due time of
+-- a delayed or rate-limited job).
 redis.register_function('glidemq_promote', function(keys, args)
   local scheduled = keys[1]
   local prefix = prefixOf(scheduled, 'scheduled')
@@ -254,20 +775,24 @@ redis.register_function('glidemq_promote', function(keys, args)
   local prioLimit = tonumber(args[3]) or 0
   local due = redis.call('ZRANGEBYSCORE', scheduled, 0, now, 'LIMIT', 0, limit)
   moveToStream(prefix, scheduled, due)
-  local moved = #due
+  local moved = #due + promoteRateLimited(prefix, now, limit)
   if prioLimit > 0 then
     local ok, pending = pcall(redis.call, 'XPENDING', keys[2], GROUP)
     local active = 0
     if ok then active = tonumber(pending[1]) end
     if redis.call('XLEN', keys[2]) - active <= 0 then
-      local ids = takeDueBands(scheduled, now, prioLimit)
+      -- LIFO jobs come before prioritized ones (they have priority 0)
+      local lifo = admitLifo(prefix, keys[2], prioLimit)
+      local ids = takeDueBands(scheduled, now, prioLimit - lifo)
       moveToStream(prefix, scheduled, ids)
-      moved = moved + #ids
+      moved = moved + lifo + #ids
     end
   end
   local nextDue = -1
   local first = redis.call('ZRANGEBYSCORE', scheduled, 0, SHIFT - 1, 'WITHSCORES', 'LIMIT', 0, 1)
   if #first > 0 then nextDue = tonumber(first[2]) end
+  local rl = redis.call('ZRANGE', prefix .. 'ratelimited', 0, 0, 'WITHSCORES')
+  if #rl > 0 and (nextDue < 0 or tonumber(rl[2]) < nextDue) then nextDue = tonumber(rl[2]) end
   return {moved, nextDue}
 end)
 
@@ -289,22 +814,154 @@ end, flags = {'no-writes'}}
 -- Every path that takes a job out of the active state calls leaveActive once, before the job
 -- hash can be deleted. outcome: 'completed' and 'failed' (finished for good), 'retry' (failed,
 -- will run again), 'requeued' (stalled or handed back), 'delayed' (moved to delayed while
--- running). One HMGET per call keeps the hot path cheap for plain jobs.
+-- running), 'waiting-children' (moved to wait for its children while running; it runs again
+-- later, like 'delayed'). One HMGET per call keeps the hot path cheap for plain jobs.
 
 -- Groups and ordering keys: give back the slot the job held. Must be idempotent.
 local function releaseGroupSlot(prefix, jobKey, jobId, groupKey, outcome, now)
+  local j = redis.call('HMGET', jobKey, 'orderingKey', 'orderingSeq', 'groupSlot', 'state')
+  local finished = outcome == 'completed' or outcome == 'failed'
+  -- Read from the stream but never started (handed back, or its reader died): a reservation
+  -- stays with the job going back to the stream, so it keeps its place in the group.
+  local unused = j[4] ~= 'active'
+  if unused and not finished then return end
+  -- An ordering key stays with a job that runs again (retry, stall, delay): strict order.
+  -- A concurrency slot is given back on every exit; HDEL of groupSlot makes that once only.
+  releaseHold(prefix, jobKey, groupKey, j[1] and true or false, tonumber(j[2]) or 0,
+    j[3] == '1', finished, now, unused)
 end
 
--- Flows: tell the parent a child finished. Only for 'completed' and 'failed'.
+-- Flows. A job reference is its queue prefix without the last ':', then ':' and the id
+-- ('glide:{q}:42'). deps:{id} holds the references of the children a parent still waits for.
+-- A child names its first parent in parentId / parentQueue ('glide:{pq}') and any further
+-- parents in extraParents (references joined by '\n'). What finished children left for a
+-- parent lives in the parent's own hash ('cv:<ref>' = return value, 'cf:<ref>' = reason of an
+-- ignored failure), so whatever deletes the parent deletes it too.
+
+local function serverNow()
+  local t = redis.call('TIME')
+  return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+end
+
+local function jobRef(prefix, jobId)
+  return string.sub(prefix, 1, #prefix - 1) .. ':' .. jobId
+end
+
+-- 'glide:{q}:42' -> 'glide:{q}:', '42' (ids and queue names contain no ':').
+local function splitRef(ref)
+  local i = string.find(ref, ':[^:]*$')
+  if not i or i == #ref then return nil, nil end
+  return string.sub(ref, 1, i), string.sub(ref, i + 1)
+end
+
+-- parentQueue is 'glide:{pq}'; a bare queue name (as some producers write it) is read too.
+local function parentPrefixOf(childPrefix, parentQueue)
+  if not parentQueue or parentQueue == '' then return childPrefix end
+  if string.find(parentQueue, '{', 1, true) then return parentQueue .. ':' end
+  local tag = string.find(childPrefix, ':{', 1, true) or 0
+  return string.sub(childPrefix, 1, tag) .. '{' .. parentQueue .. '}:'
+end
+
+-- What a child's final failure does to its parents (BullMQ's option names, in the child's
+-- opts): fail them (the default), or drop the dependency, recorded ('ignore') or not ('remove').
+local function failurePolicy(opts)
+  if opts then
+    if string.find(opts, '"ignoreDependencyOnFailure":true', 1, true) then return 'ignore' end
+    if string.find(opts, '"removeDependencyOnFailure":true', 1, true) then return 'remove' end
+  end
+  return 'fail'
+end
+
+-- A parent whose last pending child finished: runnable now, or after its own delay.
+local function wakeParent(pPrefix, pKey, pid, now)
+  redis.call('ZREM', pPrefix .. 'waiting-children', pid)
+  local h = redis.call('HMGET', pKey, 'priority', 'delay')
+  local delay = tonumber(h[2]) or 0
+  local state = requeue(pPrefix, pKey, pid, tonumber(h[1]) or 0, now + delay, now)
+  if state == 'delayed' then
+    emit(pPrefix .. 'events', 'delayed', pid, 'delay', delay, 'reason', 'children')
+  else
+    emit(pPrefix .. 'events', 'waiting', pid, 'reason', 'children')
+  end
+end
+
+-- Settles one child with one parent. Returns the parent's reason when the child's failure
+-- failed that parent too (its own parents are told next).
+local function settleChild(pPrefix, pid, ref, outcome, value, policy, now)
+  local depsKey = pPrefix .. 'deps:' .. pid
+  if redis.call('SREM', depsKey, ref) == 0 then return nil end -- not pending: settled before
+  local pKey = pPrefix .. 'job:' .. pid
+  local pstate = redis.call('HGET', pKey, 'state')
+  if not pstate then return nil end
+  if outcome == 'completed' then
+    redis.call('HSET', pKey, 'cv:' .. ref, value or 'null')
+  elseif outcome == 'failed' then
+    if policy == 'ignore' then
+      redis.call('HSET', pKey, 'cf:' .. ref, value or '')
+    elseif policy == 'fail' then
+      local reason = 'child ' .. ref .. ' failed: ' .. tostring(value or '')
+      if pstate == 'waiting-children' then
+        redis.call('ZREM', pPrefix .. 'waiting-children', pid)
+        redis.call('HSET', pKey, 'state', 'failed', 'failedReason', reason, 'finishedOn', now)
+        redis.call('ZADD', pPrefix .. 'failed', now, pid)
+        emit(pPrefix .. 'events', 'failed', pid, 'failedReason', reason)
+        return reason
+      elseif not isTerminal(pstate) then
+        -- A running parent learns it from moveToWaitingChildren.
+        redis.call('HSET', pKey, 'childFailed', reason)
+      end
+      return nil
+    end
+  end
+  if pstate == 'waiting-children' and redis.call('EXISTS', depsKey) == 0 then
+    wakeParent(pPrefix, pKey, pid, now)
+  end
+  return nil
+end
+
+-- Settles a finished or deleted job with every parent waiting for it. outcome: 'completed',
+-- 'failed' or 'removed'; value: the return value or the failure reason. A work list, not
+-- recursion: a failure can travel up a chain of any length.
+local function flowNotify(prefix, jobKey, jobId, outcome, value, now)
+  local work = {{prefix, jobKey, jobId, outcome, value}}
+  local i = 1
+  while i <= #work do
+    local w = work[i]
+    i = i + 1
+    local h = redis.call('HMGET', w[2], 'parentId', 'parentQueue', 'extraParents')
+    if h[1] then
+      now = now or serverNow()
+      local policy = 'fail'
+      if w[4] == 'failed' then policy = failurePolicy(redis.call('HGET', w[2], 'opts')) end
+      local ref = jobRef(w[1], w[3])
+      local parents = {{parentPrefixOf(w[1], h[2]), h[1]}}
+      if h[3] then
+        for other in string.gmatch(h[3], '[^\n]+') do
+          local pp, pid = splitRef(other)
+          if pp then parents[#parents + 1] = {pp, pid} end
+        end
+      end
+      for _, p in ipairs(parents) do
+        local reason = settleChild(p[1], p[2], ref, w[4], w[5], policy, now)
+        if reason then work[#work + 1] = {p[1], p[1] .. 'job:' .. p[2], p[2], 'failed', reason} end
+      end
+    end
+  end
+end
+
+-- Flows: tell the parents a child finished. Only for 'completed' and 'failed'.
 local function notifyParent(prefix, jobKey, jobId, parentId, outcome, value, now)
+  flowNotify(prefix, jobKey, jobId, outcome, value, now)
 end
 
+-- Returns the job's result-cache ttl ('rttl', read in the same HMGET) or false.
 local function leaveActive(prefix, jobKey, jobId, outcome, value, now)
-  local h = redis.call('HMGET', jobKey, 'parentId', 'groupKey')
+  local h = redis.call('HMGET', jobKey, 'parentId', 'groupKey', 'rttl')
   if h[2] then releaseGroupSlot(prefix, jobKey, jobId, h[2], outcome, now) end
   if h[1] and (outcome == 'completed' or outcome == 'failed') then
     notifyParent(prefix, jobKey, jobId, h[1], outcome, value, now)
   end
+  return h[3]
 end
 
 local function activate(prefix, stream, entries, now, out, emitEvents, events)
@@ -312,11 +969,16 @@ local function activate(prefix, stream, entries, now, out, emitEvents, events)
     local entryId, f = e[1], e[2]
     local jobId = entryJobId(f)
     local jobKey = jobId and (prefix .. 'job:' .. jobId)
-    local state = jobKey and redis.call('HGET', jobKey, 'state')
-    if not state or isTerminal(state) or state == 'active' then
-      -- Orphan entry (job removed or already finished): drop it so it is not redelivered.
+    local h = jobKey and redis.call('HMGET', jobKey, 'state', 'groupKey')
+    local state = h and h[1]
+    if not state or isTerminal(state) or state == 'active' or state == 'group-waiting'
+        or state == 'rate-limited' then
+      -- Orphan entry (job removed, finished or parked): drop it so it is not redelivered.
       redis.call('XACK', stream, GROUP, entryId)
       redis.call('XDEL', stream, entryId)
+    elseif h[2] and not admitGroupJob(prefix, stream, entryId, jobId, jobKey, h[2], now,
+        emitEvents, events) then
+      -- parked or dead-lettered by its group
     else
       redis.call('HSET', jobKey, 'state', 'active', 'processedOn', now, 'sid', entryId)
       out[#out + 1] = entryId
@@ -333,28 +995,44 @@ local function readEntries(stream, consumer, count)
   return {}
 end
 
-local function fetch(prefix, keys, consumer, count, now, emitEvents, out)
+-- Returns the entries read (-1: the queue is paused) and, when a queue-wide limit stopped
+-- the fetch, the ms until it may succeed. lim: the worker's limiter or nil.
+local function fetch(prefix, keys, consumer, count, now, emitEvents, out, lim)
   local stream, scheduled, events, meta = keys[1], keys[4], keys[3], keys[5]
-  if count <= 0 then return 0 end
-  if redis.call('HGET', meta, 'paused') == '1' then return -1 end
+  if count <= 0 then return 0, 0 end
+  local m = redis.call('HMGET', meta, unpack(META_LIMITS))
+  if m[1] == '1' then return -1, 0 end
+  local charge
+  if lim or m[2] or m[4] or m[5] then
+    local wait
+    count, wait, charge = queueAllowance(prefix, stream, m, lim, count, now, 0)
+    if count <= 0 then return 0, wait end
+  end
   local entries = readEntries(stream, consumer, count)
   if #entries < count then
-    -- Stream exhausted: admit prioritized work in priority order, then read it.
-    local ids = takeDueBands(scheduled, now, count - #entries)
-    if #ids > 0 then
-      moveToStream(prefix, scheduled, ids)
-      local more = readEntries(stream, consumer, count - #entries)
+    -- Stream exhausted: admit LIFO jobs, newest first, then prioritized work in priority
+    -- order, then read them.
+    local short = count - #entries
+    local lifo = admitLifo(prefix, stream, short)
+    local ids = takeDueBands(scheduled, now, short - lifo)
+    if #ids > 0 then moveToStream(prefix, scheduled, ids) end
+    if lifo + #ids > 0 then
+      local more = readEntries(stream, consumer, short)
       for _, e in ipairs(more) do entries[#entries + 1] = e end
     end
   end
+  local before = #out
   activate(prefix, stream, entries, now, out, emitEvents, events)
-  return #entries
+  if charge then chargeWindows(prefix, charge, (#out - before) / 3) end
+  return #entries, 0
 end
 
 -- KEYS: stream, completed, events, scheduled, meta.
 -- ARGS: now, consumer, fetchCount, emitEvents, nCompletions,
---       then per completion: jobId, entryId, returnvalue, keepCount, keepAge.
--- Returns {statuses, fetched (flat triples), paused}. A completion whose entry is no longer
+--       then per completion: jobId, entryId, returnvalue, keepCount, keepAge,
+--       then optionally the worker's limiter: max, duration (ms).
+-- Returns {statuses, fetched (flat triples), paused, waitMs}; waitMs > 0 when a queue-wide
+-- limit (rate, concurrency, Worker.rate_limit) stopped the fetch: ask again after that long. A completion whose entry is no longer
 -- pending for the group (the job was reclaimed and handed to another worker) is a no-op
 -- reported as 'stale', so a job is never completed twice.
 local function completeOne(prefix, stream, completed, events, now, jobId, entryId, rv,
@@ -363,7 +1041,10 @@ local function completeOne(prefix, stream, completed, events, now, jobId, entryI
   redis.call('XDEL', stream, entryId)
   local jobKey = prefix .. 'job:' .. jobId
   if redis.call('EXISTS', jobKey) == 0 then return 'missing' end
-  leaveActive(prefix, jobKey, jobId, 'completed', rv, now)
+  local rttl = leaveActive(prefix, jobKey, jobId, 'completed', rv, now)
+  if rttl then
+    keepResult(prefix, jobId, rttl, 'state', 'completed', 'returnvalue', rv, 'finishedOn', now)
+  end
   if keepCount == 0 then
     deleteJob(prefix, jobId)
   else
@@ -384,6 +1065,7 @@ redis.register_function('glidemq_completeAndFetchNext', function(keys, args)
   local emitEvents = args[4] == '1'
   local n = tonumber(args[5])
   local statuses = {}
+  local done = 0
   local i = 6
   for c = 1, n do
     local jobId, entryId, rv = args[i], args[i + 1], args[i + 2]
@@ -391,10 +1073,13 @@ redis.register_function('glidemq_completeAndFetchNext', function(keys, args)
     i = i + 5
     statuses[c] = completeOne(prefix, stream, completed, events, now, jobId, entryId, rv,
       keepCount, keepAge, emitEvents)
+    if statuses[c] == 'ok' then done = done + 1 end
   end
+  if done > 0 then countMetric(prefix .. 'metrics:completed', now, done) end
   local out = {}
-  local got = fetch(prefix, keys, consumer, fetchCount, now, emitEvents, out)
-  return {statuses, out, got == -1 and 1 or 0}
+  local got, wait = fetch(prefix, keys, consumer, fetchCount, now, emitEvents, out,
+    limiterArg(args[i], args[i + 1]))
+  return {statuses, out, got == -1 and 1 or 0, wait}
 end)
 
 -- KEYS: stream, completed, events, scheduled, meta. ARGS: same as completeAndFetchNext with
@@ -403,24 +1088,39 @@ redis.register_function('glidemq_complete', function(keys, args)
   local stream, completed, events = keys[1], keys[2], keys[3]
   local prefix = prefixOf(stream, 'stream')
   local now = tonumber(args[1])
-  return completeOne(prefix, stream, completed, events, now, args[6], args[7], args[8],
+  local status = completeOne(prefix, stream, completed, events, now, args[6], args[7], args[8],
     tonumber(args[9]), tonumber(args[10]), args[4] == '1')
+  if status == 'ok' then countMetric(prefix .. 'metrics:completed', now, 1) end
+  return status
 end)
 
--- KEYS: stream, completed, events, scheduled, meta. ARGS: now, emitEvents, then entryId/jobId
--- pairs read by a blocking XREADGROUP. Returns the fetched triples.
+-- KEYS: stream, completed, events, scheduled, meta. ARGS: now, emitEvents, limiterMax,
+-- limiterDuration ('0' '0' without a limiter), then entryId/jobId pairs read by a blocking
+-- XREADGROUP. Returns the fetched triples.
 redis.register_function('glidemq_moveToActive', function(keys, args)
   local stream = keys[1]
   local prefix = prefixOf(stream, 'stream')
   local now = tonumber(args[1])
   local entries = {}
-  for i = 3, #args, 2 do
+  for i = 5, #args, 2 do
     entries[#entries + 1] = {args[i], {'id', args[i + 1]}}
   end
   local out = {}
-  if redis.call('HGET', keys[5], 'paused') == '1' then
-    -- Read by a blocking XREADGROUP after the queue was paused: hand the jobs back, unstarted.
-    for _, e in ipairs(entries) do
+  local m = redis.call('HMGET', keys[5], unpack(META_LIMITS))
+  local lim = limiterArg(args[3], args[4])
+  local allowed, charge = #entries, nil
+  if m[1] == '1' then
+    allowed = 0
+  elseif lim or m[2] or m[4] or m[5] then
+    local _
+    allowed, _, charge = queueAllowance(prefix, stream, m, lim, #entries, now, #entries)
+  end
+  if allowed < #entries then
+    -- Read by a blocking XREADGROUP after the queue was paused or while a queue-wide limit
+    -- was used up by others: hand the jobs over the limit back, unstarted.
+    for idx = allowed + 1, #entries do
+      local e = entries[idx]
+      entries[idx] = nil
       if redis.call('XACK', stream, GROUP, e[1]) == 1 then
         redis.call('XDEL', stream, e[1])
         local jobKey = prefix .. 'job:' .. e[2][2]
@@ -429,9 +1129,9 @@ redis.register_function('glidemq_moveToActive', function(keys, args)
         end
       end
     end
-    return out
   end
   activate(prefix, stream, entries, now, out, args[2] == '1', keys[3])
+  if charge then chargeWindows(prefix, charge, #out / 3) end
   return out
 end)
 
@@ -440,6 +1140,7 @@ end)
 
 local function finalFail(prefix, jobKey, jobId, reason, now, failedSet, keepCount, keepAge, events,
                          emitEvents, deadLetter)
+  countMetric(prefix .. 'metrics:failed', now, 1)
   redis.call('HSET', jobKey, 'state', 'failed', 'failedReason', reason, 'finishedOn', now)
   if deadLetter then
     redis.call('HSET', jobKey, 'deadLetter', '1')
@@ -482,7 +1183,11 @@ redis.register_function('glidemq_fail', function(keys, args)
     if emitEvents then emit(events, 'retrying', jobId, 'failedReason', reason, 'attemptsMade', attempts) end
     return 'retry'
   end
-  leaveActive(prefix, jobKey, jobId, 'failed', reason, now)
+  local rttl = leaveActive(prefix, jobKey, jobId, 'failed', reason, now)
+  if rttl then
+    keepResult(prefix, jobId, rttl, 'state', 'failed', 'failedReason', reason, 'stacktrace', stack,
+      'finishedOn', now)
+  end
   finalFail(prefix, jobKey, jobId, reason, now, failedSet, keepCount, keepAge, events, emitEvents,
     deadLetter)
   return 'failed'
@@ -517,7 +1222,10 @@ redis.register_function('glidemq_reclaimStalled', function(keys, args)
       if stalls > maxStalled or revoked then
         redis.call('HINCRBY', jobKey, 'attemptsMade', 1)
         local reason = revoked and 'revoked' or 'job stalled more than allowable limit'
-        leaveActive(prefix, jobKey, jobId, 'failed', reason, now)
+        local rttl = leaveActive(prefix, jobKey, jobId, 'failed', reason, now)
+        if rttl then
+          keepResult(prefix, jobId, rttl, 'state', 'failed', 'failedReason', reason, 'finishedOn', now)
+        end
         finalFail(prefix, jobKey, jobId, reason, now, failedSet, keepCount, keepAge, events,
           emitEvents, deadLetter and not revoked)
         failed = failed + 1
@@ -572,6 +1280,7 @@ redis.register_function('glidemq_deferActive', function(keys, args)
   end
   if #args == 1 then
     pcall(redis.call, 'XGROUP', 'DELCONSUMER', stream, GROUP, consumer)
+    redis.call('HDEL', prefix .. 'workers', consumer) -- Queue.get_workers: closed cleanly
   end
   return n
 end)
@@ -606,8 +1315,9 @@ redis.register_function('glidemq_heartbeat', function(keys, args)
   return {lost, revoked}
 end)
 
--- KEYS: stream, scheduled, events. ARGS: now, jobId, entryId, runAt (ms), emitEvents.
--- Moves a running job back to delayed (step jobs, DelayedError) without counting an attempt.
+-- KEYS: stream, scheduled, events. ARGS: now, jobId, entryId, runAt (ms), emitEvents, step
+-- (optional). Moves a running job back to delayed (step jobs, DelayedError) without counting
+-- an attempt.
 redis.register_function('glidemq_moveActiveToDelayed', function(keys, args)
   local stream = keys[1]
   local prefix = prefixOf(stream, 'stream')
@@ -618,10 +1328,377 @@ redis.register_function('glidemq_moveActiveToDelayed', function(keys, args)
   local jobKey = prefix .. 'job:' .. jobId
   if redis.call('EXISTS', jobKey) == 0 then return 'missing' end
   leaveActive(prefix, jobKey, jobId, 'delayed', nil, now)
+  -- step jobs: the step the next run starts from (args[6], '' keeps the current one)
+  if args[6] and args[6] ~= '' then redis.call('HSET', jobKey, 'step', args[6]) end
   local priority = tonumber(redis.call('HGET', jobKey, 'priority')) or 0
   local state = requeue(prefix, jobKey, jobId, priority, runAt, now)
   if args[5] == '1' then emit(keys[3], 'delayed', jobId, 'delay', runAt - now) end
   return state
+end)
+
+-- KEYS: stream, meta, events. ARGS: now, delayMs, then optionally jobId, entryId.
+-- Worker.rate_limit: no worker of the queue starts a job for delayMs. With a job (a processor
+-- raised RateLimitError), that running job goes back to the stream without counting an
+-- attempt. Returns 'ok', or for the job 'stale' (no longer this worker's) or 'missing'.
+redis.register_function('glidemq_rateLimit', function(keys, args)
+  local stream, meta = keys[1], keys[2]
+  local prefix = prefixOf(stream, 'stream')
+  local now, delay = tonumber(args[1]), tonumber(args[2]) or 0
+  if delay > 0 and now + delay > (tonumber(redis.call('HGET', meta, 'limitUntil')) or 0) then
+    redis.call('HSET', meta, 'limitUntil', now + delay)
+  end
+  local jobId, entryId = args[3], args[4]
+  if not jobId then return 'ok' end
+  if redis.call('XACK', stream, GROUP, entryId) == 0 then return 'stale' end
+  redis.call('XDEL', stream, entryId)
+  local jobKey = prefix .. 'job:' .. jobId
+  if redis.call('EXISTS', jobKey) == 0 then return 'missing' end
+  leaveActive(prefix, jobKey, jobId, 'requeued', nil, now)
+  redis.call('HSET', jobKey, 'state', 'waiting', 'sid', redis.call('XADD', stream, '*', 'id', jobId))
+  emit(keys[3], 'waiting', jobId, 'reason', 'rate-limited')
+  return 'ok'
+end)
+
+---------------------------------------------------------------------------------------------
+-- flows: parents that run after their children (see the flow notes above leaveActive)
+
+-- A new id for a flow job: its custom id, or the next counter value not taken by an existing
+-- job nor reserved by a custom id of the same call.
+local function flowJobId(prefix, idKey, customId, reserved)
+  if customId ~= '' then return customId end
+  for _ = 1, 1000 do
+    local c = tostring(redis.call('INCR', idKey))
+    if not reserved[prefix .. c] and redis.call('EXISTS', prefix .. 'job:' .. c) == 0 then
+      return c
+    end
+  end
+  return nil
+end
+
+-- Parses and checks one job of a flow; returns the job table, or nil and an error reply.
+local function flowSpec(idKey, name, data, opts, delay, priority, maxAttempts, ttl, customId,
+                        reserved)
+  local j = {prefix = prefixOf(idKey, 'id'), idKey = idKey, name = name, data = data,
+    opts = opts or '{}', delay = tonumber(delay), priority = tonumber(priority),
+    maxAttempts = maxAttempts or '0', ttl = tonumber(ttl) or 0, customId = customId or '',
+    parents = {}}
+  if type(name) ~= 'string' or type(data) ~= 'string' then return nil, 'ERR:BAD_FLOW' end
+  if not j.delay or j.delay < 0 or not j.priority or j.priority < 0 or j.priority > 2097152 then
+    return nil, 'ERR:BAD_OPTION'
+  end
+  if j.customId ~= '' then
+    if not validCustomId(j.customId) then return nil, 'ERR:INVALID_JOB_ID' end
+    local k = j.prefix .. j.customId
+    if reserved[k] or redis.call('EXISTS', j.prefix .. 'job:' .. j.customId) == 1 then
+      return nil, 'duplicate'
+    end
+    reserved[k] = true
+  end
+  return j, nil
+end
+
+-- Writes a flow job: a job with children (waits) starts in waiting-children, the others are
+-- enqueued. j.pPrefix / j.pid name the first parent, j.extra the others.
+local function writeFlowJob(j, now)
+  local state, sid = 'waiting-children', nil
+  if not j.waits then state, sid = enqueue(j.prefix, j.id, j.priority, now + j.delay, now) end
+  local f = {'id', j.id, 'name', j.name, 'data', j.data, 'opts', j.opts, 'timestamp', now,
+    'attemptsMade', 0, 'delay', j.delay, 'priority', j.priority, 'maxAttempts', j.maxAttempts,
+    'state', state}
+  if sid then f[#f + 1] = 'sid'; f[#f + 1] = sid end
+  if j.ttl > 0 then f[#f + 1] = 'expireAt'; f[#f + 1] = now + j.ttl end
+  if j.pid then
+    f[#f + 1] = 'parentId'; f[#f + 1] = j.pid
+    f[#f + 1] = 'parentQueue'; f[#f + 1] = string.sub(j.pPrefix, 1, #j.pPrefix - 1)
+  end
+  if j.extra then f[#f + 1] = 'extraParents'; f[#f + 1] = j.extra end
+  redis.call('HSET', j.prefix .. 'job:' .. j.id, unpack(f))
+  if j.waits then redis.call('ZADD', j.prefix .. 'waiting-children', now, j.id) end
+  if not string.find(j.opts, '"skipEvents":true', 1, true) then
+    emit(j.prefix .. 'events', 'added', j.id, 'name', j.name)
+  end
+end
+
+-- Whether an existing job can be made to wait for one more child: not finished, and not a
+-- waiting job whose stream entry a worker has just read (it is about to run).
+local function canHold(pPrefix, pKey)
+  local h = redis.call('HMGET', pKey, 'state', 'sid')
+  local state = h[1]
+  if state == 'waiting' then
+    if not h[2] then return true end
+    local ok, p = pcall(redis.call, 'XPENDING', pPrefix .. 'stream', GROUP, h[2], h[2], 1)
+    return not (ok and #p > 0)
+  end
+  return state == 'waiting-children' or state == 'active' or state == 'delayed'
+    or state == 'prioritized'
+end
+
+-- Makes a job checked by canHold wait for its children: one not started yet leaves the stream
+-- or the scheduled set; a running one keeps running (moveToWaitingChildren is its move).
+local function hold(pPrefix, pKey, pid)
+  local h = redis.call('HMGET', pKey, 'state', 'sid')
+  if h[1] == 'waiting' then
+    if h[2] then redis.call('XDEL', pPrefix .. 'stream', h[2]) end
+  elseif h[1] == 'delayed' or h[1] == 'prioritized' then
+    redis.call('ZREM', pPrefix .. 'scheduled', pid)
+  else
+    return
+  end
+  redis.call('HSET', pKey, 'state', 'waiting-children')
+  redis.call('HDEL', pKey, 'sid')
+  redis.call('ZADD', pPrefix .. 'waiting-children', clockMs(), pid)
+  emit(pPrefix .. 'events', 'waiting-children', pid)
+end
+
+-- Records (pPrefix, pid) as a parent of an existing job.
+local function linkChild(cPrefix, cKey, pPrefix, pid)
+  local h = redis.call('HMGET', cKey, 'parentId', 'parentQueue', 'extraParents')
+  if not h[1] then
+    redis.call('HSET', cKey, 'parentId', pid, 'parentQueue', string.sub(pPrefix, 1, #pPrefix - 1))
+    return
+  end
+  if h[1] == pid and parentPrefixOf(cPrefix, h[2]) == pPrefix then return end
+  local pref = jobRef(pPrefix, pid)
+  if h[3] then
+    for other in string.gmatch(h[3], '[^\n]+') do
+      if other == pref then return end
+    end
+    redis.call('HSET', cKey, 'extraParents', h[3] .. '\n' .. pref)
+  else
+    redis.call('HSET', cKey, 'extraParents', pref)
+  end
+end
+
+-- Whether the job (prefix, id) waits, directly or through others, for the job `target` (a
+-- reference). nil when more than `limit` jobs would have to be visited.
+local function waitsFor(prefix, id, target, limit)
+  local todo, seen, head = {{prefix, id}}, {}, 1
+  while head <= #todo do
+    local p, i = todo[head][1], todo[head][2]
+    head = head + 1
+    for _, m in ipairs(redis.call('SMEMBERS', p .. 'deps:' .. i)) do
+      if m == target then return true end
+      if not seen[m] then
+        seen[m] = true
+        if #todo >= limit then return nil end
+        local mp, mi = splitRef(m)
+        if mp then todo[#todo + 1] = {mp, mi} end
+      end
+    end
+  end
+  return false
+end
+
+-- KEYS: the `id` key of every queue the flow uses.
+-- ARGS: now, n, attachTo ('' or the reference of an existing job the flow's roots become
+--       children of), then per job: queue (1-based index into KEYS), name, data, opts, delay,
+--       priority, maxAttempts, ttl, customJobId, nParents, then nParents 1-based indices of
+--       earlier jobs of this call that wait for it (parents come before their children).
+-- The compact form glidemq's FlowProducer uses for every flow, tree and DAG: one call, all or
+-- nothing. Returns the job ids in order; {'duplicate', index} when a custom id is taken; or an
+-- 'ERR:...' string. Nothing but id counters is written unless it succeeds.
+redis.register_function('glidemq_addTree', function(keys, args)
+  local now, n, attach = tonumber(args[1]), tonumber(args[2]), args[3] or ''
+  if not now or not n then return 'ERR:BAD_FLOW' end
+  local jobs, reserved = {}, {}
+  local i = 4
+  for j = 1, n do
+    local idKey = keys[tonumber(args[i]) or 0]
+    if not idKey then return 'ERR:BAD_FLOW' end
+    local job, err = flowSpec(idKey, args[i + 1], args[i + 2], args[i + 3], args[i + 4],
+      args[i + 5], args[i + 6], args[i + 7], args[i + 8], reserved)
+    if err == 'duplicate' then return {'duplicate', j} end
+    if err then return err end
+    local np = tonumber(args[i + 9]) or 0
+    for k = 1, np do
+      local p = tonumber(args[i + 9 + k])
+      if not p or p < 1 or p >= j then return 'ERR:BAD_FLOW' end
+      job.parents[k] = p
+      jobs[p].waits = true
+    end
+    i = i + 10 + np
+    jobs[j] = job
+  end
+  local aPrefix, aId, aKey
+  if attach ~= '' then
+    aPrefix, aId = splitRef(attach)
+    if not aPrefix then return 'ERR:BAD_FLOW' end
+    aKey = aPrefix .. 'job:' .. aId
+    if redis.call('EXISTS', aKey) == 0 then return 'ERR:PARENT_NOT_FOUND' end
+    if not canHold(aPrefix, aKey) then return 'ERR:PARENT_STATE' end
+  end
+  -- ids first (counters only), so a failure here leaves no partial flow
+  for j = 1, n do
+    local job = jobs[j]
+    job.id = flowJobId(job.prefix, job.idKey, job.customId, reserved)
+    if not job.id then return 'ERR:ID_EXHAUSTED' end
+    reserved[job.prefix .. job.id] = true
+  end
+  local ids = {}
+  for j = 1, n do
+    local job = jobs[j]
+    local first = jobs[job.parents[1] or 0]
+    if first then
+      job.pPrefix, job.pid = first.prefix, first.id
+      if #job.parents > 1 then
+        local extra = {}
+        for k = 2, #job.parents do
+          local p = jobs[job.parents[k]]
+          extra[#extra + 1] = jobRef(p.prefix, p.id)
+        end
+        job.extra = table.concat(extra, '\n')
+      end
+    elseif aPrefix then
+      job.pPrefix, job.pid = aPrefix, aId
+    end
+    writeFlowJob(job, now)
+    local ref = jobRef(job.prefix, job.id)
+    for k = 1, #job.parents do
+      local p = jobs[job.parents[k]]
+      redis.call('SADD', p.prefix .. 'deps:' .. p.id, ref)
+    end
+    if not first and aPrefix then redis.call('SADD', aPrefix .. 'deps:' .. aId, ref) end
+    ids[j] = job.id
+  end
+  if aPrefix then hold(aPrefix, aKey, aId) end
+  return ids
+end)
+
+-- KEYS: id, stream, scheduled, events of the parent's queue, then the same four per child.
+-- ARGS: parent: name, data, opts, timestamp, delay, priority, maxAttempts, numChildren,
+--       customJobId; per child: name, data, opts, delay, priority, maxAttempts, queuePrefix,
+--       parentQueue, customJobId; then numExtraDeps and that many references of existing jobs
+--       the parent waits for too.
+-- The glide-mq wire form. Returns JSON [parentId, childId, ...] or ["duplicate"], or an
+-- 'ERR:...' string; nothing but id counters is written unless it succeeds.
+redis.register_function('glidemq_addFlow', function(keys, args)
+  local now = tonumber(args[4])
+  local nc = tonumber(args[8])
+  if not now then return 'ERR:BAD_TIMESTAMP' end
+  if not nc or nc < 0 or #keys < 4 + 4 * nc then return 'ERR:BAD_FLOW' end
+  local function ttlOf(opts)
+    local ok, o = pcall(cjson.decode, opts or '')
+    if ok and type(o) == 'table' then return tonumber(o.ttl) or 0 end
+    return 0
+  end
+  local reserved = {}
+  local parent, err = flowSpec(keys[1], args[1], args[2], args[3], args[5], args[6], args[7],
+    ttlOf(args[3]), args[9], reserved)
+  if err == 'duplicate' then return cjson.encode({'duplicate'}) end
+  if err then return err end
+  local children = {}
+  for c = 1, nc do
+    local b = 9 + (c - 1) * 9
+    local child
+    child, err = flowSpec(keys[4 + (c - 1) * 4 + 1], args[b + 1], args[b + 2], args[b + 3],
+      args[b + 4], args[b + 5], args[b + 6], ttlOf(args[b + 3]), args[b + 9], reserved)
+    if err == 'duplicate' then return cjson.encode({'duplicate'}) end
+    if err then return err end
+    children[c] = child
+  end
+  local e = 9 + nc * 9 + 1
+  local extra, done = {}, {}
+  for x = 1, tonumber(args[e]) or 0 do
+    local ref = args[e + x]
+    local xPrefix, xId = splitRef(ref or '')
+    if not xPrefix then return 'ERR:BAD_FLOW' end
+    local h = redis.call('HMGET', xPrefix .. 'job:' .. xId, 'state', 'returnvalue')
+    if not h[1] then return 'ERR:DEP_NOT_FOUND' end
+    if h[1] == 'failed' then return 'ERR:DEP_FAILED' end
+    if h[1] == 'completed' then
+      done[#done + 1] = {ref, h[2] or 'null'}
+    else
+      extra[#extra + 1] = {xPrefix, xId, ref}
+    end
+  end
+  parent.id = flowJobId(parent.prefix, parent.idKey, parent.customId, reserved)
+  if not parent.id then return cjson.encode({'ERR:ID_EXHAUSTED'}) end
+  reserved[parent.prefix .. parent.id] = true
+  for _, child in ipairs(children) do
+    child.id = flowJobId(child.prefix, child.idKey, child.customId, reserved)
+    if not child.id then return cjson.encode({'ERR:ID_EXHAUSTED'}) end
+    reserved[child.prefix .. child.id] = true
+  end
+  parent.waits = nc > 0 or #extra > 0
+  writeFlowJob(parent, now)
+  local pKey = parent.prefix .. 'job:' .. parent.id
+  local depsKey = parent.prefix .. 'deps:' .. parent.id
+  for _, d in ipairs(done) do redis.call('HSET', pKey, 'cv:' .. d[1], d[2]) end
+  local out = {parent.id}
+  for _, child in ipairs(children) do
+    child.pPrefix, child.pid = parent.prefix, parent.id
+    writeFlowJob(child, now)
+    redis.call('SADD', depsKey, jobRef(child.prefix, child.id))
+    out[#out + 1] = child.id
+  end
+  for _, x in ipairs(extra) do
+    linkChild(x[1], x[1] .. 'job:' .. x[2], parent.prefix, parent.id)
+    redis.call('SADD', depsKey, x[3])
+  end
+  return cjson.encode(out)
+end)
+
+-- KEYS: the child's job hash, the parent's job hash. ARGS: childId, parentId.
+-- Makes an existing job also wait for an existing child (a further parent of a DAG node, or a
+-- dependency added later). Returns 'ok'; 'exists' (already a dependency); 'completed' (the
+-- child had finished: its value is recorded, nothing to wait for); or ERR:CHILD_NOT_FOUND,
+-- ERR:PARENT_NOT_FOUND, ERR:PARENT_STATE, ERR:CHILD_FAILED, ERR:CYCLE, ERR:TOO_LARGE.
+redis.register_function('glidemq_registerParent', function(keys, args)
+  local cKey, pKey = keys[1], keys[2]
+  local cid, pid = args[1], args[2]
+  local cSuffix, pSuffix = 'job:' .. cid, 'job:' .. pid
+  if string.sub(cKey, -#cSuffix) ~= cSuffix or string.sub(pKey, -#pSuffix) ~= pSuffix then
+    return 'ERR:BAD_FLOW'
+  end
+  local cPrefix = string.sub(cKey, 1, #cKey - #cSuffix)
+  local pPrefix = string.sub(pKey, 1, #pKey - #pSuffix)
+  local ch = redis.call('HMGET', cKey, 'state', 'returnvalue')
+  if not ch[1] then return 'ERR:CHILD_NOT_FOUND' end
+  local pstate = redis.call('HGET', pKey, 'state')
+  if not pstate then return 'ERR:PARENT_NOT_FOUND' end
+  if isTerminal(pstate) then return 'ERR:PARENT_STATE' end
+  local cref = jobRef(cPrefix, cid)
+  local depsKey = pPrefix .. 'deps:' .. pid
+  if redis.call('SISMEMBER', depsKey, cref) == 1 then return 'exists' end
+  if ch[1] == 'failed' then return 'ERR:CHILD_FAILED' end
+  if ch[1] == 'completed' then
+    redis.call('HSET', pKey, 'cv:' .. cref, ch[2] or 'null')
+    return 'completed'
+  end
+  if cKey == pKey then return 'ERR:CYCLE' end
+  local cycle = waitsFor(cPrefix, cid, jobRef(pPrefix, pid), 10000)
+  if cycle == nil then return 'ERR:TOO_LARGE' end
+  if cycle then return 'ERR:CYCLE' end
+  if not canHold(pPrefix, pKey) then return 'ERR:PARENT_STATE' end
+  linkChild(cPrefix, cKey, pPrefix, pid)
+  redis.call('SADD', depsKey, cref)
+  hold(pPrefix, pKey, pid)
+  return 'ok'
+end)
+
+-- KEYS: stream, scheduled, events. ARGS: jobId, entryId, now.
+-- A running job whose children are not all done stops running and waits for them; it runs
+-- again when the last one finishes. Returns {status, detail}: 'waiting-children'; 'continue'
+-- when nothing is pending (the job stays active); 'failed' with the reason when a child's
+-- failure fails this job; 'stale' (the worker no longer owns it) or 'missing'.
+redis.register_function('glidemq_moveToWaitingChildren', function(keys, args)
+  local stream, events = keys[1], keys[3]
+  local prefix = prefixOf(stream, 'stream')
+  local jobId, entryId, now = args[1], args[2], tonumber(args[3])
+  local jobKey = prefix .. 'job:' .. jobId
+  local h = redis.call('HMGET', jobKey, 'state', 'sid', 'childFailed')
+  if not h[1] then return {'missing', ''} end
+  if h[1] ~= 'active' or h[2] ~= entryId then return {'stale', ''} end
+  if h[3] then return {'failed', h[3]} end
+  if redis.call('EXISTS', prefix .. 'deps:' .. jobId) == 0 then return {'continue', ''} end
+  if redis.call('XACK', stream, GROUP, entryId) == 0 then return {'stale', ''} end
+  redis.call('XDEL', stream, entryId)
+  leaveActive(prefix, jobKey, jobId, 'waiting-children', nil, now)
+  redis.call('HSET', jobKey, 'state', 'waiting-children')
+  redis.call('HDEL', jobKey, 'sid')
+  redis.call('ZADD', prefix .. 'waiting-children', now, jobId)
+  emit(events, 'waiting-children', jobId)
+  return {'waiting-children', ''}
 end)
 
 ---------------------------------------------------------------------------------------------
@@ -653,6 +1730,8 @@ local function unlinkWaiting(prefix, stream, scheduled, jobId, state, sid)
     if sid then redis.call('XDEL', stream, sid) end
   elseif state == 'delayed' or state == 'prioritized' then
     redis.call('ZREM', scheduled, jobId)
+  elseif state == 'waiting-children' then
+    redis.call('ZREM', prefix .. 'waiting-children', jobId)
   end
 end
 
@@ -664,8 +1743,14 @@ redis.register_function('glidemq_removeJob', function(keys, args)
   local jobKey = prefix .. 'job:' .. jobId
   local h = jobState(jobKey)
   local state = h[1]
-  if not state then return 0 end
+  -- a job known only by its cached result (its record is gone) is removed by dropping that
+  if not state then return redis.call('DEL', prefix .. 'result:' .. jobId) end
   if state == 'active' then return 'ERR:ACTIVE' end
+  -- flows: parents stop waiting for a job removed before it finished; a parent's set goes
+  if not isTerminal(state) then flowNotify(prefix, jobKey, jobId, 'removed', nil, nil) end
+  redis.call('DEL', prefix .. 'deps:' .. jobId)
+  redis.call('DEL', prefix .. 'result:' .. jobId)
+  forgetJob(prefix, jobKey, jobId, clockMs())
   unlinkWaiting(prefix, stream, scheduled, jobId, state, h[2])
   redis.call('ZREM', prefix .. 'completed', jobId)
   redis.call('ZREM', prefix .. 'failed', jobId)
@@ -691,7 +1776,13 @@ redis.register_function('glidemq_revoke', function(keys, args)
     emit(events, 'revoked', jobId, 'state', 'active')
     return 'flagged'
   end
+  forgetJob(prefix, jobKey, jobId, now)
   unlinkWaiting(prefix, stream, scheduled, jobId, state, h[2])
+  local rttl = redis.call('HGET', jobKey, 'rttl')
+  if rttl then
+    keepResult(prefix, jobId, rttl, 'state', 'failed', 'failedReason', 'revoked', 'finishedOn', now)
+  end
+  flowNotify(prefix, jobKey, jobId, 'failed', 'revoked', now)
   finalFail(prefix, jobKey, jobId, 'revoked', now, prefix .. 'failed', -1, 0, events, true, false)
   return 'revoked'
 end)
@@ -799,6 +1890,7 @@ redis.register_function('glidemq_retryJobs', function(keys, args)
       redis.call('HSET', jobKey, 'attemptsMade', 0, 'stalledCount', 0)
       redis.call('HDEL', jobKey, 'finishedOn', 'processedOn', 'returnvalue', 'failedReason',
         'deadLetter', 'revoked', 'stacktrace', 'expireAt')
+      redis.call('DEL', prefix .. 'result:' .. jobId) -- the cached outcome is stale now
       requeue(prefix, jobKey, jobId, priority, now, now)
       emit(events, 'waiting', jobId, 'reason', 'retried')
       n = n + 1
@@ -815,6 +1907,16 @@ redis.register_function('glidemq_drain', function(keys, args)
   local prefix = prefixOf(stream, 'stream')
   local cursor, limit, withDelayed = args[1], tonumber(args[2]), args[3] == '1'
   local removed = 0
+  local now = clockMs()
+  if cursor == '-' then
+    -- first call: LIFO, group-waiting and rate-limited jobs first, so none is woken into the
+    -- stream behind the cursor while the stream is walked
+    for _, jobId in ipairs(takeParked(prefix, now)) do
+      flowNotify(prefix, prefix .. 'job:' .. jobId, jobId, 'removed', nil, nil)
+      deleteJob(prefix, jobId)
+      removed = removed + 1
+    end
+  end
   local entries = redis.call('XRANGE', stream, cursor, '+', 'COUNT', limit)
   for _, e in ipairs(entries) do
     local f = e[2]
@@ -823,6 +1925,8 @@ redis.register_function('glidemq_drain', function(keys, args)
       local jobKey = prefix .. 'job:' .. jobId
       if redis.call('HGET', jobKey, 'state') == 'waiting' then
         redis.call('XDEL', stream, e[1])
+        flowNotify(prefix, jobKey, jobId, 'removed', nil, nil)
+        forgetJob(prefix, jobKey, jobId, now)
         deleteJob(prefix, jobId)
         removed = removed + 1
       end
@@ -837,6 +1941,10 @@ redis.register_function('glidemq_drain', function(keys, args)
       local state = redis.call('HGET', jobKey, 'state')
       if state == 'prioritized' or (withDelayed and state == 'delayed') or not state then
         redis.call('ZREM', scheduled, jobId)
+        if state then
+          flowNotify(prefix, jobKey, jobId, 'removed', nil, nil)
+          forgetJob(prefix, jobKey, jobId, now)
+        end
         deleteJob(prefix, jobId)
         removed = removed + 1
       end
@@ -870,6 +1978,8 @@ redis.register_function('glidemq_clean', function(keys, args)
       local h = redis.call('HMGET', jobKey, 'state', 'timestamp')
       if h[1] == state and (tonumber(h[2]) or 0) < olderThan then
         redis.call('ZREM', scheduled, jobId)
+        flowNotify(prefix, jobKey, jobId, 'removed', nil, nil)
+        forgetJob(prefix, jobKey, jobId, clockMs())
         deleteJob(prefix, jobId)
         removed[#removed + 1] = jobId
       end
@@ -885,6 +1995,8 @@ redis.register_function('glidemq_clean', function(keys, args)
         local h = redis.call('HMGET', jobKey, 'state', 'timestamp')
         if h[1] == 'waiting' and (tonumber(h[2]) or 0) < olderThan then
           redis.call('XDEL', stream, e[1])
+          flowNotify(prefix, jobKey, jobId, 'removed', nil, nil)
+          forgetJob(prefix, jobKey, jobId, clockMs())
           deleteJob(prefix, jobId)
           removed[#removed + 1] = jobId
         end
@@ -916,10 +2028,129 @@ redis.register_function('glidemq_obliterate', function(keys, args)
 end)
 
 ---------------------------------------------------------------------------------------------
+-- job schedulers (glidemq/scheduler.py): schedulers hash, field = name, value = JSON entry.
+-- The entry is written whole by the client; these functions compare it by SHA-1 so that a
+-- stale reader changes nothing.
+
+local function setEntry(key, name, entry)
+  if entry == '' then
+    redis.call('HDEL', key, name)
+  else
+    redis.call('HSET', key, name, entry)
+  end
+end
+
+-- KEYS: schedulers. ARGS: name, expectedSha1 ('' = must not exist), entry ('' deletes).
+-- Returns 1 when written, 0 when the stored entry is not the expected one.
+redis.register_function('glidemq_setScheduler', function(keys, args)
+  local cur = redis.call('HGET', keys[1], args[1])
+  if args[2] == '' then
+    if cur then return 0 end
+  elseif not cur or redis.sha1hex(cur) ~= args[2] then
+    return 0
+  end
+  setEntry(keys[1], args[1], args[3])
+  return 1
+end)
+
+-- KEYS: schedulers, id, stream, scheduled, events.
+-- ARGS: name, expectedSha1, newEntry ('' removes the scheduler after this run), then the 17
+-- addJob arguments and lifo. Fires one due run: only if the entry is still the one the caller
+-- read, so of all the workers that saw the same due run, exactly one adds its job.
+-- Returns {'fired', addJob reply} or {'skip', ''}.
+redis.register_function('glidemq_fireScheduler', function(keys, args)
+  local cur = redis.call('HGET', keys[1], args[1])
+  if not cur or redis.sha1hex(cur) ~= args[2] then return {'skip', ''} end
+  local jobId = addJobCore(keys[2], keys[5], args, 4)
+  setEntry(keys[1], args[1], args[3])
+  return {'fired', jobId}
+end)
+
+---------------------------------------------------------------------------------------------
+-- search (glidemq/queries.py)
+
+-- Do the top-level fields of a job's JSON data hold the wanted values? filters: {field, kind,
+-- value} with kind s (string), n (number), b (boolean, '1' / '0'), z (null). Compressed data
+-- cannot be read here and counts as a match: the caller checks it.
+local function dataMatches(raw, filters)
+  if #filters == 0 then return true end
+  if not raw then return false end
+  if string.sub(raw, 1, 3) == 'gz:' then return true end
+  local ok, d = pcall(cjson.decode, raw)
+  if not ok or type(d) ~= 'table' then return false end
+  for _, f in ipairs(filters) do
+    local v, kind, want = d[f[1]], f[2], f[3]
+    if kind == 's' then
+      if v ~= want then return false end
+    elseif kind == 'n' then
+      if type(v) ~= 'number' or v ~= tonumber(want) then return false end
+    elseif kind == 'b' then
+      if v ~= (want == '1') then return false end
+    elseif kind ~= 'z' or v ~= cjson.null then
+      return false
+    end
+  end
+  return true
+end
+
+-- KEYS: stream, scheduled. ARGS: state (waiting, active, delayed, prioritized, completed,
+-- failed, dlq), namePattern (a Lua pattern; '' matches every name), limit, scanMax, then
+-- field/kind/value triples for dataMatches. Looks at no more than scanMax jobs of the state
+-- (finished ones newest first). Returns up to limit matching job ids.
+redis.register_function{function_name = 'glidemq_searchByName', callback = function(keys, args)
+  local stream, scheduled = keys[1], keys[2]
+  local prefix = prefixOf(stream, 'stream')
+  local state, pattern = args[1], args[2]
+  local limit, scanMax = tonumber(args[3]), tonumber(args[4])
+  local filters = {}
+  for i = 5, #args - 2, 3 do filters[#filters + 1] = {args[i], args[i + 1], args[i + 2]} end
+  local finished = state == 'completed' or state == 'failed' or state == 'dlq'
+  local out = {}
+  local function consider(jobId)
+    local jobKey = prefix .. 'job:' .. jobId
+    local h = redis.call('HMGET', jobKey, 'state', 'name')
+    if not h[1] or (not finished and h[1] ~= state) then return false end
+    if pattern ~= '' and not string.find(h[2] or '', pattern) then return false end
+    if #filters > 0 and not dataMatches(redis.call('HGET', jobKey, 'data'), filters) then
+      return false
+    end
+    out[#out + 1] = jobId
+    return #out >= limit
+  end
+  if finished then
+    for _, jobId in ipairs(redis.call('ZREVRANGE', prefix .. state, 0, scanMax - 1)) do
+      if consider(jobId) then break end
+    end
+  elseif state == 'delayed' or state == 'prioritized' then
+    for _, jobId in ipairs(redis.call('ZRANGE', scheduled, 0, scanMax - 1)) do
+      if consider(jobId) then break end
+    end
+  elseif state == 'waiting' then
+    for _, e in ipairs(redis.call('XRANGE', stream, '-', '+', 'COUNT', scanMax)) do
+      local jobId = entryJobId(e[2])
+      if jobId and consider(jobId) then break end
+    end
+  elseif state == 'active' then
+    local ok, pend = pcall(redis.call, 'XPENDING', stream, GROUP, '-', '+', scanMax)
+    if ok then
+      for _, p in ipairs(pend) do
+        local e = redis.call('XRANGE', stream, p[1], p[1])
+        local jobId = e[1] and entryJobId(e[1][2])
+        if jobId and consider(jobId) then break end
+      end
+    end
+  else
+    return redis.error_reply('ERR glidemq: searchByName: unknown state ' .. tostring(state))
+  end
+  return out
+end, flags = {'no-writes'}}
+
+---------------------------------------------------------------------------------------------
 -- reads
 
 -- KEYS: stream, scheduled. Returns {waiting, active, delayed, prioritized, completed, failed,
--- dlq, paused}.
+-- dlq, paused, waitingChildren, groupWaiting, rateLimited}; waiting includes LIFO and
+-- group-waiting jobs, delayed includes rate-limited ones (the last two are those parts).
 redis.register_function{function_name = 'glidemq_getCounts', callback = function(keys, args)
   local stream, scheduled = keys[1], keys[2]
   local prefix = prefixOf(stream, 'stream')
@@ -940,11 +2171,17 @@ redis.register_function{function_name = 'glidemq_getCounts', callback = function
     prioritized = prioritized + redis.call('ZCOUNT', scheduled, base, base + now)
     base = base + SHIFT
   end
-  delayed = total - prioritized
-  local paused = redis.call('HGET', prefix .. 'meta', 'paused') == '1' and 1 or 0
-  return {redis.call('XLEN', stream) - active, active, delayed, prioritized,
+  -- rate-limited jobs count as delayed; LIFO and group-waiting ones as waiting
+  local rateLimited = redis.call('ZCARD', prefix .. 'ratelimited')
+  delayed = total - prioritized + rateLimited
+  local m = redis.call('HMGET', prefix .. 'meta', 'paused', 'groupWaiting')
+  local paused = m[1] == '1' and 1 or 0
+  local groupWaiting = tonumber(m[2]) or 0
+  local parked = redis.call('LLEN', prefix .. 'list') + groupWaiting
+  return {redis.call('XLEN', stream) - active + parked, active, delayed, prioritized,
     redis.call('ZCARD', prefix .. 'completed'), redis.call('ZCARD', prefix .. 'failed'),
-    redis.call('ZCARD', prefix .. 'dlq'), paused}
+    redis.call('ZCARD', prefix .. 'dlq'), paused, redis.call('ZCARD', prefix .. 'waiting-children'),
+    groupWaiting, rateLimited}
 end, flags = {'no-writes'}}
 
 -- KEYS: stream, scheduled. ARGS: state, start, stop (inclusive indices). Returns job ids:
@@ -981,8 +2218,29 @@ redis.register_function{function_name = 'glidemq_getJobIds', callback = function
       local jobId = entryJobId(e[2])
       if jobId and consider(jobId) then return out end
     end
+    local lifo = redis.call('LRANGE', prefix .. 'list', 0, -1)
+    for x = #lifo, 1, -1 do
+      if consider(lifo[x]) then return out end
+    end
+  elseif state == 'group-waiting' or state == 'rate-limited' then
+    local sets = {prefix .. 'ratelimited'}
+    if state == 'group-waiting' then
+      sets = {}
+      for _, k in ipairs(redis.call('SMEMBERS', prefix .. 'groups')) do
+        sets[#sets + 1] = prefix .. 'groupq:' .. k
+      end
+    end
+    for _, key in ipairs(sets) do
+      for _, jobId in ipairs(redis.call('ZRANGE', key, 0, -1)) do
+        if consider(jobId) then return out end
+      end
+    end
   elseif state == 'delayed' or state == 'prioritized' then
     for _, jobId in ipairs(redis.call('ZRANGE', scheduled, 0, -1)) do
+      if consider(jobId) then return out end
+    end
+  elseif state == 'waiting-children' then
+    for _, jobId in ipairs(redis.call('ZRANGE', prefix .. 'waiting-children', 0, -1)) do
       if consider(jobId) then return out end
     end
   else
@@ -990,3 +2248,41 @@ redis.register_function{function_name = 'glidemq_getJobIds', callback = function
   end
   return out
 end, flags = {'no-writes'}}
+
+---------------------------------------------------------------------------------------------
+-- broadcast: one stream, one consumer group per subscription
+
+local function streamIdLess(a, b)
+  local am, as = string.match(a, '^(%d+)-(%d+)$')
+  local bm, bs = string.match(b, '^(%d+)-(%d+)$')
+  am, as, bm, bs = tonumber(am), tonumber(as), tonumber(bm), tonumber(bs)
+  return am < bm or (am == bm and as < bs)
+end
+
+-- KEYS: a broadcast stream. Deletes the entries every subscription (consumer group) is done
+-- with: those older than the oldest entry a group still has pending or has not read yet.
+-- Returns how many were deleted.
+redis.register_function('glidemq_bcTrim', function(keys, args)
+  local stream = keys[1]
+  local ok, groups = pcall(redis.call, 'XINFO', 'GROUPS', stream)
+  if not ok or #groups == 0 then return 0 end
+  local floor
+  for _, g in ipairs(groups) do
+    local name, pending, keep
+    for i = 1, #g, 2 do
+      if g[i] == 'name' then name = g[i + 1]
+      elseif g[i] == 'pending' then pending = tonumber(g[i + 1])
+      elseif g[i] == 'last-delivered-id' then keep = g[i + 1] end
+    end
+    -- the group needs the entries after its last delivered one, and those it has pending
+    local ms, seq = string.match(keep, '^(%d+)-(%d+)$')
+    keep = ms .. '-' .. (tonumber(seq) + 1)
+    if pending and pending > 0 then
+      local p = redis.call('XPENDING', stream, name)
+      if p[2] and streamIdLess(p[2], keep) then keep = p[2] end
+    end
+    if floor == nil or streamIdLess(keep, floor) then floor = keep end
+  end
+  if floor == nil then return 0 end
+  return redis.call('XTRIM', stream, 'MINID', floor)
+end)

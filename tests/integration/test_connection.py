@@ -127,7 +127,10 @@ async def test_closed_cluster_ports_raise_glidemq_connection_error(queue_name: s
 async def test_server_gone_mid_session_raises_connection_error(
     own_server: EmbeddedValkey, queue_name: str
 ) -> None:
-    conn = ConnectionOptions.from_url(own_server.url, request_timeout_ms=500)
+    # reads are retried for the retry budget before they give up: keep it short here
+    conn = ConnectionOptions.from_url(
+        own_server.url, request_timeout_ms=500, retry=glidemq.RetryPolicy(budget=1.0)
+    )
     async with Queue(queue_name, connection=conn) as queue:
         job = await queue.add("before", 1)
         assert job is not None

@@ -306,6 +306,7 @@ async def test_get_job_counts_and_count(queue: Queue[Any, Any]) -> None:
         "completed": 0,
         "failed": 0,
         "dead_letter": 0,
+        "waiting_children": 0,
     }
     assert counts.paused is False
     assert await queue.count() == 5

@@ -1,0 +1,549 @@
+"""Flows: jobs that run after other jobs (their children), as trees or DAGs, added atomically.
+
+A `FlowJob` names a job and the children it waits for; children may have children of their
+own, and one FlowJob object listed under several parents is one job with several parents (a
+DAG). `FlowProducer.add` writes a whole flow in one server call: each job with children starts
+in state `waiting-children`, each leaf is enqueued, and a parent becomes runnable when the last
+of its children finished. docs/WORKFLOWS.md describes the semantics.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import re
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from types import TracebackType
+from typing import TYPE_CHECKING, Any, Literal, Self, TypeAlias
+
+from glide import Batch, ClusterBatch, GlideClusterClient
+
+from .connection import Client, ConnectionLike, close_client, create_client, resolve_connection
+from .context import QueueContext, now_ms
+from .errors import (
+    CrossSlotError,
+    CycleError,
+    DuplicateJobError,
+    GlideMQError,
+    JobNotFoundError,
+    JobStateError,
+    PayloadTooLargeError,
+    ServerError,
+    UnrecoverableError,
+    UnsupportedOptionError,
+    ValidationError,
+    WaitingChildrenError,
+)
+from .functions import ensure_library
+from .job import Job
+from .keys import DEFAULT_PREFIX, QueueKeys, queue_slot, validate_job_id, validate_prefix
+from .serialize import decode_json, encode_data
+from .types import JobOptions, wire_opts
+
+if TYPE_CHECKING:
+    from .workflows import Dag, DagNode
+
+__all__ = [
+    "MAX_FLOW_JOBS",
+    "FlowJob",
+    "FlowProducer",
+    "JobNode",
+    "JobRef",
+    "check_same_slot",
+    "plan_flow",
+]
+
+MAX_FLOW_JOBS = 10_000
+"""Most jobs in one flow: one server call writes them all, and it should stay short."""
+
+_PIPELINE_CALLS = 16  # flows per pipelined round trip in add_bulk
+# Refused on flow jobs: glidemq_addTree writes no group state, and passing it through is not
+# simple (a parent would take its ordering key's turn at add time, so a child with the same key
+# could never run; a parent woken by its children is re-queued, never LIFO).
+_LIMIT_OPTIONS = (
+    "ordering_key",
+    "group_key",
+    "group_concurrency",
+    "group_rate_limit",
+    "token_bucket",
+    "cost",
+    "lifo",
+)
+_REF = re.compile(r"\{([^}]*)\}:([^:]+)$")
+
+JobRef: TypeAlias = Job[Any, Any] | tuple[str, str]
+"""An existing job: a Job, or (queue name, job id)."""
+
+
+@dataclass(eq=False)
+class FlowJob:
+    """One job of a flow; it runs once every job in `children` finished.
+
+    `opts` are the job's JobOptions (or a dict of the same names); a parent's `delay` counts
+    from the moment its last child finished. The same FlowJob object under several parents is
+    one job that all of them wait for.
+    """
+
+    name: str
+    queue_name: str
+    data: Any = None
+    opts: JobOptions | Mapping[str, Any] | None = None
+    children: list[FlowJob] = field(default_factory=list)
+
+
+@dataclass(eq=False)
+class JobNode:
+    """A job a flow created, with the nodes of its children (a child shared by several
+    parents is the same node under each of them)."""
+
+    job: Job[Any, Any]
+    children: list[JobNode] = field(default_factory=list)
+
+
+def _label(node: FlowJob) -> str:
+    return f"{node.queue_name}:{node.name}"
+
+
+def _check_node(node: object) -> FlowJob:
+    if not isinstance(node, FlowJob):
+        raise ValidationError("flow", f"expected a FlowJob, got {type(node).__name__}")
+    if not isinstance(node.children, list):
+        raise ValidationError(f"{_label(node)}.children", "must be a list of FlowJob")
+    return node
+
+
+def plan_flow(
+    starts: Iterable[FlowJob], label: Callable[[FlowJob], str] = _label
+) -> list[tuple[FlowJob, list[int]]]:
+    """Every job reachable from `starts`, parents before children, each with the indices of
+    its parents in that list. Raises CycleError naming a cycle (labels from `label`), or
+    ValidationError for more than MAX_FLOW_JOBS jobs. Writes nothing."""
+    color: dict[int, int] = {}  # 1: on the current path, 2: done
+    finished: list[FlowJob] = []
+    for start in starts:
+        _check_node(start)
+        if color.get(id(start)):
+            continue
+        color[id(start)] = 1
+        path = [start]
+        stack = [iter(start.children)]
+        while stack:  # depth-first, without recursion: chains may be thousands of jobs long
+            child = next(stack[-1], None)
+            if child is None:
+                stack.pop()
+                node = path.pop()
+                color[id(node)] = 2
+                finished.append(node)
+                continue
+            _check_node(child)
+            seen = color.get(id(child))
+            if seen == 1:
+                at = next(i for i, n in enumerate(path) if n is child)
+                raise CycleError([label(n) for n in path[at:]] + [label(child)])
+            if seen is None:
+                if len(color) >= MAX_FLOW_JOBS:
+                    raise ValidationError("flow", f"more than {MAX_FLOW_JOBS} jobs in one flow")
+                color[id(child)] = 1
+                path.append(child)
+                stack.append(iter(child.children))
+    order = finished[::-1]  # reversed post-order: every parent before its children
+    index = {id(n): i for i, n in enumerate(order)}
+    parents: list[list[int]] = [[] for _ in order]
+    for i, node in enumerate(order):
+        listed: set[int] = set()
+        for child in node.children:
+            if id(child) not in listed:
+                listed.add(id(child))
+                parents[index[id(child)]].append(i)
+    return list(zip(order, parents, strict=True))
+
+
+def check_same_slot(queues: Iterable[str]) -> None:
+    """Raise CrossSlotError unless all these queues live in one cluster slot."""
+    slots = {q: queue_slot(q) for q in queues}
+    if len(set(slots.values())) > 1:
+        raise CrossSlotError(slots)
+
+
+def _s(value: Any) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)
+
+
+@dataclass(slots=True)
+class _Prepared:
+    """A flow checked and encoded for glidemq_addTree, before anything is sent."""
+
+    order: list[FlowJob]
+    parents: list[list[int]]
+    options: list[JobOptions]
+    queues: list[str]
+    body: list[str | bytes]
+
+
+class FlowProducer:
+    """Adds flows: trees and DAGs of jobs across queues, each flow in one atomic call.
+
+    `FlowProducer(connection=..., prefix="glide", compression=False)`; use it as `async with`
+    or call `close()`. The connection is made on first use. In a cluster all queues of one
+    flow must share a slot (CrossSlotError otherwise; see docs/WORKFLOWS.md).
+    """
+
+    def __init__(
+        self,
+        *,
+        connection: ConnectionLike = None,
+        prefix: str = DEFAULT_PREFIX,
+        compression: bool = False,
+    ) -> None:
+        self.prefix = validate_prefix(prefix)
+        self.connection = resolve_connection(connection)
+        self.compression = compression
+        self._client: Client | None = None
+        self._contexts: dict[str, QueueContext] = {}
+        self._lock = asyncio.Lock()
+        self._closed = False
+
+    async def __aenter__(self) -> Self:
+        await self._connect()
+        return self
+
+    async def __aexit__(
+        self, et: type[BaseException] | None, e: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        await self.close()
+
+    async def close(self) -> None:
+        """Close the connection. Idempotent."""
+        self._closed = True
+        client, self._client = self._client, None
+        self._contexts.clear()
+        await close_client(client)
+
+    async def _connect(self) -> Client:
+        if self._client is not None:
+            return self._client
+        if self._closed:
+            raise GlideMQError("flow producer is closed")
+        async with self._lock:
+            if self._client is None:
+                client = await create_client(self.connection, name="glidemq-flow")
+                try:
+                    await ensure_library(client)
+                except BaseException:
+                    await close_client(client)
+                    raise
+                self._client = client
+        return self._client
+
+    def _ctx(self, client: Client, queue: str) -> QueueContext:
+        ctx = self._contexts.get(queue)
+        if ctx is None or ctx.client is not client:
+            ctx = QueueContext(client, QueueKeys(queue, self.prefix), compress=self.compression)
+            self._contexts[queue] = ctx
+        return ctx
+
+    # -- encoding ----------------------------------------------------------------------------
+
+    def _prepare(
+        self, starts: Iterable[FlowJob], label: Callable[[FlowJob], str] = _label
+    ) -> _Prepared:
+        planned = plan_flow(starts, label)
+        if not planned:
+            raise ValidationError("flow", "has no jobs")
+        queues: dict[str, int] = {}
+        body: list[str | bytes] = []
+        options: list[JobOptions] = []
+        custom: set[tuple[str, str]] = set()
+        for node, parents in planned:
+            where = label(node)
+            try:
+                if not isinstance(node.name, str):
+                    raise ValidationError("name", "must be a string")
+                if node.queue_name not in queues:
+                    QueueKeys(node.queue_name, self.prefix)
+                opts = JobOptions.coerce(node.opts)
+                if opts.deduplication is not None:
+                    raise UnsupportedOptionError("opts.deduplication", "not supported in flows")
+                if opts.result_ttl:
+                    raise UnsupportedOptionError("opts.result_ttl", "not supported in flows")
+                for option in _LIMIT_OPTIONS:
+                    if getattr(opts, option) not in (None, False):
+                        raise UnsupportedOptionError(f"opts.{option}", "not supported in flows")
+                data = encode_data(node.data, compress=self.compression)
+            except PayloadTooLargeError as exc:
+                raise PayloadTooLargeError(exc.size, exc.limit, f"{where}.data") from None
+            except UnsupportedOptionError as exc:
+                raise UnsupportedOptionError(f"{where}.{exc.field}", exc.reason) from None
+            except ValidationError as exc:
+                raise ValidationError(f"{where}.{exc.field}", exc.reason) from None
+            if opts.job_id is not None:
+                if (node.queue_name, opts.job_id) in custom:
+                    raise ValidationError(
+                        f"{where}.job_id", f"{opts.job_id!r} is used twice in this flow"
+                    )
+                custom.add((node.queue_name, opts.job_id))
+            q = queues.setdefault(node.queue_name, len(queues) + 1)
+            body += [
+                str(q),
+                node.name,
+                data,
+                wire_opts(opts),
+                str(opts.delay),
+                str(opts.priority),
+                str(opts.attempts),
+                str(opts.ttl),
+                opts.job_id or "",
+                str(len(parents)),
+                *(str(p + 1) for p in parents),
+            ]
+            options.append(opts)
+        return _Prepared(
+            order=[n for n, _ in planned],
+            parents=[p for _, p in planned],
+            options=options,
+            queues=list(queues),
+            body=body,
+        )
+
+    def _resolve(self, ref: JobRef, what: str) -> tuple[str, str, QueueKeys]:
+        """(queue, id, keys) of an existing job given as a Job or (queue, id)."""
+        if isinstance(ref, Job):
+            return ref.queue_name, ref.id, ref._ctx.keys
+        if isinstance(ref, tuple) and len(ref) == 2:
+            queue, job_id = ref
+            keys = QueueKeys(queue, self.prefix)
+            return queue, validate_job_id(job_id, f"{what}.job_id"), keys
+        raise ValidationError(what, "expected a Job or (queue name, job id)")
+
+    def _call(self, p: _Prepared, now: int, attach: str) -> tuple[list[str], list[str | bytes]]:
+        keys = [QueueKeys(q, self.prefix).id for q in p.queues]
+        return keys, [str(now), str(len(p.order)), attach, *p.body]
+
+    def _ids(self, reply: Any, p: _Prepared, parent: tuple[str, str] | None) -> list[str]:
+        if isinstance(reply, list):
+            if reply and _s(reply[0]) == "duplicate":
+                i = int(reply[1]) - 1
+                raise DuplicateJobError(p.order[i].queue_name, p.options[i].job_id or "")
+            return [_s(x) for x in reply]
+        code = _s(reply)
+        if code == "ERR:PARENT_NOT_FOUND" and parent is not None:
+            raise JobNotFoundError(*parent)
+        if code == "ERR:PARENT_STATE" and parent is not None:
+            raise JobStateError(
+                parent[1], "add children to", "it finished, or a worker is just taking it"
+            )
+        if code == "ERR:INVALID_JOB_ID":
+            raise ValidationError("job_id", "rejected by the server")
+        if code == "ERR:BAD_OPTION":
+            raise ValidationError("opts", "delay or priority rejected by the server")
+        raise ServerError(f"flow: {code}")
+
+    def _jobs(
+        self, client: Client, p: _Prepared, ids: list[str], now: int, attach_id: str | None
+    ) -> list[Job[Any, Any]]:
+        jobs: list[Job[Any, Any]] = []
+        for i, (node, opts) in enumerate(zip(p.order, p.options, strict=True)):
+            job = Job._created(
+                self._ctx(client, node.queue_name),
+                ids[i],
+                node.name,
+                node.data,
+                opts.to_wire(),
+                now,
+                opts.delay,
+                opts.priority,
+                opts.attempts,
+            )
+            if node.children:
+                job.state = "waiting-children"
+            if p.parents[i]:
+                job.parent_id = ids[p.parents[i][0]]
+            elif attach_id is not None:
+                job.parent_id = attach_id
+            jobs.append(job)
+        return jobs
+
+    @staticmethod
+    def _nodes(p: _Prepared, jobs: list[Job[Any, Any]]) -> dict[int, JobNode]:
+        nodes: dict[int, JobNode] = {}
+        for node, job in zip(reversed(p.order), reversed(jobs), strict=True):
+            nodes[id(node)] = JobNode(job, [nodes[id(c)] for c in node.children])
+        return nodes
+
+    async def _add(self, p: _Prepared, parent: JobRef | None) -> list[Job[Any, Any]]:
+        client = await self._connect()
+        attach, located = "", None
+        queues = list(p.queues)
+        if parent is not None:
+            pq, pid, pkeys = self._resolve(parent, "parent")
+            attach, located = pkeys.base + pid, (pq, pid)
+            queues.append(pq)
+        if isinstance(client, GlideClusterClient):
+            check_same_slot(queues)
+        now = now_ms()
+        keys, args = self._call(p, now, attach)
+        ctx = self._ctx(client, p.queues[0])
+        # Not retried after an ambiguous failure: a second run would report the flow the
+        # first run added as a duplicate (or add it twice).
+        reply = await ctx.fcall("glidemq_addTree", keys, args, safe=False)
+        ids = self._ids(reply, p, located)
+        return self._jobs(client, p, ids, now, located[1] if located else None)
+
+    # -- public API --------------------------------------------------------------------------
+
+    async def add(self, flow: FlowJob, *, parent: JobRef | None = None) -> JobNode:
+        """Add a flow (a tree, or a DAG through shared FlowJob objects) in one atomic call.
+
+        With `parent`, an existing job that is not finished, the flow's root becomes one more
+        child of it (a waiting parent then waits for it; a running one may call
+        `move_to_waiting_children`). Raises DuplicateJobError when a custom job id exists,
+        CycleError, CrossSlotError (cluster) or ValidationError; nothing is written then.
+        """
+        p = self._prepare([flow])
+        jobs = await self._add(p, parent)
+        return self._nodes(p, jobs)[id(flow)]
+
+    async def add_dag(
+        self, dag: Dag | Iterable[DagNode], *, parent: JobRef | None = None
+    ) -> dict[str, Job[Any, Any]]:
+        """Add a DAG (see `glidemq.workflows.dag`) in one atomic call; returns its jobs by
+        node key. `parent` as in `add`: the DAG's final jobs become children of it."""
+        from .workflows import Dag
+        from .workflows import dag as build
+
+        graph = dag if isinstance(dag, Dag) else build(dag)
+        keys = {id(job): key for key, job in graph.jobs.items()}
+        p = self._prepare(graph.roots, lambda n: keys.get(id(n), _label(n)))
+        jobs = await self._add(p, parent)
+        by_node = {id(n): j for n, j in zip(p.order, jobs, strict=True)}
+        return {key: by_node[id(job)] for key, job in graph.jobs.items()}
+
+    async def add_bulk(self, flows: Iterable[FlowJob]) -> list[JobNode | None]:
+        """Add several independent flows, one atomic call each, pipelined. All are checked
+        before anything is sent. Returns one JobNode per flow, None where a custom job id
+        already existed (nothing of that flow was written)."""
+        roots = list(flows)
+        prepared = [self._prepare([f]) for f in roots]
+        if not prepared:
+            return []
+        client = await self._connect()
+        if isinstance(client, GlideClusterClient):
+            for p in prepared:
+                check_same_slot(p.queues)
+        now = now_ms()
+        ctx = self._ctx(client, prepared[0].queues[0])
+        out: list[JobNode | None] = []
+        for start in range(0, len(prepared), _PIPELINE_CALLS):
+            chunk = prepared[start : start + _PIPELINE_CALLS]
+            batch: Batch | ClusterBatch
+            batch = ClusterBatch(False) if isinstance(client, GlideClusterClient) else Batch(False)
+            for p in chunk:
+                keys, args = self._call(p, now, "")
+                batch.fcall("glidemq_addTree", keys, args)
+            replies = await ctx.command(client.exec(batch, False))  # type: ignore[arg-type,unused-ignore]
+            for p, root, reply in zip(chunk, roots[start:], replies or [], strict=False):
+                if isinstance(reply, Exception):
+                    raise ServerError(f"add_bulk: {reply}")
+                try:
+                    ids = self._ids(reply, p, None)
+                except DuplicateJobError:
+                    out.append(None)
+                    continue
+                out.append(self._nodes(p, self._jobs(client, p, ids, now, None))[id(root)])
+        return out
+
+    async def add_dependency(
+        self, parent: JobRef, child: JobRef
+    ) -> Literal["added", "exists", "completed"]:
+        """Make an existing job also wait for an existing child: a further parent of a DAG
+        node, or a dependency found later. A parent not started yet waits from now on; a
+        running one may call `move_to_waiting_children`.
+
+        Returns 'added'; 'exists' when it already waited for it; 'completed' when the child
+        had finished (its value is recorded for the parent, nothing to wait for). Raises
+        JobNotFoundError, JobStateError (parent finished or being taken, child failed),
+        CycleError when the child already waits for the parent, CrossSlotError (cluster).
+        """
+        pq, pid, pkeys = self._resolve(parent, "parent")
+        cq, cid, ckeys = self._resolve(child, "child")
+        client = await self._connect()
+        if isinstance(client, GlideClusterClient):
+            check_same_slot([pq, cq])
+        ctx = self._ctx(client, pq)
+        reply = _s(
+            await ctx.fcall(
+                "glidemq_registerParent", [ckeys.job(cid), pkeys.job(pid)], [cid, pid], safe=False
+            )
+        )
+        if reply == "ok":
+            return "added"
+        if reply == "exists":
+            return "exists"
+        if reply == "completed":
+            return "completed"
+        if reply == "ERR:CHILD_NOT_FOUND":
+            raise JobNotFoundError(cq, cid)
+        if reply == "ERR:PARENT_NOT_FOUND":
+            raise JobNotFoundError(pq, pid)
+        if reply == "ERR:PARENT_STATE":
+            raise JobStateError(pid, "add a dependency to", "it finished, or a worker is taking it")
+        if reply == "ERR:CHILD_FAILED":
+            raise JobStateError(cid, "depend on", "it failed")
+        if reply == "ERR:CYCLE":
+            middle = [] if (pq, pid) == (cq, cid) else [f"{cq}:{cid}", "..."]
+            raise CycleError([f"{pq}:{pid}", *middle, f"{pq}:{pid}"])
+        if reply == "ERR:TOO_LARGE":
+            raise ValidationError("child", "too many dependencies to check for a cycle")
+        raise ServerError(f"add_dependency: {reply}")
+
+
+# -- the job side: used by Job's flow methods ------------------------------------------------
+
+
+def _child_key(ref: bytes) -> str:
+    """'glide:{images}:42' -> 'images:42'."""
+    text = ref.decode()
+    m = _REF.search(text)
+    return f"{m.group(1)}:{m.group(2)}" if m else text
+
+
+async def children_values(ctx: QueueContext, job_id: str) -> dict[str, Any]:
+    """Return values of the job's completed children, by `"<queue>:<id>"`."""
+    fields = await ctx.get_fields(job_id)
+    if fields is None:
+        raise JobNotFoundError(ctx.name, job_id)
+    return {_child_key(k[3:]): decode_json(v) for k, v in fields.items() if k.startswith(b"cv:")}
+
+
+async def ignored_failures(ctx: QueueContext, job_id: str) -> dict[str, str]:
+    """Failure reasons of children whose failure the job ignored, by `"<queue>:<id>"`."""
+    fields = await ctx.get_fields(job_id)
+    if fields is None:
+        raise JobNotFoundError(ctx.name, job_id)
+    return {_child_key(k[3:]): v.decode() for k, v in fields.items() if k.startswith(b"cf:")}
+
+
+async def move_to_waiting_children(job: Job[Any, Any]) -> None:
+    """See `Job.move_to_waiting_children`."""
+    if job.entry_id is None or job._worker is None:
+        raise JobStateError(
+            job.id, "move to waiting-children", "only a running job can wait for children"
+        )
+    ctx = job._ctx
+    status, detail = (
+        _s(x)
+        for x in await ctx.fcall(
+            "glidemq_moveToWaitingChildren",
+            ctx.job_op_keys,
+            [job.id, job.entry_id, str(now_ms())],
+        )
+    )
+    if status == "continue":
+        return
+    if status == "failed":
+        raise UnrecoverableError(detail)
+    if status != "waiting-children":
+        raise JobStateError(job.id, "move to waiting-children", "the worker no longer owns it")
+    job._moved = True
+    job.state = "waiting-children"
+    raise WaitingChildrenError(f"job {job.id} waits for its children")

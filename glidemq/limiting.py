@@ -1,0 +1,126 @@
+"""Queue-wide limits at run time: the Queue methods that set them, and what a Worker does for
+them (pass its limiter to the server, pause the queue on `rate_limit`, hand a job back on
+RateLimitError). The server enforces every limit inside the fetch; see docs/ADVANCED.md."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from .context import QueueContext, now_ms
+from .errors import GlideMQError, RateLimitError, ValidationError
+from .limits import RateLimit
+
+if TYPE_CHECKING:
+    from .job import Job
+    from .keys import QueueKeys
+    from .types import WorkerOptions
+    from .worker import Worker
+
+__all__ = ["QueueLimits", "hand_back", "limiter_args", "rate_limit"]
+
+_RATE_FIELDS = ["rateLimitMax", "rateLimitDuration"]
+
+
+def _int(value: Any) -> int | None:
+    return None if value is None else int(value)
+
+
+class QueueLimits:
+    """Queue-wide rate limit and concurrency, shared by every worker of the queue; part of
+    `Queue`. They are stored in the queue's meta hash and apply from the workers' next fetch."""
+
+    keys: QueueKeys
+
+    async def _context(self) -> QueueContext:  # provided by Queue
+        raise NotImplementedError
+
+    async def set_global_rate_limit(self, max: int, duration: int) -> None:
+        """At most `max` jobs start per window of `duration` ms, over all workers."""
+        limit = RateLimit(max, duration)
+        ctx = await self._context()
+        meta = self.keys.meta
+        await ctx.command(
+            lambda c: c.hset(
+                meta, {"rateLimitMax": str(limit.max), "rateLimitDuration": str(limit.duration)}
+            )
+        )
+
+    async def get_global_rate_limit(self) -> RateLimit | None:
+        """The limit set by `set_global_rate_limit`, or None."""
+        ctx = await self._context()
+        meta = self.keys.meta
+        got = await ctx.command(lambda c: c.hmget(meta, list(_RATE_FIELDS)))
+        max_, duration = (_int(v) for v in got)
+        if not max_ or not duration:
+            return None
+        return RateLimit(max_, duration)
+
+    async def remove_global_rate_limit(self) -> None:
+        """Lift the queue's rate limit (worker limiters still apply)."""
+        ctx = await self._context()
+        meta, rate = self.keys.meta, self.keys.base + "rate"
+        await ctx.command(lambda c: c.hdel(meta, list(_RATE_FIELDS)))
+        await ctx.command(lambda c: c.hdel(rate, ["start", "count"]))
+
+    async def set_global_concurrency(self, n: int) -> None:
+        """Run at most `n` jobs of the queue at once over all workers; 0 removes the limit."""
+        if isinstance(n, bool) or not isinstance(n, int) or n < 0:
+            raise ValidationError("concurrency", f"must be an integer >= 0, got {n!r}")
+        ctx = await self._context()
+        meta = self.keys.meta
+        if n == 0:
+            await ctx.command(lambda c: c.hdel(meta, ["concurrency"]))
+        else:
+            await ctx.command(lambda c: c.hset(meta, {"concurrency": str(n)}))
+
+    async def get_global_concurrency(self) -> int:
+        """The limit set by `set_global_concurrency` (0: none)."""
+        ctx = await self._context()
+        meta = self.keys.meta
+        return _int(await ctx.command(lambda c: c.hget(meta, "concurrency"))) or 0
+
+
+def limiter_args(opts: WorkerOptions) -> list[str]:
+    """The worker limiter as the fetch functions take it: max, duration ('0' '0': none)."""
+    if opts.limiter is None:
+        return ["0", "0"]
+    return [str(opts.limiter.max), str(opts.limiter.duration)]
+
+
+def _rate_keys(worker: Worker[Any, Any]) -> list[str]:
+    return [worker.keys.stream, worker.keys.meta, worker.keys.events]
+
+
+async def rate_limit(worker: Worker[Any, Any], ms: int) -> None:
+    """Stop every worker of the queue from starting jobs for `ms` milliseconds."""
+    if isinstance(ms, bool) or not isinstance(ms, int) or ms < 0:
+        raise ValidationError("ms", f"must be an integer >= 0, got {ms!r}")
+    if worker._ctx is None:
+        raise GlideMQError("the worker is not started")
+    # safe to run twice: the pause only ever moves later, a job already handed back is 'stale'
+    await worker._ctx.fcall(
+        "glidemq_rateLimit", _rate_keys(worker), [str(now_ms()), str(ms)], safe=True
+    )
+
+
+async def hand_back(
+    worker: Worker[Any, Any], job: Job[Any, Any], error: RateLimitError, counted: bool
+) -> None:
+    """A processor raised RateLimitError: the job goes back to the queue without counting an
+    attempt, and the queue pauses for the error's delay."""
+    assert worker._ctx is not None
+    try:
+        reply = await worker._ctx.fcall(
+            "glidemq_rateLimit",
+            _rate_keys(worker),
+            [str(now_ms()), str(error.delay), job.id, job.entry_id or ""],
+            safe=True,
+        )
+        if reply in (b"ok", "ok"):
+            job.state = "waiting"
+    except GlideMQError as exc:
+        # Left in the pending list: stall recovery hands it back instead.
+        worker.events.emit("error", exc)
+    if counted:
+        worker._active.pop(job.entry_id or "", None)
+    worker._wake.set()

@@ -1,0 +1,199 @@
+"""Options that limit when jobs run: rate limits, token buckets, groups, ordering keys, LIFO.
+
+The dataclasses here are plain values (no I/O); `JobOptions` and `WorkerOptions` use them.
+Token amounts are tokens for users and millitokens on the wire (1 token = 1000), as in the
+wire protocol.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from .errors import CostExceedsCapacityError, ValidationError
+
+if TYPE_CHECKING:
+    from .types import JobOptions
+
+__all__ = [
+    "MAX_KEY_BYTES",
+    "RateLimit",
+    "TokenBucket",
+    "check_job_limits",
+    "compact_limit_args",
+    "limits_to_wire",
+    "millitokens",
+]
+
+MAX_KEY_BYTES = 256
+_BAD_KEY = re.compile(r"[\x00-\x1f\x7f]")
+_MAX_CONCURRENCY = 1_000_000
+_PLAIN_EXT = ("",)
+
+
+def _positive_int(field: str, value: object, high: int | None = None) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ValidationError(field, f"must be an integer >= 1, got {value!r}")
+    if high is not None and value > high:
+        raise ValidationError(field, f"must be at most {high}, got {value}")
+    return value
+
+
+def _number(field: str, value: object, *, positive: bool) -> float:
+    ok = isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
+    if not ok or value < 0 or (positive and value == 0):  # type: ignore[operator]
+        bound = "> 0" if positive else ">= 0"
+        raise ValidationError(field, f"must be a number {bound}, got {value!r}")
+    return float(value)  # type: ignore[arg-type]
+
+
+def millitokens(tokens: float) -> int:
+    """Tokens as the wire's integer millitokens (1 token = 1000)."""
+    return round(tokens * 1000)
+
+
+@dataclass(frozen=True, slots=True)
+class RateLimit:
+    """At most `max` jobs start per window of `duration` ms (a fixed window)."""
+
+    max: int
+    duration: int
+
+    def __post_init__(self) -> None:
+        _positive_int("max", self.max)
+        _positive_int("duration", self.duration)
+
+    @classmethod
+    def coerce(cls, field: str, value: RateLimit | Mapping[str, Any]) -> RateLimit:
+        """A RateLimit from itself or a `{"max", "duration"}` mapping; errors name `field`."""
+        if isinstance(value, RateLimit):
+            return value
+        if not isinstance(value, Mapping):
+            raise ValidationError(field, f"must be RateLimit(max, duration), got {value!r}")
+        unknown = set(value) - {"max", "duration"}
+        if unknown or not {"max", "duration"} <= set(value):
+            raise ValidationError(field, f"needs exactly 'max' and 'duration', got {sorted(value)}")
+        try:
+            return cls(value["max"], value["duration"])
+        except ValidationError as exc:
+            raise ValidationError(f"{field}.{exc.field}", exc.reason) from None
+
+
+@dataclass(frozen=True, slots=True)
+class TokenBucket:
+    """A bucket of `capacity` tokens, refilled at `refill_rate` tokens per second. A job takes
+    its `cost` in tokens to start (1 by default) and waits until the bucket holds that many."""
+
+    capacity: float
+    refill_rate: float
+
+    def __post_init__(self) -> None:
+        _number("token_bucket.capacity", self.capacity, positive=True)
+        _number("token_bucket.refill_rate", self.refill_rate, positive=True)
+        if millitokens(self.capacity) < 1 or millitokens(self.refill_rate) < 1:
+            raise ValidationError("token_bucket", "capacity and refill_rate must be >= 0.001")
+
+
+def _check_key(field: str, key: object) -> None:
+    if not isinstance(key, str) or not key:
+        raise ValidationError(field, "must be a non-empty string")
+    if len(key.encode()) > MAX_KEY_BYTES:
+        raise ValidationError(field, f"longer than {MAX_KEY_BYTES} bytes")
+    if _BAD_KEY.search(key):
+        raise ValidationError(field, f"{key!r} contains control characters")
+
+
+def check_job_limits(o: JobOptions) -> None:
+    """Validate the limit options of a job (called by JobOptions on construction)."""
+    key = o.ordering_key if o.ordering_key is not None else o.group_key
+    if o.ordering_key is not None:
+        _check_key("ordering_key", o.ordering_key)
+        if o.group_key is not None:
+            raise ValidationError("group_key", "set either ordering_key or group_key, not both")
+        if o.group_concurrency not in (None, 1):
+            raise ValidationError(
+                "group_concurrency", "an ordering key runs one job at a time; use group_key"
+            )
+    elif o.group_key is not None:
+        _check_key("group_key", o.group_key)
+    if o.group_concurrency is not None:
+        _positive_int("group_concurrency", o.group_concurrency, _MAX_CONCURRENCY)
+    for name, value in (
+        ("group_concurrency", o.group_concurrency),
+        ("group_rate_limit", o.group_rate_limit),
+        ("token_bucket", o.token_bucket),
+    ):
+        if value is not None and key is None:
+            raise ValidationError(name, "needs group_key or ordering_key")
+    if o.group_rate_limit is not None and not isinstance(o.group_rate_limit, RateLimit):
+        raise ValidationError("group_rate_limit", "must be RateLimit(max, duration)")
+    if o.token_bucket is not None and not isinstance(o.token_bucket, TokenBucket):
+        raise ValidationError("token_bucket", "must be TokenBucket(capacity, refill_rate)")
+    if o.cost is not None:
+        _number("cost", o.cost, positive=True)
+        if o.token_bucket is None:
+            raise ValidationError("cost", "needs token_bucket (the bucket the cost is paid from)")
+        if millitokens(o.cost) < 1:
+            raise ValidationError("cost", "must be >= 0.001")
+    if o.token_bucket is not None:
+        cost = o.cost if o.cost is not None else 1.0
+        if millitokens(cost) > millitokens(o.token_bucket.capacity):
+            raise CostExceedsCapacityError(cost, o.token_bucket.capacity)
+    if not isinstance(o.lifo, bool):
+        raise ValidationError("lifo", f"must be a bool, got {o.lifo!r}")
+    if o.lifo:
+        if key is not None:
+            raise ValidationError("lifo", "cannot be combined with ordering_key or group_key")
+        if o.delay or o.priority:
+            raise ValidationError("lifo", "applies to jobs without delay and priority")
+
+
+def limits_to_wire(o: JobOptions, out: dict[str, Any]) -> None:
+    """Add the limit options to a job's `opts` JSON (informational: the server reads the
+    addJob arguments)."""
+    if o.ordering_key is not None:
+        out["orderingKey"] = o.ordering_key
+    if o.group_key is not None:
+        out["groupKey"] = o.group_key
+    if o.group_concurrency is not None:
+        out["groupConcurrency"] = o.group_concurrency
+    if o.group_rate_limit is not None:
+        r = o.group_rate_limit
+        out["groupRateLimit"] = {"max": r.max, "duration": r.duration}
+    if o.token_bucket is not None:
+        b = o.token_bucket
+        out["tokenBucket"] = {"capacity": b.capacity, "refillRate": b.refill_rate}
+    if o.cost is not None:
+        out["cost"] = o.cost
+    if o.lifo:
+        out["lifo"] = True
+
+
+def compact_limit_args(o: JobOptions) -> tuple[str, ...]:
+    """The tail of a job in `glidemq_addBulk`: ('',) for a plain job, else '1' and the eight
+    extension arguments (addJob's 9-15 and the LIFO flag)."""
+    key = o.ordering_key if o.ordering_key is not None else o.group_key
+    if key is None and not o.lifo:
+        return _PLAIN_EXT
+    return ("1", *addjob_limit_args(o))
+
+
+def addjob_limit_args(o: JobOptions) -> tuple[str, ...]:
+    """addJob's arguments 9-15 (orderingKey .. jobCost) and the 18th (lifo) for a job."""
+    key = o.ordering_key if o.ordering_key is not None else o.group_key
+    if key is None:
+        return ("", "0", "0", "0", "0", "0", "0", "1" if o.lifo else "")
+    rate, bucket = o.group_rate_limit, o.token_bucket
+    return (
+        key,
+        "0" if o.ordering_key is not None else str(o.group_concurrency or 1),
+        str(rate.max) if rate else "0",
+        str(rate.duration) if rate else "0",
+        str(millitokens(bucket.capacity)) if bucket else "0",
+        str(millitokens(bucket.refill_rate)) if bucket else "0",
+        str(millitokens(o.cost)) if o.cost is not None else "0",
+        "",
+    )

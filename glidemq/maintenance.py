@@ -1,0 +1,139 @@
+"""A worker's background duties: promote due jobs and fire due job schedulers, recover
+stalled jobs, and heartbeat (registering the worker, and keeping the jobs it runs alive,
+which also tells it about revoked and lost jobs)."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import TYPE_CHECKING, Any
+
+from .context import now_ms
+from .errors import GlideMQError
+from .queries import WorkerRegistration
+from .scheduler import SchedulerRunner
+
+if TYPE_CHECKING:
+    from .worker import Worker
+
+__all__ = ["Maintenance"]
+
+_PROMOTE_BATCH = 1000
+_RECLAIM_BATCH = 100
+
+
+class Maintenance:
+    """The three periodic loops of one started Worker, on its command client."""
+
+    def __init__(self, worker: Worker[Any, Any]) -> None:
+        self.worker = worker
+        self.stall_cursor = "0-0"
+        self.job_schedulers = SchedulerRunner(lambda exc: worker.events.emit("error", exc))
+        self.heartbeat_interval = min(worker.opts.lock_duration / 3000, 5.0)
+        self.registration = WorkerRegistration(
+            worker.consumer, worker.opts.concurrency, int(self.heartbeat_interval * 1000)
+        )
+
+    def start(self) -> list[asyncio.Task[None]]:
+        """Start the loops; the worker cancels them when it closes."""
+        loop = asyncio.get_running_loop()
+        name = self.worker.name
+        return [
+            loop.create_task(self.promote_loop(), name=f"glidemq-promote-{name}"),
+            loop.create_task(self.stall_loop(), name=f"glidemq-stall-{name}"),
+            loop.create_task(self.heartbeat_loop(), name=f"glidemq-heartbeat-{name}"),
+        ]
+
+    async def promote_loop(self) -> None:
+        """Move due delayed jobs to the stream; sleep until the next is due (at most the
+        promotion interval, which also bounds how long prioritized jobs wait when idle)."""
+        w = self.worker
+        interval = w.opts.promotion_interval / 1000
+        while True:
+            delay = interval
+            try:
+                assert w._ctx is not None
+                now = now_ms()
+                reply = await w._ctx.fcall(
+                    "glidemq_promote",
+                    [w.keys.scheduled, w.keys.stream, w.keys.events],
+                    [str(now), str(_PROMOTE_BATCH), str(w._concurrency)],
+                )
+                next_due = int(reply[1])
+                if int(reply[0]) >= _PROMOTE_BATCH:
+                    delay = 0
+                elif next_due >= 0:
+                    delay = max(0.0, min(interval, (next_due - now_ms()) / 1000))
+                next_run = await self.job_schedulers.fire_due(w._ctx, now_ms())
+                if next_run is not None:
+                    delay = max(0.0, min(delay, (next_run - now_ms()) / 1000))
+            except GlideMQError as exc:
+                w.events.emit("error", exc)
+            await asyncio.sleep(delay)
+
+    async def stall_loop(self) -> None:
+        """Every stalled_interval, reclaim jobs idle longer than lock_duration (their worker
+        died or hung), walking the whole pending list with XAUTOCLAIM's cursor."""
+        w = self.worker
+        interval = w.opts.stalled_interval / 1000
+        while True:
+            await asyncio.sleep(interval)
+            try:
+                assert w._ctx is not None
+                while True:
+                    reply = await w._ctx.fcall(
+                        "glidemq_reclaimStalled",
+                        w._ctx.fail_keys,
+                        [
+                            str(now_ms()),
+                            w.consumer,
+                            str(w.opts.lock_duration),
+                            self.stall_cursor,
+                            str(_RECLAIM_BATCH),
+                            str(w.opts.max_stalled_count),
+                            w._emit_flag,
+                            str(w._keep_fail[0]),
+                            str(w._keep_fail[1]),
+                            "1" if w.opts.dead_letter else "0",
+                        ],
+                    )
+                    cursor = reply[0].decode() if isinstance(reply[0], bytes) else str(reply[0])
+                    requeued, failed = int(reply[1]), int(reply[2])
+                    if requeued or failed:
+                        w.events.emit("stalled", requeued, failed)
+                    self.stall_cursor = cursor
+                    if cursor == "0-0":
+                        break
+            except GlideMQError as exc:
+                w.events.emit("error", exc)
+
+    async def register(self) -> None:
+        """Write this worker's entry in the queue's worker registry (Queue.get_workers)."""
+        w = self.worker
+        try:
+            assert w._ctx is not None
+            await self.registration.beat(w._ctx)
+        except GlideMQError as exc:
+            w.events.emit("error", exc)
+
+    async def heartbeat_loop(self) -> None:
+        """Refresh the registry entry; keep running jobs from looking stalled; abort those
+        revoked or taken over."""
+        w = self.worker
+        interval = self.heartbeat_interval
+        while True:
+            await asyncio.sleep(interval)
+            await self.register()
+            if not w._active:
+                continue
+            try:
+                assert w._ctx is not None
+                args = [w.consumer]
+                for entry_id, (job, _) in list(w._active.items()):
+                    args += [entry_id, job.id]
+                lost, revoked = await w._ctx.fcall("glidemq_heartbeat", [w.keys.stream], args)
+                for raw in revoked:
+                    w._abort(raw.decode(), revoked=True)
+                for raw in lost:
+                    w._abort(raw.decode(), revoked=False)
+            except GlideMQError as exc:
+                w.events.emit("error", exc)
