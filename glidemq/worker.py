@@ -468,20 +468,17 @@ class Worker(Generic[D, R]):
         args += self._fetcher.limiter
         reply: Any = None
         try:
-            for attempt in range(5):
-                try:
-                    reply = await self._ctx.fcall(
-                        "glidemq_completeAndFetchNext", self._ctx.fetch_keys, args
-                    )
-                    break
-                except GlideMQError as exc:
-                    self.events.emit("error", exc)
-                    if attempt == 4 or self._closing:
-                        # The jobs stay in the PEL; stall recovery runs them again.
-                        for job, _, _ in batch:
-                            self._active.pop(job.entry_id or "", None)
-                        return
-                    await asyncio.sleep(0.1 * 2**attempt)
+            try:
+                # Transient faults are retried inside fcall, within the connection's budget.
+                reply = await self._ctx.fcall(
+                    "glidemq_completeAndFetchNext", self._ctx.fetch_keys, args
+                )
+            except GlideMQError as exc:
+                self.events.emit("error", exc)
+                # The jobs stay in the PEL; stall recovery runs them again.
+                for job, _, _ in batch:
+                    self._active.pop(job.entry_id or "", None)
+                return
             statuses = reply[0]
             emit_completed = self.events.listens("completed")
             for (job, _, _), status in zip(batch, statuses, strict=True):
