@@ -4,6 +4,12 @@ The pool keeps the sets a child belongs to (all children, the ready ones), the c
 and decides when a child is retired, stopped or killed. What concerns one child alone lives
 here: its channel, the runs it has in flight, its capacity and RSS, and the per-child steps
 of each decision (ask it to stop, signal it, settle its results, reap it).
+
+Runs sent to a child are either running or queued behind the running ones (pipelining). The
+parent's view of which is which follows the child's messages in order: a queued run counts
+as started once the parent has read the outcome that freed its slot, as the child starts it
+right after writing that outcome. When a child dies, its running runs fail and its queued
+ones raise `NotStarted`, for the pool to send them elsewhere.
 """
 
 from __future__ import annotations
@@ -15,6 +21,7 @@ from collections.abc import Callable
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
+from .channel import Channel
 from .errors import (
     RemoteTraceback,
     SandboxBootError,
@@ -23,12 +30,12 @@ from .errors import (
     SandboxError,
     describe_exit,
 )
-from .protocol import CANCELLED, STOP, Channel, error_from_wire
+from .protocol import CANCELLED, STOP, error_from_wire
 
 if TYPE_CHECKING:
     from .launcher import Launcher
 
-__all__ = ["Child", "Invocation"]
+__all__ = ["Child", "Invocation", "NotStarted"]
 
 _MAX_CALLS = 64  # proxied calls one child may have running on the connection
 _LOST_EXIT_WAIT = 2.0  # a child whose socket closed gets this long to exit before SIGKILL
@@ -37,10 +44,26 @@ Drop = Callable[[list[int]], None]
 """Forgets job handles (`JobProxy.drop`): a finished run's jobs take no more calls."""
 
 
+class NotStarted(Exception):
+    """A run that its child gave back, or held queued when it died: it never started, so
+    the pool sends it to another child (the job's attempt is not used)."""
+
+
 class Invocation:
     """One run (a job, or a batch) sent to a child."""
 
-    __slots__ = ("abandoned", "child", "future", "handles", "id", "job_ids", "timer")
+    __slots__ = (
+        "abandoned",
+        "child",
+        "future",
+        "handles",
+        "id",
+        "job_ids",
+        "started",
+        "taking",
+        "timeout",
+        "timer",
+    )
 
     def __init__(
         self, inv_id: int, child: Child, future: asyncio.Future[Any], handles: list[int]
@@ -52,6 +75,9 @@ class Invocation:
         self.job_ids = ""
         self.timer: asyncio.TimerHandle | None = None
         self.abandoned = False
+        self.timeout: float | None = None  # seconds, from when it starts
+        self.started: float | None = None  # loop time it started at; None while queued
+        self.taking = False  # asked back from the child's queue
 
     def finish(self, drop: Drop) -> bool:
         """Forget the run's job handles and cancel its timer; whether its caller still
@@ -75,7 +101,9 @@ class Child:
         "inflight",
         "jobs_started",
         "kill_reason",
+        "last_start",
         "pid",
+        "queued",
         "rss",
         "state",
         "stopping",
@@ -91,7 +119,9 @@ class Child:
         # booting -> ready -> (retiring | dying) -> dead
         self.state = "booting"
         self.capacity = 1
-        self.inflight: dict[int, Invocation] = {}
+        self.inflight: dict[int, Invocation] = {}  # sent and not settled: running and queued
+        self.queued: dict[int, Invocation] = {}  # the queued ones, in the order sent
+        self.last_start = 0.0  # loop time a run last started on it
         self.jobs_started = 0
         self.rss = 0
         self.calls = 0
@@ -103,8 +133,19 @@ class Child:
 
     @property
     def free(self) -> int:
-        """How many more runs it takes now."""
+        """How many more runs it would start at once."""
         return self.capacity - len(self.inflight)
+
+    @property
+    def running(self) -> int:
+        """How many runs it has started and not finished, as far as the parent knows."""
+        return len(self.inflight) - len(self.queued)
+
+    def next_queued(self) -> Invocation | None:
+        """The oldest queued run, now started, if a slot is free; else None."""
+        if not self.queued or self.running >= self.capacity:
+            return None
+        return self.queued.pop(next(iter(self.queued)))
 
     def connect(
         self,
@@ -130,23 +171,42 @@ class Child:
         if not self.boot.done():
             self.boot.set_exception(error)
 
-    def settle(self, m: dict[str, Any], ok: bool, drop: Drop) -> None:
-        """A `result` (ok) or `error` message: note the RSS it reports, resolve its run."""
+    def settle(self, m: dict[str, Any], ok: bool, drop: Drop) -> bool:
+        """A `result` (ok) or `error` message: note the RSS it reports, resolve its run.
+        Whether that run was running (so its slot is free now)."""
         inv = self.inflight.pop(m.get("i", -1), None)
         rss = m.get("rss")
         if isinstance(rss, int):
             self.rss = rss
-        if inv is None or not inv.finish(drop):
-            return
+        if inv is None:
+            return False
+        freed = self.queued.pop(inv.id, None) is None
+        if not inv.finish(drop):
+            return freed
         if ok:
             inv.future.set_result(m.get("v"))
-            return
+            return freed
         wire = m.get("err")
         if isinstance(wire, dict) and wire.get("type") == CANCELLED:
             error: BaseException = SandboxError("the run was cancelled in the child")
         else:
             error = error_from_wire(wire)
         inv.future.set_exception(error)
+        return freed
+
+    def given_back(self, ids: Any, drop: Drop) -> int:
+        """A `back` message: these runs never started; their callers get NotStarted.
+        Returns how many were still awaited."""
+        count = 0
+        for inv_id in ids if isinstance(ids, list) else ():
+            inv = self.inflight.pop(inv_id, None)
+            if inv is None:
+                continue
+            self.queued.pop(inv_id, None)
+            if inv.finish(drop):
+                inv.future.set_exception(NotStarted())
+                count += 1
+        return count
 
     # -- stopping -----------------------------------------------------------------------------
 
@@ -208,8 +268,12 @@ class Child:
             why = f"sandbox child (pid {self.pid}) {describe_exit(code)} while running the job"
         for inv in self.inflight.values():
             if inv.finish(drop):
-                inv.future.set_exception(SandboxCrashError(why, code))
+                if inv.id in self.queued:
+                    inv.future.set_exception(NotStarted())
+                else:
+                    inv.future.set_exception(SandboxCrashError(why, code))
         self.inflight.clear()
+        self.queued.clear()
         return why
 
 

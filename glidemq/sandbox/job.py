@@ -63,6 +63,7 @@ _FIELDS = (
     ("revoked", "revoked"),
     ("stalled_count", "stalled_count"),
     ("entry_id", "entry_id"),
+    ("step", "step"),
 )
 
 
@@ -86,6 +87,7 @@ _DEFAULTS: dict[str, Any] = {
     "revoked": False,
     "stalled_count": 0,
     "entry_id": None,
+    "step": None,
 }
 
 
@@ -98,6 +100,18 @@ def job_fields(job: Job[Any, Any]) -> dict[str, Any]:
 
 _ATTRS = tuple(attr for _, attr in _FIELDS)
 _get_attrs = operator.attrgetter(*_ATTRS)
+
+
+def _make_fill() -> Any:
+    # One assignment per field, generated from _ATTRS: a child builds a SandboxJob per run,
+    # and this is four times cheaper than a setattr loop.
+    body = "".join(f"    job.{attr} = entry[{i + 2}]\n" for i, attr in enumerate(_ATTRS))
+    namespace: dict[str, Any] = {}
+    exec(f"def fill(job, entry):\n{body}", namespace)
+    return namespace["fill"]
+
+
+_fill = _make_fill()
 
 
 def job_to_wire(job: Job[Any, Any], handle: int) -> list[Any]:
@@ -130,15 +144,20 @@ class SandboxJob(Job[D, R]):
         self._worker = None
         self._discarded = False
         self._moved = False
-        if isinstance(entry, Mapping):
+        if type(entry) is list and len(entry) == len(_ATTRS) + 2:  # the usual case
+            self._handle = int(entry[0])
+            self._queue = str(entry[1])
+            _fill(self, entry)
+        elif isinstance(entry, Mapping):
             self._handle = int(entry["h"])
             self._queue = str(entry.get("queue", ""))
             self._apply({**_DEFAULTS, **entry})
             return
-        self._handle = int(entry[0])
-        self._queue = str(entry[1])
-        for attr, value in zip(_ATTRS, entry[2:], strict=True):
-            setattr(self, attr, value)
+        else:
+            self._handle = int(entry[0])
+            self._queue = str(entry[1])
+            for attr, value in zip(_ATTRS, entry[2:], strict=True):
+                setattr(self, attr, value)
         opts: Any = self.opts
         if not isinstance(opts, dict):
             self.opts = {}
@@ -193,10 +212,11 @@ class SandboxJob(Job[D, R]):
         self._discarded = True
         self._proxy.notify(self._handle, "discard", [])
 
-    async def move_to_delayed(self, timestamp_ms: int) -> None:
-        """Put this running job back to delayed until `timestamp_ms`; raises DelayedError,
-        which the processor should let propagate."""
-        await self._call("move_to_delayed", int(timestamp_ms))
+    async def move_to_delayed(self, timestamp_ms: int, next_step: str | None = None) -> None:
+        """Put this running job back to delayed until `timestamp_ms` (the next run sees
+        `next_step` as `job.step`); raises DelayedError, which the processor should let
+        propagate."""
+        await self._call("move_to_delayed", int(timestamp_ms), next_step)
         # The parent's Job.move_to_delayed raises; an answer without an error is a bug there.
         raise DelayedError(f"job {self.id} moved to delayed until {timestamp_ms}")
 
@@ -234,6 +254,20 @@ class SandboxJob(Job[D, R]):
         state = str(await self._call("get_state"))
         self.state = state
         return state
+
+    async def get_children_values(self) -> dict[str, Any]:
+        """Return values of this job's completed children, by `"<queue>:<id>"`."""
+        return dict(await self._call("get_children_values") or {})
+
+    async def get_ignored_children_failures(self) -> dict[str, str]:
+        """Failure reasons of children failed with `ignore_dependency_on_failure`."""
+        return dict(await self._call("get_ignored_children_failures") or {})
+
+    async def move_to_waiting_children(self) -> None:
+        """Stop running until this job's pending children finished; returns when none is
+        pending, otherwise raises WaitingChildrenError, which the processor should let
+        propagate."""
+        await self._call("move_to_waiting_children")
 
     async def is_revoked(self) -> bool:
         """Whether the job was revoked (a revoked run is also aborted by the parent)."""

@@ -31,7 +31,7 @@ __all__ = ["ForkServer", "Launcher", "Spawner", "new_launcher"]
 _BOOT = (
     "import sys, json; p = json.loads(sys.argv[-1]); "
     "sys.path[:] = p + [x for x in sys.path if x not in p]; "
-    "from glidemq.sandbox.runner import {entry}; {entry}(sys.argv[1:])"
+    "from glidemq.sandbox.{module} import {entry}; {entry}(sys.argv[1:])"
 )
 
 
@@ -148,7 +148,7 @@ class ForkServer:
                 [
                     sys.executable,
                     "-c",
-                    _BOOT.format(entry="forkserver_main"),
+                    _BOOT.format(module="forkserver", entry="forkserver_main"),
                     str(theirs.fileno()),
                     str(os.getpid()),
                     orjson.dumps(self._config).decode(),
@@ -305,7 +305,7 @@ class Spawner:
                 [
                     sys.executable,
                     "-c",
-                    _BOOT.format(entry="spawn_main"),
+                    _BOOT.format(module="runner", entry="spawn_main"),
                     str(theirs.fileno()),
                     str(os.getpid()),
                     orjson.dumps(sys.path).decode(),

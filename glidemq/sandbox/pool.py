@@ -6,7 +6,8 @@ returned there (or raises what it raised); the Worker treats it as any processor
 keeps `max_children` children warm, replaces the ones that die, recycles the ones that reach
 a limit, kills the ones that time out or ignore an abort, and backs off while the processor
 cannot be loaded. Children come from a launcher (`launcher.py`), each is a `Child` handle
-(`child.py`), and the Job methods they call are run by a `JobProxy` (`proxy.py`).
+(`child.py`), and the Job methods they call are run by a `JobProxy` (`proxy.py`). Runs may
+also queue in children behind the running ones (`pipeline.py`).
 """
 
 from __future__ import annotations
@@ -23,11 +24,13 @@ import orjson
 
 from ..errors import JobTimeoutError, ValidationError
 from ..job import Job
-from .child import Child, Invocation
+from .child import Child, Invocation, NotStarted
 from .errors import SandboxBootError, SandboxClosedError, SandboxError
 from .launcher import Launcher, new_launcher
+from .pipeline import Pipeline
 from .protocol import (
     ABORT,
+    BACK,
     BOOT_ERROR,
     CALL,
     ERROR,
@@ -69,6 +72,7 @@ class SandboxPool:
         self.options = options
         self.batch = batch
         self._slots = slots
+        self._pipeline = Pipeline(options, self.size, batch)
         self._async: bool | None = None  # learnt from the first child that starts
         self._on_error = on_error
         self._state = "new"
@@ -103,6 +107,7 @@ class SandboxPool:
                 "recycled_jobs",
                 "recycled_memory",
                 "runs",
+                "requeued",
             ),
             0,
         )
@@ -114,6 +119,22 @@ class SandboxPool:
         """How many children the pool keeps: `max_children`, by default the Worker's
         concurrency (one job per child, as a sync processor needs anyway)."""
         return self.options.max_children or self._slots
+
+    @property
+    def pipeline_slots(self) -> int:
+        """Runs the pool would queue in children now (0 while runs are long); the Worker
+        takes that many jobs beyond its concurrency."""
+        return self._pipeline.slots
+
+    @property
+    def max_pipeline_slots(self) -> int:
+        """The most runs the pool queues in children beyond those running."""
+        return self._pipeline.max_slots
+
+    @property
+    def _async_capacity(self) -> int:
+        """Runs one child of an async processor takes at once."""
+        return self.options.child_concurrency or -(-self._slots // self.size)
 
     @property
     def is_async(self) -> bool | None:
@@ -148,7 +169,8 @@ class SandboxPool:
             "state": self._state,
             "children": len(self._children),
             "ready": len(self._ready),
-            "busy": sum(len(c.inflight) for c in self._children.values()),
+            "busy": sum(c.running for c in self._children.values()),
+            "queued": sum(len(c.queued) for c in self._children.values()),
             "last_error": str(self._last_error) if self._last_error else None,
         }
 
@@ -185,6 +207,7 @@ class SandboxPool:
 
     async def _close(self) -> None:
         assert self._empty is not None
+        self._pipeline.close()
         tasks = [t for t in (self._maintainer, *self._boot_tasks) if t is not None]
         for task in tasks:
             task.cancel()
@@ -214,35 +237,45 @@ class SandboxPool:
         """Run the processor on `job` in a child; returns its result or raises its error.
 
         The job's timeout (or `SandboxOptions.timeout`) is enforced here: when it passes,
-        the child is killed and this raises JobTimeoutError('timeout'). Cancelling the
-        caller (revoke, lost lock, close) aborts the run in the child.
+        the child is killed and this raises JobTimeoutError('timeout'), counted from when
+        the run starts in the child (not while it waits queued there). Cancelling the caller
+        (revoke, lost lock, close) aborts the run in the child.
         """
-        child = self._pick() or await self._acquire()
-        inv = self._submit(child, [job], batch=False)
         timeout = job.opts.get("timeout") or self.options.timeout
-        if timeout:
-            assert self._loop is not None
-            inv.timer = self._loop.call_later(timeout / 1000, self._on_timeout, inv)
-        return await self._wait(inv)
+        seconds = timeout / 1000 if timeout else None
+        while True:
+            child = self._pick() or await self._acquire()
+            inv = self._submit(child, [job], False, seconds)
+            try:
+                return await self._wait(inv)
+            except NotStarted:  # queued on a child that died or gave it back: try another
+                continue
 
     async def run_batch(self, jobs: Sequence[Job[Any, Any]]) -> Any:
         """Run a batch processor on `jobs` in one child, in one round trip; returns its list
         of results (an item may be an exception) or raises its error."""
-        child = self._pick() or await self._acquire()
-        inv = self._submit(child, list(jobs), batch=True)
-        if self.options.timeout:
-            assert self._loop is not None
-            inv.timer = self._loop.call_later(self.options.timeout / 1000, self._on_timeout, inv)
-        return await self._wait(inv)
+        timeout = self.options.timeout
+        seconds = timeout / 1000 if timeout else None
+        while True:
+            child = self._pick() or await self._acquire()
+            inv = self._submit(child, list(jobs), True, seconds)
+            try:
+                return await self._wait(inv)
+            except NotStarted:
+                continue
 
     def _pick(self) -> Child | None:
+        """A ready child with a free slot (the freest), else one to queue the run on."""
         best: Child | None = None
         best_free = 0
         for child in self._ready:
             free = child.free
             if free > best_free:
                 best, best_free = child, free
-        return best
+        if best is not None:
+            return best
+        assert self._loop is not None
+        return self._pipeline.queue_behind(self._ready, self._loop.time())
 
     async def _acquire(self) -> Child:
         assert self._loop is not None
@@ -267,17 +300,25 @@ class SandboxPool:
                 fut.set_result(None)
                 n -= 1
 
-    def _submit(self, child: Child, jobs: list[Job[Any, Any]], batch: bool) -> Invocation:
+    def _submit(
+        self, child: Child, jobs: list[Job[Any, Any]], batch: bool, timeout: float | None
+    ) -> Invocation:
         assert self._loop is not None and child.channel is not None
         handles, entries = self._proxy.register(jobs)
         self._next_inv += 1
         inv = Invocation(self._next_inv, child, self._loop.create_future(), handles)
         inv.job_ids = jobs[0].id if len(jobs) == 1 else ",".join(j.id for j in jobs)
+        inv.timeout = timeout
         try:
             payload = orjson.Fragment(orjson.dumps(entries))
         except TypeError as exc:  # fields come from JSON, but a caller may build Jobs by hand
             self._proxy.drop(inv.handles)
             raise ValidationError("data", f"not JSON-serializable: {exc}") from None
+        if child.running < child.capacity:
+            self._started(child, inv)
+        else:
+            child.queued[inv.id] = inv
+            self._pipeline.queued(self._loop, self._children.values())
         child.inflight[inv.id] = inv
         child.jobs_started += len(jobs)
         self.counters["runs"] += 1
@@ -286,6 +327,16 @@ class SandboxPool:
         if limit is not None and child.jobs_started >= limit:
             self._retire(child, "recycled_jobs")
         return inv
+
+    def _started(self, child: Child, inv: Invocation) -> None:
+        """`inv` starts on `child` now: its timeout (or, aborted while queued, its abort
+        grace) counts from here."""
+        assert self._loop is not None
+        inv.started = child.last_start = self._loop.time()
+        if inv.abandoned:
+            inv.timer = self._loop.call_later(self.options.abort_grace, self._abort_expired, inv)
+        elif inv.timeout:
+            inv.timer = self._loop.call_later(inv.timeout, self._on_timeout, inv)
 
     async def _wait(self, inv: Invocation) -> Any:
         try:
@@ -308,8 +359,9 @@ class SandboxPool:
             return
         self.counters["aborted"] += 1
         child.channel.send({"t": ABORT, "i": inv.id})
-        assert self._loop is not None
-        inv.timer = self._loop.call_later(self.options.abort_grace, self._abort_expired, inv)
+        if inv.started is not None:  # a queued run gets its grace when (if) it starts
+            assert self._loop is not None
+            inv.timer = self._loop.call_later(self.options.abort_grace, self._abort_expired, inv)
 
     def _abort_expired(self, inv: Invocation) -> None:
         if inv.id in inv.child.inflight:
@@ -376,6 +428,7 @@ class SandboxPool:
             "rss_limit": self._rss_limit,
             "hard_limit": self.options.hard_limit_bytes,
             "sys_path": sys.path,
+            "cap": self._async_capacity,
         }
 
     async def _boot_child(self) -> None:
@@ -424,7 +477,7 @@ class SandboxPool:
         self._next_boot_at = 0.0
         if self._state in ("starting", "error"):
             self._state = "ready"
-        self._wake(child.capacity)
+        self._wake(child.capacity + self._pipeline.depth)
 
     def _boot_failed(self, error: SandboxBootError) -> None:
         assert self._loop is not None
@@ -530,7 +583,12 @@ class SandboxPool:
         if child.state == "dead":
             return
         expected = child.stopping or child.kill_reason is not None
-        running = sum(not inv.future.done() for inv in child.inflight.values())
+        running = sum(
+            not inv.future.done() and inv.id not in child.queued for inv in child.inflight.values()
+        )
+        self.counters["requeued"] += sum(
+            not inv.abandoned and not inv.future.done() for inv in child.queued.values()
+        )
         why = child.reap(code, self.target, self._proxy.drop)
         self._children.pop(child.pid, None)
         if child in self._ready:
@@ -551,6 +609,9 @@ class SandboxPool:
             kind = m.get("t")
             if kind in (RESULT, ERROR):
                 self._on_outcome(child, m, kind == RESULT)
+            elif kind == BACK:
+                self.counters["requeued"] += child.given_back(m.get("ids"), self._proxy.drop)
+                self._settled(child)
             elif kind == CALL:
                 assert self._loop is not None
                 self._proxy.on_call(child, m, self._loop)
@@ -567,21 +628,28 @@ class SandboxPool:
                     )
                     continue
                 self._async = bool(m.get("async"))
-                if not self._async:
-                    child.capacity = 1
-                else:
-                    per = -(-self._slots // self.size)
-                    child.capacity = self.options.child_concurrency or per
+                child.capacity = self._async_capacity if self._async else 1
                 if not child.boot.done():
                     child.boot.set_result(None)
             elif kind == BOOT_ERROR:
                 child.fail_boot(m.get("err") or {}, self.target)
 
     def _on_outcome(self, child: Child, m: dict[str, Any], ok: bool) -> None:
-        child.settle(m, ok, self._proxy.drop)
-        if m.get("retire"):
+        inv = child.inflight.get(m.get("i", -1))
+        if inv is not None and inv.started is not None and self._pipeline.depth:
+            assert self._loop is not None
+            self._pipeline.timed(self._loop.time() - inv.started)
+        freed = child.settle(m, ok, self._proxy.drop)
+        if m.get("retire"):  # the child starts nothing more; what it holds comes back
             self._retire(child, "recycled_memory")
-        self._check_memory(child)
+        elif freed:
+            while (inv := child.next_queued()) is not None:
+                self._started(child, inv)
+        self._settled(child)
+
+    def _settled(self, child: Child) -> None:
+        """Runs of `child` ended or came back: stop it if it retires and has none left,
+        else let a waiting run have the room."""
         if child.state == "retiring" and not child.inflight:
             self._stop_child(child)
         elif child.state == "ready":

@@ -1,26 +1,31 @@
-"""The sandbox IPC protocol, both ends: frames, messages, the channel, and errors on the wire.
+"""The sandbox IPC protocol, both ends: the messages and errors on the wire.
 
-Transport: one Unix stream socket per child. A frame is a 4-byte big-endian length and an
-orjson array of messages: everything one side queues in one event-loop iteration goes out
-in one frame and one `send()`, so a burst of jobs or results costs one system call and one
-wake-up of the other side, not one per message.
+Transport: one Unix stream socket per child, carrying frames of messages (`channel.py`).
 
 A message is a JSON object with `t` (its type) and, for the ones about work, `i` (the
 invocation id, chosen by the parent per run; or the call id, chosen by the child per proxied
 call). The parent opens with `hello`; the child answers `ready` or `boot_error`.
 
-    parent -> child   hello  {v, target, batch, hb, rss_limit, hard_limit, sys_path}
+    parent -> child   hello  {v, target, batch, hb, rss_limit, hard_limit, sys_path, cap}
                       run    {i, jobs: [job...], batch}       run a job (or a batch)
                       abort  {i}                              cancel that run
+                      take   {ids}                            give back these runs if not started
                       reply  {i, ok: value} | {i, err: error} answer to a proxied call
                       stop   {}                               finish and exit
     child -> parent   ready  {v, pid, async}
                       boot_error {v, err: error}
-                      result {i, v, rss?}                     the run returned v
+                      result {i, v, rss?, retire?}            the run returned v
                       error  {i, err: error, rss?, retire?}   the run raised
+                      back   {ids}                            runs given back, never started
                       call   {i, h, m, a}                     Job method m(*a) on job handle h
                                                               (i = 0: no reply wanted)
                       hb     {rss, active}                    heartbeat
+
+Pipelining: the parent may send a child more runs than it runs at once (`cap`: 1 for a sync
+processor). The child starts them in the order they came, as running ones end, and starts a
+queued run only once the outcomes sent before it are written to the socket; so the parent,
+reading the stream in order, knows which runs had started when a child dies. `retire` on an
+outcome means the child starts nothing more (it sends `back` for what it still holds).
 
 Errors cross as {type, name, message, args, attrs, traceback, results?}. The receiving side
 rebuilds only types in its registry (`register_error`); anything else becomes a
@@ -30,14 +35,9 @@ raise an arbitrary class.
 
 from __future__ import annotations
 
-import asyncio
 import builtins
 import contextlib
-import errno
-import socket
-import struct
 import traceback
-from collections.abc import Callable, Sequence
 from typing import Any, Final, Literal, Required, TypeAlias, TypedDict
 
 import orjson
@@ -53,27 +53,21 @@ from .errors import (
 )
 
 __all__ = [
-    "MAX_FRAME",
     "PROTOCOL_VERSION",
-    "Channel",
-    "FrameDecoder",
     "ProtocolError",
-    "encode_frame",
     "error_from_wire",
     "error_to_wire",
     "register_error",
 ]
 
-PROTOCOL_VERSION = 1
-MAX_FRAME = 256 << 20  # a batch of large jobs can be big; anything past this is a broken peer
-_HEADER = struct.Struct(">I")
-_READ_SIZE = 1 << 18
+PROTOCOL_VERSION = 2
 _MAX_TRACEBACK = 16_000
 
 # parent -> child
 HELLO: Final = "hello"
 RUN: Final = "run"
 ABORT: Final = "abort"
+TAKE: Final = "take"
 REPLY: Final = "reply"
 STOP: Final = "stop"
 # child -> parent
@@ -81,6 +75,7 @@ READY: Final = "ready"
 BOOT_ERROR: Final = "boot_error"
 RESULT: Final = "result"
 ERROR: Final = "error"
+BACK: Final = "back"
 CALL: Final = "call"
 HEARTBEAT: Final = "hb"
 
@@ -108,6 +103,7 @@ class HelloMessage(TypedDict):
     rss_limit: int | None
     hard_limit: int | None
     sys_path: list[str]
+    cap: int
 
 
 class RunMessage(TypedDict):
@@ -124,6 +120,13 @@ class AbortMessage(TypedDict):
 
     t: Literal["abort"]
     i: int
+
+
+class TakeMessage(TypedDict):
+    """Parent -> child: give back those of runs `ids` that have not started."""
+
+    t: Literal["take"]
+    ids: list[int]
 
 
 class ReplyMessage(TypedDict, total=False):
@@ -157,12 +160,14 @@ class BootErrorMessage(TypedDict):
 
 
 class ResultMessage(TypedDict, total=False):
-    """Child -> parent: invocation `i` returned `v` (with the child's RSS when limited)."""
+    """Child -> parent: invocation `i` returned `v` (with the child's RSS when limited);
+    `retire` says the child starts no more runs and asks to be replaced."""
 
     t: Required[Literal["result"]]
     i: Required[int]
     v: Required[Any]
     rss: int
+    retire: str
 
 
 class ErrorMessage(TypedDict, total=False):
@@ -173,6 +178,14 @@ class ErrorMessage(TypedDict, total=False):
     err: Required[WireError]
     rss: int
     retire: str
+
+
+class BackMessage(TypedDict):
+    """Child -> parent: runs `ids` were dropped before they started (taken back, aborted
+    while queued, or held by a child that retires)."""
+
+    t: Literal["back"]
+    ids: list[int]
 
 
 class CallMessage(TypedDict):
@@ -197,12 +210,14 @@ Message: TypeAlias = (
     HelloMessage
     | RunMessage
     | AbortMessage
+    | TakeMessage
     | ReplyMessage
     | StopMessage
     | ReadyMessage
     | BootErrorMessage
     | ResultMessage
     | ErrorMessage
+    | BackMessage
     | CallMessage
     | HeartbeatMessage
 )
@@ -214,235 +229,6 @@ CANCELLED = "asyncio.exceptions.CancelledError"
 
 class ProtocolError(SandboxError):
     """A peer sent something that is not a valid frame or message."""
-
-
-# -- frames -------------------------------------------------------------------------------
-
-
-def encode_frame(messages: Sequence[Message]) -> bytes:
-    """One frame holding `messages` (values may be `orjson.Fragment`s: pre-encoded JSON)."""
-    body = orjson.dumps(messages)
-    if len(body) > MAX_FRAME:
-        raise ProtocolError(f"frame of {len(body)} bytes is over the {MAX_FRAME} limit")
-    return _HEADER.pack(len(body)) + body
-
-
-class FrameDecoder:
-    """Reassembles frames from a byte stream."""
-
-    __slots__ = ("_buffer",)
-
-    def __init__(self) -> None:
-        self._buffer = bytearray()
-
-    def feed(self, data: bytes | memoryview) -> list[dict[str, Any]]:
-        """Add bytes; return the messages of every frame now complete.
-
-        Raises ProtocolError for an oversized or undecodable frame: the stream cannot be
-        trusted after that, so the peer is dropped rather than resynchronised.
-        """
-        buf: bytes | bytearray | memoryview
-        if self._buffer:
-            self._buffer += data
-            buf = self._buffer
-        else:
-            buf = data  # the usual case: whole frames, decoded without a copy
-        out: list[dict[str, Any]] = []
-        pos = 0
-        size = len(buf)
-        while size - pos >= 4:
-            (length,) = _HEADER.unpack_from(buf, pos)
-            if length > MAX_FRAME:
-                raise ProtocolError(f"frame length {length} is over the limit")
-            end = pos + 4 + length
-            if end > size:
-                break
-            try:
-                messages = orjson.loads(buf[pos + 4 : end])
-            except orjson.JSONDecodeError as exc:
-                raise ProtocolError(f"undecodable frame: {exc}") from None
-            if not isinstance(messages, list) or not all(type(m) is dict for m in messages):
-                raise ProtocolError("a frame must be an array of objects")
-            out += messages
-            pos = end
-        if buf is self._buffer:
-            del self._buffer[:pos]
-        elif pos < size:
-            self._buffer = bytearray(buf[pos:])
-        return out
-
-
-# -- the channel --------------------------------------------------------------------------
-
-
-class Channel:
-    """A non-blocking socket on an event loop: coalesced writes, frame-decoded reads.
-
-    `send()` queues a message; the queue is written as one frame at the end of the current
-    loop iteration. `on_messages(list)` gets what arrives; `on_close(reason)` is called once,
-    when the peer closes, the socket fails, or `close()` is called.
-    """
-
-    __slots__ = (
-        "_closed",
-        "_decoder",
-        "_fd",
-        "_loop",
-        "_on_close",
-        "_on_messages",
-        "_out",
-        "_paused",
-        "_pending",
-        "_rbuf",
-        "_scheduled",
-        "_sock",
-    )
-
-    def __init__(
-        self,
-        sock: socket.socket,
-        on_messages: Callable[[list[dict[str, Any]]], None],
-        on_close: Callable[[str], None],
-        loop: asyncio.AbstractEventLoop | None = None,
-    ) -> None:
-        sock.setblocking(False)
-        self._sock = sock
-        self._fd = sock.fileno()
-        self._loop = loop or asyncio.get_running_loop()
-        self._on_messages = on_messages
-        self._on_close = on_close
-        self._decoder = FrameDecoder()
-        # recv_into one buffer: recv(n) would allocate n bytes per call (an mmap when large)
-        self._rbuf = memoryview(bytearray(_READ_SIZE))
-        self._pending: list[Message] = []
-        self._out = bytearray()
-        self._scheduled = False
-        self._closed = False
-        self._paused = False
-        self._loop.add_reader(self._fd, self._readable)
-
-    @property
-    def closed(self) -> bool:
-        """Whether the channel is closed (by either side)."""
-        return self._closed
-
-    def send(self, message: Message) -> None:
-        """Queue `message`; it goes out with the others of this loop iteration."""
-        if self._closed:
-            return
-        self._pending.append(message)
-        if not self._scheduled:
-            self._scheduled = True
-            self._loop.call_soon(self.flush)
-
-    def flush(self) -> None:
-        """Write the queued messages now (as much as the socket takes without blocking)."""
-        self._scheduled = False
-        if self._closed:
-            return
-        if self._pending:
-            batch, self._pending = self._pending, []
-            try:
-                frame = encode_frame(batch)
-            except (TypeError, ProtocolError) as exc:
-                # Values are checked when messages are built; this is a bug or a huge frame.
-                self.close(f"cannot encode a frame: {exc}")
-                return
-            if self._out:
-                self._out += frame
-                return  # the writer callback is already armed
-            self._out = bytearray(frame)
-        self._write()
-
-    def _write(self) -> None:
-        while self._out:
-            try:
-                n = self._sock.send(self._out)
-            except (BlockingIOError, InterruptedError):
-                break
-            except OSError as exc:
-                self.close(f"write failed: {exc.strerror or exc}")
-                return
-            del self._out[:n]
-        if self._out:
-            self._loop.add_writer(self._fd, self._write)
-        else:
-            self._loop.remove_writer(self._fd)
-
-    def pause_reading(self) -> None:
-        """Stop reading (backpressure); `resume_reading()` starts again."""
-        if not self._paused and not self._closed:
-            self._paused = True
-            self._loop.remove_reader(self._fd)
-
-    def resume_reading(self) -> None:
-        """Read again after `pause_reading()`."""
-        if self._paused and not self._closed:
-            self._paused = False
-            self._loop.add_reader(self._fd, self._readable)
-
-    def drain_input(self) -> None:
-        """Read and deliver whatever the peer already wrote (used once it is known dead)."""
-        while not self._closed:
-            if not self._read_once():
-                return
-
-    def _readable(self) -> None:
-        self._read_once()
-
-    def _read_once(self) -> bool:
-        try:
-            n = self._sock.recv_into(self._rbuf)
-        except (BlockingIOError, InterruptedError):
-            return False
-        except OSError as exc:
-            if exc.errno != errno.ECONNRESET:
-                self.close(f"read failed: {exc.strerror or exc}")
-                return False
-            n = 0
-        if not n:
-            self.close("peer closed the connection")
-            return False
-        try:
-            messages = self._decoder.feed(self._rbuf[:n])
-        except ProtocolError as exc:
-            self.close(str(exc))
-            return False
-        if messages:
-            self._on_messages(messages)
-        return True
-
-    def write_blocking(self, timeout: float = 2.0) -> None:
-        """Flush queued messages, blocking up to `timeout` (for a child about to exit)."""
-        if self._closed:
-            return
-        if self._pending:
-            batch, self._pending = self._pending, []
-            self._out += encode_frame(batch)
-        if not self._out:
-            return
-        self._loop.remove_writer(self._fd)
-        try:
-            self._sock.settimeout(timeout)
-            self._sock.sendall(self._out)
-            self._out.clear()
-        except OSError:
-            pass
-        finally:
-            self._sock.setblocking(False)
-
-    def close(self, reason: str = "closed") -> None:
-        """Stop the channel and close the socket; calls on_close(reason) once."""
-        if self._closed:
-            return
-        self._closed = True
-        self._pending.clear()
-        self._out.clear()
-        if not self._paused:
-            self._loop.remove_reader(self._fd)
-        self._loop.remove_writer(self._fd)
-        self._sock.close()
-        self._on_close(reason)
 
 
 # -- errors on the wire -------------------------------------------------------------------

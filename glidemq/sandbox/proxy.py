@@ -118,7 +118,7 @@ async def _data(job: Job[Any, Any], args: list[Any]) -> Any:
 
 
 async def _delayed(job: Job[Any, Any], args: list[Any]) -> Any:
-    await job.move_to_delayed(int(args[0]))
+    await job.move_to_delayed(int(args[0]), args[1] if len(args) > 1 else None)
 
 
 async def _failed(job: Job[Any, Any], args: list[Any]) -> Any:
@@ -153,6 +153,19 @@ async def _revoked(job: Job[Any, Any], args: list[Any]) -> Any:
     return await job.is_revoked()
 
 
+async def _children_values(job: Job[Any, Any], args: list[Any]) -> Any:
+    return await job.get_children_values()
+
+
+async def _children_failures(job: Job[Any, Any], args: list[Any]) -> Any:
+    return await job.get_ignored_children_failures()
+
+
+async def _waiting_children(job: Job[Any, Any], args: list[Any]) -> Any:
+    # Raises WaitingChildrenError when children are pending; it crosses back to the child.
+    await job.move_to_waiting_children()
+
+
 async def _refresh(job: Job[Any, Any], args: list[Any]) -> Any:
     await job.refresh()
     return job_fields(job)
@@ -172,4 +185,7 @@ _CALLS: dict[str, Callable[[Job[Any, Any], list[Any]], Any]] = {
     "get_state": _state,
     "is_revoked": _revoked,
     "refresh": _refresh,
+    "get_children_values": _children_values,
+    "get_ignored_children_failures": _children_failures,
+    "move_to_waiting_children": _waiting_children,
 }

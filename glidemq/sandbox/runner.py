@@ -1,14 +1,13 @@
-"""The child side of the sandbox: the fork server, and the main loop of a child.
+"""The child side of the sandbox: the main loop of a child.
 
 A child holds no Valkey connection. It loads the processor, then runs what the parent sends:
 every `run` becomes an asyncio task (a sync processor runs on a thread, one job at a time),
-every Job method that needs the server becomes a `call` to the parent. It exits when told to
+every Job method that needs the server becomes a `call` to the parent. Runs beyond what it
+runs at once wait in a queue and start, in order, as running ones end. It exits when told to
 (`stop`), when its parent is gone (the socket reaches EOF, or PR_SET_PDEATHSIG fires), or
 when it is killed.
 
-The fork server is a clean interpreter started with exec (never a fork of the worker, whose
-Valkey client has native threads): it imports glidemq once, then forks a child per request.
-Children thus start in milliseconds instead of paying the ~0.6 s import of the client again.
+Children are forked by the fork server (`forkserver.py`) or exec'd (`spawn_main`).
 """
 
 from __future__ import annotations
@@ -19,22 +18,25 @@ import ctypes
 import inspect
 import os
 import resource
-import select
 import signal
 import socket
 import sys
 import traceback
+from collections import deque
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
+from functools import partial
 from typing import Any
 
 import orjson
 
 from ..errors import BatchError
 from ..processor import load_processor
+from .channel import Channel, FrameDecoder, encode_frame
 from .job import SandboxJob
 from .protocol import (
     ABORT,
+    BACK,
     BOOT_ERROR,
     CALL,
     CANCELLED,
@@ -46,18 +48,16 @@ from .protocol import (
     RESULT,
     RUN,
     STOP,
-    Channel,
+    TAKE,
     ErrorMessage,
-    FrameDecoder,
     ProtocolError,
     ResultMessage,
     WireError,
-    encode_frame,
     error_from_wire,
     error_to_wire,
 )
 
-__all__ = ["child_main", "forkserver_main", "spawn_main"]
+__all__ = ["EXIT_INTERNAL", "EXIT_OK", "child_main", "spawn_main"]
 
 EXIT_OK = 0
 EXIT_BOOT = 3
@@ -99,12 +99,34 @@ def _reset_signals() -> None:
 
 
 def rss_bytes() -> int:
-    """This process's resident set size, read from /proc (cheap enough to do per job)."""
+    """This process's resident set size, read from /proc."""
     try:
         with open("/proc/self/statm", "rb") as f:
             return int(f.read().split()[1]) * _PAGE
     except (OSError, IndexError, ValueError):
         return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+
+
+class _Rss:
+    """Reads this process's RSS with one pread of a statm file kept open (checked after
+    every job when a memory limit is set, so open/close per read would be two syscalls
+    more per job)."""
+
+    __slots__ = ("_fd",)
+
+    def __init__(self) -> None:
+        try:
+            self._fd: int | None = os.open("/proc/self/statm", os.O_RDONLY | os.O_CLOEXEC)
+        except OSError:
+            self._fd = None
+
+    def read(self) -> int:
+        if self._fd is not None:
+            try:
+                return int(os.pread(self._fd, 128, 0).split()[1]) * _PAGE
+            except (OSError, IndexError, ValueError):
+                pass
+        return rss_bytes()
 
 
 def _vm_bytes() -> int:
@@ -193,14 +215,22 @@ class _Runner:
         self.fn = fn
         self.is_async = is_async
         self.heartbeat = float(hello.get("hb") or 1.0)
-        self.report_rss = bool(hello.get("rss_limit"))
+        limit = hello.get("rss_limit")
+        self.rss_limit = limit if isinstance(limit, int) and limit > 0 else None
+        self.rss = _Rss() if self.rss_limit else None
         self.hard_limit = hello.get("hard_limit")
+        cap = hello.get("cap")
+        # runs at once; a sync processor runs one (on its thread), whatever the parent says
+        self.cap = cap if is_async and isinstance(cap, int) and cap > 0 else 1
+        self.queue: deque[dict[str, Any]] = deque()  # runs received, not started yet
+        self.retiring = False  # starts nothing more (memory): what it holds goes back
         self.tasks: dict[int, asyncio.Task[None]] = {}
         self.calls: dict[int, asyncio.Future[Any]] = {}
         self.next_call = 0
         self.stopping = False
         self.exit_code = EXIT_OK
         self.channel: Channel | None = None
+        self.loop: asyncio.AbstractEventLoop | None = None  # (get_running_loop costs a getpid)
         self.done: asyncio.Future[None] | None = None
         self.early: list[dict[str, Any]] = []
         # A sync processor runs on a thread of its own, as in-process: the loop stays free
@@ -211,7 +241,7 @@ class _Runner:
             self.thread.submit(int).result()  # started now, before RLIMIT_AS is measured
 
     async def serve(self) -> int:
-        loop = asyncio.get_running_loop()
+        loop = self.loop = asyncio.get_running_loop()
         self.done = loop.create_future()
         self.channel = Channel(self.sock, self.on_messages, self.on_close, loop)
         if isinstance(self.hard_limit, int) and self.hard_limit > 0:
@@ -235,7 +265,12 @@ class _Runner:
         for m in messages:
             kind = m.get("t")
             if kind == RUN:
-                self.start_run(m)
+                if self.retiring or self.stopping:
+                    self.give_back([m])
+                elif len(self.tasks) < self.cap and not self.queue:
+                    self.start_run(m)
+                else:
+                    self.queue.append(m)
             elif kind == REPLY:
                 fut = self.calls.pop(m.get("i", -1), None)
                 if fut is not None and not fut.done():
@@ -247,6 +282,12 @@ class _Runner:
                 task = self.tasks.get(m.get("i", -1))
                 if task is not None:
                     task.cancel()
+                else:
+                    self.take_back([m.get("i")])
+            elif kind == TAKE:
+                ids = m.get("ids")
+                if isinstance(ids, list):
+                    self.take_back(ids)
             elif kind == STOP:
                 self.stop()
 
@@ -263,6 +304,8 @@ class _Runner:
         if self.stopping:
             return
         self.stopping = True
+        held, self.queue = list(self.queue), deque()
+        self.give_back(held)
         asyncio.get_running_loop().create_task(self._stop())
 
     async def _stop(self) -> None:
@@ -279,7 +322,40 @@ class _Runner:
         assert self.channel is not None
         while True:
             await asyncio.sleep(self.heartbeat)
-            self.channel.send({"t": HEARTBEAT, "rss": rss_bytes(), "active": len(self.tasks)})
+            rss = self.rss.read() if self.rss is not None else rss_bytes()
+            self.channel.send({"t": HEARTBEAT, "rss": rss, "active": len(self.tasks)})
+
+    # -- the queue ----------------------------------------------------------------------------
+
+    def give_back(self, runs: list[dict[str, Any]]) -> None:
+        """Tell the parent these runs will not start here (it sends them elsewhere)."""
+        if runs and self.channel is not None:
+            self.channel.send({"t": BACK, "ids": [int(m.get("i", 0)) for m in runs]})
+
+    def take_back(self, ids: list[Any]) -> None:
+        """Drop the queued runs among `ids` (the parent asked for them back)."""
+        if not self.queue:
+            return
+        wanted = set(ids)
+        kept: deque[dict[str, Any]] = deque()
+        dropped: list[dict[str, Any]] = []
+        for m in self.queue:
+            (dropped if m.get("i") in wanted else kept).append(m)
+        self.queue = kept
+        self.give_back(dropped)
+
+    def run_ended(self, retire: bool) -> None:
+        """A run's outcome was just sent: start the next queued runs, or, when the child
+        retires, give them all back. (A queued run's task begins after the flush that
+        writes this outcome, and `invoke` waits for the bytes to be in the socket, so a
+        crash in the next run never takes an earlier outcome with it.)"""
+        if retire and not self.retiring:
+            self.retiring = True
+            held, self.queue = list(self.queue), deque()
+            self.give_back(held)
+            return
+        while self.queue and len(self.tasks) < self.cap and not (self.stopping or self.retiring):
+            self.start_run(self.queue.popleft())
 
     # -- runs ---------------------------------------------------------------------------------
 
@@ -287,12 +363,18 @@ class _Runner:
         inv = int(m["i"])
         batch = bool(m.get("batch"))
         jobs: list[SandboxJob[Any, Any]] = [SandboxJob(j, self) for j in m["jobs"]]
-        task = asyncio.get_running_loop().create_task(self.invoke(inv, jobs, batch))
+        assert self.loop is not None
+        task = self.loop.create_task(self.invoke(inv, jobs, batch))
         self.tasks[inv] = task
 
     async def invoke(self, inv: int, jobs: list[SandboxJob[Any, Any]], batch: bool) -> None:
         message: ResultMessage | ErrorMessage
+        assert self.channel is not None
         try:
+            if self.channel.unwritten:  # earlier outcomes first (see run_ended)
+                written: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+                self.channel.when_written(partial(_resolve, written))
+                await written
             arg: Any = jobs if batch else jobs[0]
             if self.thread is None:
                 value = await self.fn(arg)
@@ -313,10 +395,12 @@ class _Runner:
                 message["retire"] = "memory"  # the heap may be fragmented or near the cap
         finally:
             self.tasks.pop(inv, None)
-        if self.report_rss:
-            message["rss"] = rss_bytes()
-        assert self.channel is not None
+        if self.rss is not None:
+            rss = message["rss"] = self.rss.read()
+            if self.rss_limit is not None and rss > self.rss_limit:
+                message["retire"] = "memory"
         self.channel.send(message)
+        self.run_ended("retire" in message)
 
     @staticmethod
     async def _in_thread(work: Future[Any]) -> Any:
@@ -347,6 +431,11 @@ class _Runner:
     def notify(self, handle: int, method: str, args: list[Any]) -> None:
         assert self.channel is not None
         self.channel.send({"t": CALL, "i": 0, "h": handle, "m": method, "a": args})
+
+
+def _resolve(fut: asyncio.Future[None]) -> None:
+    if not fut.done():
+        fut.set_result(None)
 
 
 def _describe(exc: BaseException) -> WireError:
@@ -395,145 +484,3 @@ def spawn_main(argv: list[str]) -> None:
         sys.stdout.flush()
         sys.stderr.flush()
         os._exit(code)
-
-
-def forkserver_main(argv: list[str]) -> None:
-    """`python -c` entry of the fork server: argv = [control fd, parent pid, config json].
-
-    Control messages are SOCK_SEQPACKET datagrams of orjson. Requests: `fork {n}` (answered
-    with `forked {n, pid}` carrying the parent's end of a new socketpair as SCM_RIGHTS) and
-    `kill {pid, sig}` (to the child's process group, only while this server has not reaped
-    it, so a recycled pid is never hit). Reports: `exit {pid, code}` for every reaped child.
-    EOF on the control socket (the pool closed, or its process died) kills every child and
-    ends the server.
-    """
-    code = EXIT_INTERNAL
-    try:
-        code = _forkserver(int(argv[0]), int(argv[1]), orjson.loads(argv[2]))
-    except BaseException:
-        traceback.print_exc()
-    finally:
-        sys.stdout.flush()
-        sys.stderr.flush()
-        os._exit(code)
-
-
-def _forkserver(ctrl_fd: int, parent_pid: int, config: dict[str, Any]) -> int:
-    if not _die_with_parent(parent_pid):
-        return EXIT_OK
-    _set_name(b"glidemq-forksrv")
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-    signal.signal(signal.SIGTERM, signal.SIG_DFL)
-    signal.pthread_sigmask(signal.SIG_SETMASK, set())
-    ctrl = socket.socket(fileno=ctrl_fd)
-    ctrl.setblocking(True)
-    if config.get("preload"):
-        # Children import it again from sys.modules for free; a failure here is reported by
-        # each child as its boot error, so it is ignored.
-        with contextlib.suppress(BaseException):
-            load_processor(str(config["target"]))
-    _event_loop_factory()  # import uvloop here too, once
-    wake_r, wake_w = os.pipe()
-    os.set_blocking(wake_r, False)
-    os.set_blocking(wake_w, False)
-    signal.signal(signal.SIGCHLD, lambda *_: None)  # a handler is needed for the wakeup fd
-    signal.set_wakeup_fd(wake_w)
-    me = os.getpid()
-    children: set[int] = set()
-
-    def send(message: dict[str, Any], fds: list[int] | None = None) -> bool:
-        try:
-            if fds:
-                socket.send_fds(ctrl, [orjson.dumps(message)], fds)
-            else:
-                ctrl.send(orjson.dumps(message))
-        except OSError:
-            return False
-        return True
-
-    def reap() -> bool:
-        while True:
-            try:
-                pid, status = os.waitpid(-1, os.WNOHANG)
-            except ChildProcessError:
-                return True
-            if pid == 0:
-                return True
-            children.discard(pid)
-            if not send({"t": "exit", "pid": pid, "code": os.waitstatus_to_exitcode(status)}):
-                return False
-
-    alive = send({"t": "ready", "pid": me, "v": PROTOCOL_VERSION})
-    while alive:
-        readable, _, _ = select.select([ctrl.fileno(), wake_r], [], [])
-        if wake_r in readable:
-            with contextlib.suppress(BlockingIOError):
-                while os.read(wake_r, 512):
-                    pass
-            alive = reap()
-        if ctrl.fileno() not in readable:
-            continue
-        try:
-            data = ctrl.recv(65536)
-        except OSError:
-            data = b""
-        if not data:
-            break
-        try:
-            msg = orjson.loads(data)
-        except orjson.JSONDecodeError:
-            continue
-        if msg.get("t") == "kill":
-            pid, sig = int(msg["pid"]), int(msg["sig"])
-            if pid in children:
-                _kill_group(pid, sig)
-            continue
-        if msg.get("t") != "fork":
-            continue
-        parent_end, child_end = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
-        try:
-            pid = os.fork()
-        except OSError as exc:
-            parent_end.close()
-            child_end.close()
-            alive = send({"t": "forked", "n": msg.get("n"), "error": str(exc)})
-            continue
-        if pid == 0:  # pragma: no cover - the child; measured by the sandbox tests
-            status = EXIT_INTERNAL
-            try:
-                signal.set_wakeup_fd(-1)
-                ctrl.close()
-                parent_end.close()
-                os.close(wake_r)
-                os.close(wake_w)
-                os.setpgid(0, 0)  # its own group: a kill takes its subprocesses too
-                status = child_main(child_end.detach(), me)
-            except BaseException:
-                traceback.print_exc()
-            finally:
-                sys.stdout.flush()
-                sys.stderr.flush()
-                os._exit(status)
-        with contextlib.suppress(OSError):
-            os.setpgid(pid, pid)  # also here, so a kill right after the fork finds the group
-        child_end.close()
-        children.add(pid)
-        alive = send({"t": "forked", "n": msg.get("n"), "pid": pid}, [parent_end.fileno()])
-        parent_end.close()
-    # The pool is gone or closing: take every child down with the server.
-    for pid in list(children):
-        _kill_group(pid, signal.SIGKILL)
-    signal.set_wakeup_fd(-1)
-    signal.signal(signal.SIGCHLD, signal.SIG_DFL)
-    for pid in list(children):
-        with contextlib.suppress(ChildProcessError):
-            os.waitpid(pid, 0)
-    return EXIT_OK
-
-
-def _kill_group(pid: int, sig: int) -> None:
-    try:
-        os.killpg(pid, sig)
-    except OSError:
-        with contextlib.suppress(OSError):
-            os.kill(pid, sig)

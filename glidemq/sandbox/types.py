@@ -32,6 +32,13 @@ class SandboxOptions:
     processors can run more than one (default: concurrency / max_children, rounded up). An
     async processor with fewer children than the concurrency (say one per core) is much
     faster, but a crash or a timeout then fails every job its child was running.
+    pipeline: runs each child holds queued behind the ones it runs, so it starts its next
+    job without waiting for the worker; the Worker then holds `max_children * pipeline`
+    jobs more than its concurrency (0: none; not used in batch mode). A queued run has not
+    started: its timeout counts from its start, and a crash or a timeout sends it to another
+    child without using an attempt. pipeline_window: seconds; runs queue only behind a child
+    that started a run this recently, and a child that starts none for this long (a long job
+    runs there) gives its queued runs back, so they go to the first free child.
     start_method: `forkserver` (default: one clean fork server per pool, which has imported
     glidemq, forks each child in a few ms) or `spawn` (a fresh interpreter per child, about
     0.4 s each). preload: the fork server also imports the processor's module, so children
@@ -47,6 +54,8 @@ class SandboxOptions:
 
     max_children: int | None = None
     child_concurrency: int | None = None
+    pipeline: int = 3
+    pipeline_window: float = 0.02
     start_method: Literal["forkserver", "spawn"] = "forkserver"
     preload: bool = False
     timeout: int | None = None
@@ -64,6 +73,8 @@ class SandboxOptions:
             _int("sandbox.max_children", self.max_children, low=1, high=1024)
         if self.child_concurrency is not None:
             _int("sandbox.child_concurrency", self.child_concurrency, low=1, high=100_000)
+        _int("sandbox.pipeline", self.pipeline, low=0, high=64)
+        _seconds("sandbox.pipeline_window", self.pipeline_window, low=0.001)
         if self.start_method not in ("forkserver", "spawn"):
             raise ValidationError(
                 "sandbox.start_method",

@@ -11,14 +11,9 @@ import pytest
 import glidemq
 from glidemq import BatchError, Job, JobNotFoundError, UnrecoverableError, ValidationError
 from glidemq.sandbox import RemoteError, SandboxJob, register_error
+from glidemq.sandbox.channel import FrameDecoder, encode_frame
 from glidemq.sandbox.errors import RemoteTraceback, describe_exit
-from glidemq.sandbox.protocol import (
-    FrameDecoder,
-    ProtocolError,
-    encode_frame,
-    error_from_wire,
-    error_to_wire,
-)
+from glidemq.sandbox.protocol import ProtocolError, error_from_wire, error_to_wire
 
 
 def _roundtrip(exc: BaseException) -> BaseException:
@@ -97,6 +92,7 @@ def test_sandbox_job_overrides_every_server_method_of_job() -> None:
             "is_delayed",
             "is_active",
             "is_waiting",
+            "is_waiting_children",
             "wait_until_finished",  # built on get_state/refresh, which are proxied
         ):
             assert getattr(SandboxJob, name) is not member, f"SandboxJob.{name} not proxied"
