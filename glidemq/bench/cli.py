@@ -1,9 +1,10 @@
 """`glidemq-bench`: glidemq and BullMQ side by side on one embedded Valkey.
 
 glidemq-bench quick                      add / process / latency, both systems, ~2 min
-glidemq-bench run --profile full --reps 5 --out results/
-glidemq-bench gate --baseline bench-baseline.json [--tolerance 0.10]
+glidemq-bench run --profile full --reps 5 --out results/ [--raw]
+glidemq-bench gate [--baseline FILE] [--tolerance 0.10]   (default: the committed CI baseline)
 glidemq-bench report results/
+glidemq-bench locust [--users 20 --seconds 20]   Locust load test, headless
 """
 
 from __future__ import annotations
@@ -18,10 +19,14 @@ from typing import Any
 
 import orjson
 
+from . import loadtest
 from .harness import PROFILES, format_table, print_progress, ratios, run_profile, scale_jobs
 from .peer import PeerError
 
-__all__ = ["gate_check", "main"]
+__all__ = ["CI_BASELINE", "gate_check", "main"]
+
+CI_BASELINE = Path(__file__).with_name("baselines") / "ci.json"
+"""The committed baseline of the `ci` profile that `gate` uses without `--baseline`."""
 
 
 def _results_path(out: str | None) -> Path | None:
@@ -80,9 +85,17 @@ def _cmd_run(args: argparse.Namespace, profile_name: str) -> tuple[int, dict[str
         file=sys.stderr,
     )
     extra = ["--plant-delay-us", str(args.plant_delay_us)] if args.plant_delay_us else None
+    raw_dir = None
+    if getattr(args, "raw", False):
+        if out is None:
+            print("glidemq-bench: --raw needs --out DIR", file=sys.stderr)
+            return 2, {}
+        raw_dir = out.parent / "jobs"
     try:
         profile = scale_jobs(PROFILES[profile_name], args.scale)
-        records = run_profile(profile, args.reps, out, progress=print_progress, glidemq_extra=extra)
+        records = run_profile(
+            profile, args.reps, out, progress=print_progress, glidemq_extra=extra, raw_dir=raw_dir
+        )
     except PeerError as exc:
         print(f"glidemq-bench: error: {exc}", file=sys.stderr)
         return 2, {}
@@ -90,16 +103,20 @@ def _cmd_run(args: argparse.Namespace, profile_name: str) -> tuple[int, dict[str
     print(format_table(summary))
     if out is not None:
         print(f"records: {out}", file=sys.stderr)
+    if raw_dir is not None:
+        print(f"per-job records (Parquet): {raw_dir}", file=sys.stderr)
     return 0, summary
 
 
 def _cmd_gate(args: argparse.Namespace) -> int:
     if args.write_baseline is None and args.baseline is None:
-        print(
-            "glidemq-bench gate: --baseline FILE (or --write-baseline FILE) is required",
-            file=sys.stderr,
-        )
-        return 2
+        if args.profile != "ci" or not CI_BASELINE.exists():
+            print(
+                "glidemq-bench gate: --baseline FILE (or --write-baseline FILE) is required",
+                file=sys.stderr,
+            )
+            return 2
+        args.baseline = str(CI_BASELINE)
     if args.results:
         summary = ratios(_load_records(Path(args.results)))
         print(format_table(summary))
@@ -208,9 +225,16 @@ def build_parser() -> argparse.ArgumentParser:
     common(sub.add_parser("quick", help="add / process / latency side by side"), 3)
     run = sub.add_parser("run", help="run a profile")
     run.add_argument("--profile", choices=sorted(PROFILES), default="full")
+    run.add_argument(
+        "--raw", action="store_true", help="also write per-job records as Parquet (OUT/jobs)"
+    )
     common(run, 3)
     gate = sub.add_parser("gate", help="fail when ratios regress against a baseline")
-    gate.add_argument("--baseline", help="baseline JSON written by --write-baseline")
+    gate.add_argument(
+        "--baseline",
+        help="baseline JSON written by --write-baseline (default, for the ci "
+        "profile: the committed glidemq/bench/baselines/ci.json)",
+    )
     gate.add_argument("--write-baseline", metavar="FILE", help="measure and write a baseline")
     gate.add_argument("--tolerance", type=float, default=0.10, help="allowed drop (0.10)")
     gate.add_argument("--results", help="judge these records instead of running")
@@ -221,6 +245,7 @@ def build_parser() -> argparse.ArgumentParser:
     report.add_argument("--output", help="report directory (default RESULTS/report)")
     report.add_argument("--master", default="local[*]", help="Spark master (default local[*])")
     report.add_argument("--plain", action="store_true", help="a plain table, without Spark")
+    loadtest.add_arguments(sub.add_parser("locust", help="Locust load test, headless"))
     return p
 
 
@@ -235,6 +260,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return _cmd_run(args, args.profile)[0]
     if args.command == "gate":
         return _cmd_gate(args)
+    if args.command == "locust":
+        return loadtest.run_locust(args)
     return _cmd_report(args)
 
 

@@ -7,12 +7,14 @@ shared machine drift while ratios inside one run hold.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import platform
 import statistics
 import sys
+import tempfile
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -20,6 +22,8 @@ from typing import Any
 import orjson
 
 from ..server import EmbeddedValkey
+from ..server_cluster import EmbeddedCluster
+from .jobrecords import RAW_SCENARIOS, raw_file_name, read_jsonl, write_parquet
 from .peer import ScenarioParams, ensure_bullmq, run_system
 
 __all__ = [
@@ -41,14 +45,21 @@ PROFILES: dict[str, list[ScenarioParams]] = {
     "ci": [
         ScenarioParams("add-bulk", jobs=10_000),
         ScenarioParams("process", jobs=10_000, concurrency=100),
+        ScenarioParams("sandbox", jobs=5_000, concurrency=8),
+        ScenarioParams("memory", jobs=20_000, concurrency=100),
     ],
     "full": [
         ScenarioParams("add-single", jobs=5_000),
         ScenarioParams("add-concurrent", jobs=20_000, inflight=50),
         ScenarioParams("add-bulk", jobs=50_000),
         *(ScenarioParams("process", jobs=20_000, concurrency=c) for c in (1, 10, 50, 100)),
-        *(ScenarioParams("procs", jobs=100_000, concurrency=50, procs=n) for n in (1, 2, 4)),
+        *(ScenarioParams("procs", jobs=100_000, concurrency=50, procs=n) for n in (1, 2, 4, 8)),
         ScenarioParams("latency", rate=1000, seconds=5),
+        ScenarioParams("sandbox", jobs=20_000, concurrency=8),
+        ScenarioParams("batch", jobs=50_000, concurrency=10, batch=50),
+        ScenarioParams("cluster", jobs=60_000, concurrency=50, queues=6),
+        ScenarioParams("cpu", jobs=20_000, concurrency=100),
+        ScenarioParams("memory", jobs=1_000_000, concurrency=100),
     ],
 }
 
@@ -61,7 +72,19 @@ _METRIC: dict[str, Ratio] = {
     "process": ("jobs_per_s", True),
     "procs": ("jobs_per_s", True),
     "latency": ("p99_ms", False),
+    "sandbox": ("jobs_per_s", True),
+    "batch": ("jobs_per_s", True),
+    "cluster": ("jobs_per_s", True),
+    "memory": ("rss_peak_mb", False),
+    "cpu": ("cpu_us_per_job", False),
 }
+
+# Result fields of the newer scenarios copied into their records as they are.
+_EXTRA_FIELDS = (
+    *("inprocess_jobs_per_s", "inprocess_seconds", "children", "queues", "note"),
+    *("rss_start_mb", "rss_warm_mb", "rss_end_mb", "rss_peak_mb", "rss_growth_mb"),
+    *("rss_flat", "rss_samples", "cpu_us_per_job"),
+)
 
 
 def scenario_key(rec: dict[str, Any]) -> str:
@@ -73,6 +96,12 @@ def scenario_key(rec: dict[str, Any]) -> str:
         return f"procs {rec.get('procs', 1)}x c={rec['concurrency']}"
     if s == "latency":
         return f"latency {int(rec['rate'])}/s"
+    if s == "batch":
+        return f"batch c={rec['concurrency']} b={rec.get('batch')}"
+    if s == "cluster":
+        return f"cluster {rec.get('queues')}q c={rec['concurrency']}"
+    if s in ("sandbox", "memory", "cpu"):
+        return f"{s} c={rec['concurrency']}"
     return s
 
 
@@ -108,6 +137,8 @@ def make_record(
         "inflight": params.inflight,
         "rate": params.rate,
         "procs": params.procs,
+        "batch": params.batch,
+        "queues": params.queues,
         "rep": rep,
         "seconds": seconds,
         "jobs_per_s": jobs / seconds if seconds else None,
@@ -119,6 +150,11 @@ def make_record(
         "machine": _machine(),
         "ts": time.time(),
     }
+    for name in _EXTRA_FIELDS:
+        if name in result:
+            rec[name] = result[name]
+    if rec.get("inprocess_jobs_per_s") and rec["jobs_per_s"]:
+        rec["sandbox_vs_inprocess"] = rec["jobs_per_s"] / rec["inprocess_jobs_per_s"]
     lat = result.get("latencies_ms")
     if lat:
         rec.update(
@@ -128,6 +164,40 @@ def make_record(
     return rec
 
 
+@contextlib.contextmanager
+def _cluster_when_needed(profile: Sequence[ScenarioParams]) -> Iterator[EmbeddedCluster | None]:
+    """A 3-primary cluster (no replicas: they would only add load) for `cluster` runs."""
+    if not any(p.scenario == "cluster" for p in profile):
+        yield None
+        return
+    cluster = EmbeddedCluster(replicas_per_primary=0).start()
+    try:
+        yield cluster
+    finally:
+        cluster.stop()
+
+
+def _convert_raw(
+    tmp: Path, raw_dir: Path, system: str, params: ScenarioParams, key: str, rep: int
+) -> str | None:
+    """Turn one run's JSON-lines records into Parquet under `raw_dir`; its path."""
+    if not tmp.exists():
+        return None
+    name = raw_file_name(system, key, rep)
+    rows = read_jsonl(tmp)
+    try:
+        path = write_parquet(
+            rows, raw_dir / f"{name}.parquet", system=system, scenario=params.scenario,
+            key=key, rep=rep,
+        )  # fmt: skip
+    except ImportError:  # pyarrow comes with the `spark` extra: keep the JSON lines then
+        path = raw_dir / f"{name}.jobs.jsonl"
+        raw_dir.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(tmp.read_bytes())
+    tmp.unlink()
+    return str(path)
+
+
 def run_profile(
     profile: Sequence[ScenarioParams],
     reps: int,
@@ -135,25 +205,49 @@ def run_profile(
     systems: Sequence[str] = ("glidemq", "bullmq"),
     progress: Callable[[str], None] | None = None,
     glidemq_extra: list[str] | None = None,
+    raw_dir: Path | None = None,
 ) -> list[dict[str, Any]]:
-    """Run every scenario `reps` times for each system, alternating which goes first."""
+    """Run every scenario `reps` times for each system, alternating which goes first.
+
+    With `raw_dir`, the runs of `RAW_SCENARIOS` also write per-job records there, one
+    Parquet file per run (see `glidemq.bench.jobrecords`)."""
     if "bullmq" in systems:
         ensure_bullmq()
     records: list[dict[str, Any]] = []
     total = reps * len(profile) * len(systems)
     step = 0
-    with EmbeddedValkey() as server:
+    with (
+        EmbeddedValkey() as server,
+        _cluster_when_needed(profile) as cluster,
+        tempfile.TemporaryDirectory(prefix="glidemq-bench-") as scratch,
+    ):
         for rep in range(reps):
             for params in profile:
                 order = list(systems) if rep % 2 == 0 else list(reversed(systems))
                 for system in order:
                     step += 1
-                    server.execute("FLUSHALL")
                     extra = glidemq_extra if system == "glidemq" else None
-                    result = run_system(
-                        system, params, server.port, server.pid, f"bench-{system}", extra
-                    )
+                    raw = None
+                    if raw_dir is not None and params.scenario in RAW_SCENARIOS:
+                        raw = Path(scratch) / f"{system}-{step}.jsonl"
+                    if params.scenario == "cluster" and cluster is not None:
+                        for node in cluster.nodes:
+                            node.execute("FLUSHALL")
+                        result = run_system(
+                            system, params, cluster.nodes[0].port,
+                            [n.pid for n in cluster.nodes if n.pid], f"bench-{system}", extra,
+                            url=cluster.url, raw_out=raw,
+                        )  # fmt: skip
+                    else:
+                        server.execute("FLUSHALL")
+                        result = run_system(
+                            system, params, server.port, server.pid, f"bench-{system}", extra,
+                            raw_out=raw,
+                        )  # fmt: skip
                     rec = make_record(system, params, rep, result)
+                    if raw is not None and raw_dir is not None:
+                        key = scenario_key(rec)
+                        rec["raw"] = _convert_raw(raw, raw_dir, system, params, key, rep)
                     records.append(rec)
                     if out is not None:
                         with out.open("ab") as fh:
@@ -166,7 +260,14 @@ def run_profile(
 def _headline(rec: dict[str, Any]) -> str:
     if rec["scenario"] == "latency":
         return f"p50 {rec['p50_ms']:.2f} / p99 {rec['p99_ms']:.2f} ms"
-    return f"{rec['jobs_per_s']:,.0f} jobs/s"
+    line = f"{rec['jobs_per_s']:,.0f} jobs/s"
+    if rec["scenario"] == "memory":
+        line += f", RSS peak {rec['rss_peak_mb']:.0f} MiB, growth {rec['rss_growth_mb']:+.1f}"
+    elif rec["scenario"] == "cpu":
+        line += f", {rec['cpu_us_per_job']:.0f} CPU us/job"
+    elif rec.get("sandbox_vs_inprocess"):
+        line += f" ({rec['sandbox_vs_inprocess']:.2f}x its in-process run)"
+    return line
 
 
 def ratios(records: Iterable[dict[str, Any]]) -> dict[str, dict[str, Any]]:
@@ -198,6 +299,8 @@ def ratios(records: Iterable[dict[str, Any]]) -> dict[str, dict[str, Any]]:
             if side is not None:
                 row.setdefault(f"{who}_server_us", []).append(side["server_us_per_job"])
                 row.setdefault(f"{who}_client_us", []).append(side["client_us_per_job"])
+                if side.get("sandbox_vs_inprocess"):
+                    row.setdefault(f"{who}_vs_inprocess", []).append(side["sandbox_vs_inprocess"])
     for row in out.values():
         for k in list(row):
             if isinstance(row[k], list) and row[k]:
@@ -228,7 +331,18 @@ def format_table(summary: dict[str, dict[str, Any]]) -> str:
             f"{key:<20} {row['metric']:<11} {fmt(g):>12} {fmt(b):>12} "
             f"{('-' if ratio is None else f'{ratio:.2f}x'):>7}  {srv:>18} {cli:>18}"
         )
-    lines.append("ratio = glidemq / BullMQ, median of pairs; for latency lower is better.")
+    lines.append(
+        "ratio = glidemq / BullMQ, median of pairs; lower is better for latency (p99_ms), "
+        "memory (rss_peak_mb) and cpu (cpu_us_per_job)."
+    )
+    for key, row in summary.items():
+        if "median_glidemq_vs_inprocess" in row:
+            sides = [
+                f"{name} {row[f'median_{who}_vs_inprocess']:.2f}x"
+                for who, name in (("glidemq", "glidemq"), ("bullmq", "BullMQ"))
+                if f"median_{who}_vs_inprocess" in row
+            ]
+            lines.append(f"{key}: sandboxed / in-process jobs/s: {', '.join(sides)}")
     return "\n".join(lines)
 
 

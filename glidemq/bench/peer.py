@@ -6,6 +6,7 @@ import json
 import shutil
 import subprocess
 import sys
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -31,12 +32,15 @@ class ScenarioParams:
     rate: float = 1000.0
     seconds: float = 5.0
     procs: int = 1
+    batch: int = 10
+    queues: int = 6
 
     def flags(self) -> list[str]:
         return [
             "--jobs", str(self.jobs), "--concurrency", str(self.concurrency),
             "--inflight", str(self.inflight), "--chunk", str(self.chunk),
             "--rate", str(self.rate), "--seconds", str(self.seconds), "--procs", str(self.procs),
+            "--batch", str(self.batch), "--queues", str(self.queues),
         ]  # fmt: skip
 
 
@@ -64,12 +68,18 @@ def run_system(
     system: str,
     params: ScenarioParams,
     port: int,
-    server_pid: int | None,
+    server_pid: int | Sequence[int] | None,
     queue: str,
     extra: list[str] | None = None,
     timeout: float = 600.0,
+    *,
+    url: str | None = None,
+    raw_out: Path | None = None,
 ) -> dict[str, Any]:
-    """Run one scenario of `system` ('glidemq' or 'bullmq') and return its JSON result."""
+    """Run one scenario of `system` ('glidemq' or 'bullmq') and return its JSON result.
+
+    `url` (a cluster's seed list) replaces `port`; `server_pid` may name several processes
+    (their CPU is summed); `raw_out` asks for per-job records in that JSON-lines file."""
     if system == "glidemq":
         cmd = [sys.executable, "-m", "glidemq.bench.scenario", params.scenario]
     elif system == "bullmq":
@@ -80,8 +90,13 @@ def run_system(
     else:
         raise PeerError(f"unknown system {system!r}")
     cmd += ["--port", str(port), "--queue", queue, *params.flags()]
+    if url is not None:
+        cmd += ["--url", url]
     if server_pid is not None:
-        cmd += ["--server-pid", str(server_pid)]
+        pids = [server_pid] if isinstance(server_pid, int) else list(server_pid)
+        cmd += ["--server-pid", ",".join(str(p) for p in pids)]
+    if raw_out is not None:
+        cmd += ["--raw-out", str(raw_out)]
     cmd += extra or []
     try:
         done = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, check=False)

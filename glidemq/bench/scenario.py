@@ -21,11 +21,15 @@ import orjson
 from ..job import Job
 from ..queue import Queue
 from ..worker import Worker
+from . import workloads
 from .cpu import process_cpu_seconds, self_cpu_seconds
 
 __all__ = ["SCENARIOS", "main", "run_scenario"]
 
-SCENARIOS = ("add-single", "add-concurrent", "add-bulk", "process", "procs", "latency")
+SCENARIOS = (
+    *("add-single", "add-concurrent", "add-bulk", "process", "procs", "latency"),
+    *("sandbox", "batch", "cluster", "memory", "cpu"),
+)
 
 
 class _Window:
@@ -72,7 +76,9 @@ def _busy(us: int) -> None:
 
 async def run_scenario(o: argparse.Namespace) -> dict[str, Any]:
     """Run one scenario and return its measurements."""
-    url = f"valkey://{o.host}:{o.port}"
+    url = o.url or f"valkey://{o.host}:{o.port}"
+    o.server_pids = [int(p) for p in str(o.server_pid or "").split(",") if p]
+    o.server_pid = o.server_pids[0] if o.server_pids else None
     queue: Queue[Any, Any] = Queue(o.queue, connection=url)
     async with queue as q:
         await q.obliterate(force=True)
@@ -102,16 +108,29 @@ async def run_scenario(o: argparse.Namespace) -> dict[str, Any]:
                     _busy(o.plant_delay_us)
 
                 processor = planted
+            raw = workloads.RawRecorder(o.raw_out)
             w = _Window(o.server_pid)
             worker: Worker[Any, None] = Worker(
                 o.queue, processor, connection=url, concurrency=o.concurrency
             )
+            raw.attach(worker)
             await worker.start()
             # Polling a counter costs nothing per job; a per-job event handler would.
             while worker.completed_count < o.jobs:  # noqa: ASYNC110
                 await asyncio.sleep(0.005)
             result = {"jobs": o.jobs, **w.close()}
             await worker.close()
+            raw.write()
+        elif o.scenario == "sandbox":
+            result = await workloads.run_sandbox(o, q, url)
+        elif o.scenario == "batch":
+            result = await workloads.run_batch(o, q, url)
+        elif o.scenario == "cluster":
+            result = await workloads.run_cluster(o, url)
+        elif o.scenario == "memory":
+            result = await workloads.run_memory(o, q, url)
+        elif o.scenario == "cpu":
+            result = await workloads.run_cpu(o, q, url)
         elif o.scenario == "procs":
             # glidemq-run with N worker processes; client CPU is theirs, not measured here.
             await _prefill(q, o.jobs, o.chunk)
@@ -190,7 +209,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--chunk", type=int, default=1000)
     p.add_argument("--rate", type=float, default=1000.0)
     p.add_argument("--seconds", type=float, default=5.0)
-    p.add_argument("--server-pid", type=int)
+    p.add_argument("--batch", type=int, default=10, help="jobs per batch (batch)")
+    p.add_argument("--queues", type=int, default=6, help="queues (cluster)")
+    p.add_argument("--url", help="server URL; overrides --host/--port (a cluster: host:p1,p2)")
+    p.add_argument("--server-pid", help="server process id(s), comma-separated, for its CPU")
+    p.add_argument("--raw-out", help="write per-job records (JSON lines) to this file")
     p.add_argument("--plant-delay-us", type=int, default=0, help=argparse.SUPPRESS)
     return p
 

@@ -15,7 +15,9 @@ Benchmark tables (medians are exact, interpolated between the middle two of an e
   p99_ms for latency), taken pair by pair — the two systems' runs of one repetition in one
   records file — with the median, min and max of the pair ratios;
 - `throughput_by_concurrency`: the `process` scenario's median jobs/s per system and
-  concurrency.
+  concurrency;
+- `throughput_by_procs`: the `procs` scenario's median jobs/s per system and number of
+  worker processes.
 
 Ledger tables: see `glidemq.spark.ledger`.
 """
@@ -47,6 +49,7 @@ TABLES = (
     "bench_ratios",
     "bench_runs",
     "throughput_by_concurrency",
+    "throughput_by_procs",
     "ledger_summary",
     "ledger_lost",
     "ledger_latency",
@@ -62,15 +65,24 @@ def _scenario_key() -> Column:
     from pyspark.sql import functions as F
 
     scenario = F.col("scenario")
+    c = F.col("concurrency").cast("string")
+    procs = F.coalesce(F.col("procs"), F.lit(1)).cast("string")
     return (
-        F.when(
-            scenario == "process",
-            F.concat(F.lit("process c="), F.col("concurrency").cast("string")),
-        )
+        F.when(scenario == "process", F.concat(F.lit("process c="), c))
+        .when(scenario == "procs", F.concat(F.lit("procs "), procs, F.lit("x c="), c))
         .when(
             scenario == "latency",
             F.concat(F.lit("latency "), F.col("rate").cast("int").cast("string"), F.lit("/s")),
         )
+        .when(
+            scenario == "batch",
+            F.concat(F.lit("batch c="), c, F.lit(" b="), F.col("batch").cast("string")),
+        )
+        .when(
+            scenario == "cluster",
+            F.concat(F.lit("cluster "), F.col("queues").cast("string"), F.lit("q c="), c),
+        )
+        .when(scenario.isin("sandbox", "memory", "cpu"), F.concat(scenario, F.lit(" c="), c))
         .otherwise(scenario)
     )
 
@@ -95,7 +107,8 @@ def _metric() -> tuple[Column, Column, Column]:
 
 
 def bench_tables(records: DataFrame) -> dict[str, DataFrame]:
-    """`bench_runs`, `bench_ratios` and `throughput_by_concurrency` from benchmark records."""
+    """`bench_runs`, `bench_ratios`, `throughput_by_concurrency` and `throughput_by_procs`
+    from benchmark records."""
     from pyspark.sql import functions as F
 
     value, metric, higher = _metric()
@@ -176,7 +189,18 @@ def bench_tables(records: DataFrame) -> dict[str, DataFrame]:
         .agg(F.count(F.lit(1)).alias("runs"), F.median("jobs_per_s").alias("median_jobs_per_s"))
         .orderBy("system", "concurrency")
     )
-    return {"bench_runs": runs, "bench_ratios": ratios, "throughput_by_concurrency": throughput}
+    by_procs = (
+        df.filter(F.col("scenario") == "procs")
+        .groupBy("system", "procs")
+        .agg(F.count(F.lit(1)).alias("runs"), F.median("jobs_per_s").alias("median_jobs_per_s"))
+        .orderBy("system", "procs")
+    )
+    return {
+        "bench_runs": runs,
+        "bench_ratios": ratios,
+        "throughput_by_concurrency": throughput,
+        "throughput_by_procs": by_procs,
+    }
 
 
 def _collect(df: DataFrame) -> list[dict[str, Any]]:
@@ -267,7 +291,8 @@ def _summary(tables: Tables, written: dict[str, Path]) -> str:
             "## glidemq vs BullMQ",
             "",
             "Ratio = glidemq / BullMQ of the metric, median of the pairs of one repetition; "
-            "for latency (p99_ms) lower is better.",
+            "lower is better for latency (p99_ms), memory (rss_peak_mb) and cpu "
+            "(cpu_us_per_job).",
             "",
             markdown_table(
                 tables["bench_ratios"],
@@ -350,6 +375,9 @@ def write_report(tables: Tables, out_dir: Path) -> dict[str, Path]:
     figures = {
         "throughput_vs_concurrency": plots.plot_throughput_vs_concurrency(
             tables["throughput_by_concurrency"], plot_dir / "throughput_vs_concurrency.png"
+        ),
+        "throughput_vs_procs": plots.plot_throughput_vs_procs(
+            tables["throughput_by_procs"], plot_dir / "throughput_vs_procs.png"
         ),
         "latency_percentiles": plots.plot_latency_percentiles(
             [r for r in runs if r["scenario"] == "latency"], plot_dir / "latency_percentiles.png"

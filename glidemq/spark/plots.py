@@ -20,6 +20,7 @@ __all__ = [
     "plot_ledger_latency_cdf",
     "plot_ledger_throughput",
     "plot_throughput_vs_concurrency",
+    "plot_throughput_vs_procs",
 ]
 
 Rows = Sequence[dict[str, Any]]
@@ -93,6 +94,36 @@ def plot_throughput_vs_concurrency(rows: Rows, path: Path) -> Path | None:
     ax.set_ylabel("jobs / s (median of runs)")
     ax.set_ylim(bottom=0)
     ax.set_title("Processing throughput vs concurrency")
+    ax.grid(alpha=0.3)
+    ax.legend()
+    return _save(fig, path)
+
+
+def plot_throughput_vs_procs(rows: Rows, path: Path) -> Path | None:
+    """Median jobs/s of the `procs` scenario against the number of worker processes, a line
+    per system."""
+    rows = [r for r in rows if r.get("procs") is not None and r["median_jobs_per_s"] is not None]
+    if not rows:
+        return None
+    fig = _figure()
+    ax = fig.add_subplot()
+    for i, system in enumerate(_systems(rows)):
+        points = sorted(
+            (int(r["procs"]), float(r["median_jobs_per_s"])) for r in rows if r["system"] == system
+        )
+        ax.plot(
+            [n for n, _ in points],
+            [v for _, v in points],
+            marker="o",
+            label=system,
+            color=_color(system, i),
+        )
+    counts = sorted({int(r["procs"]) for r in rows})
+    ax.set_xticks(counts, [str(n) for n in counts])
+    ax.set_xlabel("worker processes")
+    ax.set_ylabel("jobs / s (median of runs)")
+    ax.set_ylim(bottom=0)
+    ax.set_title("Throughput vs worker processes")
     ax.grid(alpha=0.3)
     ax.legend()
     return _save(fig, path)

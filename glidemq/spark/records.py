@@ -8,6 +8,9 @@ A results directory holds JSON Lines files (`*.jsonl`) and Parquet files or data
 - a **ledger event** has `event`: `{"event": "enqueued" | "completed" | "fault", "job_id":
   str, "ts": epoch seconds (float), "pid": int, "run": str (optional)}`.
 
+Per-job benchmark records (`glidemq.bench.jobrecords`: `job_id` and `started_ms`) are left
+alone: they are the raw data behind the benchmark records, not input of this pipeline.
+
 Lines that are not valid JSON of the expected shape (a file cut off by a crash) are dropped.
 """
 
@@ -36,6 +39,9 @@ BENCH_FIELDS: tuple[tuple[str, str], ...] = (
     ("concurrency", "bigint"),
     ("inflight", "bigint"),
     ("rate", "double"),
+    ("procs", "bigint"),
+    ("batch", "bigint"),
+    ("queues", "bigint"),
     ("rep", "bigint"),
     ("seconds", "double"),
     ("jobs_per_s", "double"),
@@ -47,6 +53,10 @@ BENCH_FIELDS: tuple[tuple[str, str], ...] = (
     ("p95_ms", "double"),
     ("p99_ms", "double"),
     ("max_ms", "double"),
+    ("cpu_us_per_job", "double"),
+    ("rss_peak_mb", "double"),
+    ("rss_growth_mb", "double"),
+    ("inprocess_jobs_per_s", "double"),
     ("version", "string"),
     ("ts", "double"),
 )
@@ -77,6 +87,8 @@ class RecordFiles:
 
 
 def _kind(fields: set[str] | dict[str, Any]) -> str | None:
+    if "job_id" in fields and "started_ms" in fields:
+        return "jobs"
     if "event" in fields:
         return "ledger"
     if "system" in fields and "scenario" in fields:
@@ -121,7 +133,7 @@ def discover(results: str | Path) -> RecordFiles:
             files.bench_jsonl.append(path)
         elif kind == "ledger":
             files.ledger_jsonl.append(path)
-        else:
+        elif kind != "jobs":
             log.warning("skipping %s: neither benchmark records nor ledger events", path)
     parquet: list[Path] = []
     candidates = [root] if root.suffix == ".parquet" else sorted(root.rglob("*.parquet"))
@@ -134,7 +146,7 @@ def discover(results: str | Path) -> RecordFiles:
             files.bench_parquet.append(path)
         elif kind == "ledger":
             files.ledger_parquet.append(path)
-        else:
+        elif kind != "jobs":
             log.warning("skipping %s: neither benchmark records nor ledger events", path)
     return files
 
