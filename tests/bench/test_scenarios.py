@@ -40,7 +40,8 @@ def _run(
     )
     rec = make_record(system, params, 0, result)
     assert rec["jobs"] == params.jobs and rec["jobs_per_s"] > 0
-    assert rec["server_us_per_job"] > 0  # server CPU came from /proc
+    # server CPU came from /proc; at this tiny N it may round to 0 (10 ms clock ticks)
+    assert rec["server_us_per_job"] is not None and rec["server_us_per_job"] >= 0
     return rec, read_jsonl(raw) if raw.exists() else []
 
 
