@@ -5,7 +5,7 @@ job schedulers) and its lifecycle; reading and maintenance come from `QueueAdmin
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime
 from functools import partial
 from types import TracebackType
@@ -54,6 +54,29 @@ async def _exec(batch: Batch | ClusterBatch, client: Client) -> Any:
 
 def _reply(value: Any) -> str:
     return value.decode() if isinstance(value, bytes) else str(value)
+
+
+def pack_bulk(now: int, jobs: Iterable[Sequence[str | bytes]]) -> list[str | bytes]:
+    """glidemq_addBulk's arguments for jobs given as [*run header, data]: neighbours with the
+    same header and no custom id share one run, so a bulk of like jobs costs one argument
+    per job."""
+    args: list[str | bytes] = [str(now)]
+    head: Sequence[str | bytes] = ()
+    count_at = n = 0
+    for job in jobs:
+        header = job[:-1]
+        if n and not header[6] and header == head:
+            n += 1
+        else:
+            if n:
+                args[count_at] = str(n)
+            count_at, head, n = len(args), header, 1
+            args.append("")
+            args.extend(header)
+        args.append(job[-1])
+    if n:
+        args[count_at] = str(n)
+    return args
 
 
 class Queue(QueueAdmin[D, R], QueueLimits, Generic[D, R]):
@@ -129,12 +152,12 @@ class Queue(QueueAdmin[D, R], QueueLimits, Generic[D, R]):
     # -- adding ------------------------------------------------------------------------------
 
     def _compact(self, name: Any, data: Any, opts: JobOptions) -> list[str | bytes]:
-        """The per-job arguments of glidemq_addBulk: 9, or 17 with limit options."""
+        """One job for `pack_bulk`: glidemq_addBulk's run header (8, or 16 with limit
+        options), then the encoded data."""
         if not isinstance(name, str):
             raise ValidationError("name", "must be a string")
         return [
             name,
-            encode_data(data, compress=self.compression),
             wire_opts(opts),
             str(opts.delay),
             str(opts.priority),
@@ -142,6 +165,7 @@ class Queue(QueueAdmin[D, R], QueueLimits, Generic[D, R]):
             str(opts.ttl),
             opts.job_id or "",
             *compact_limit_args(opts),
+            encode_data(data, compress=self.compression),
         ]
 
     def _dedup_args(self, name: str, data: Any, opts: JobOptions, now: int) -> list[str | bytes]:
@@ -238,18 +262,16 @@ class Queue(QueueAdmin[D, R], QueueLimits, Generic[D, R]):
         self, pending: list[tuple[list[str | bytes], asyncio.Future[Any]]]
     ) -> None:
         now = now_ms()
-        args: list[str | bytes] = [str(now)]
-        for job_args, _ in pending:
-            args += job_args
+        args = pack_bulk(now, [job_args for job_args, _ in pending])
         k = self.keys
         try:
             ctx = await self._context()
-            # Argument 8 of each job is its custom id: with one everywhere, a resend is harmless.
+            # Item 7 of each job is its custom id: with one everywhere, a resend is harmless.
             replies = await ctx.fcall(
                 "glidemq_addBulk",
                 [k.id, k.stream, k.scheduled, k.events],
                 args,
-                safe=all(job_args[7] for job_args, _ in pending),
+                safe=all(job_args[6] for job_args, _ in pending),
             )
         except BaseException as exc:
             for _, future in pending:
@@ -305,9 +327,7 @@ class Queue(QueueAdmin[D, R], QueueLimits, Generic[D, R]):
 
         def close_plain() -> None:
             if plain:
-                args: list[str | bytes] = [str(now)]
-                for j in plain:
-                    args += items[j][3]
+                args = pack_bulk(now, [items[j][3] for j in plain])
                 calls.append(
                     ("glidemq_addBulk", [k.id, k.stream, k.scheduled, k.events], args, list(plain))
                 )
@@ -333,9 +353,7 @@ class Queue(QueueAdmin[D, R], QueueLimits, Generic[D, R]):
         for start in range(0, len(calls), _PIPELINE_CALLS):
             chunk = calls[start : start + _PIPELINE_CALLS]
             # Resent after a time-out only when every job has a custom or deduplication id.
-            safe = all(
-                items[j][2].job_id or items[j][2].deduplication for c in chunk for j in c[3]
-            )
+            safe = all(items[j][2].job_id or items[j][2].deduplication for c in chunk for j in c[3])
 
             async def send(indices: list[int], chunk: Any = chunk, safe: bool = safe) -> Any:
                 batch: Batch | ClusterBatch = ClusterBatch(False) if cluster else Batch(False)

@@ -682,37 +682,54 @@ redis.register_function('glidemq_addJob', function(keys, args)
   return addJobCore(keys[1], keys[4], args, 1)
 end)
 
--- KEYS: id, stream, scheduled, events. ARGS: now, then per job 9 args: name, data, opts, delay,
--- priority, maxAttempts, ttl, customJobId, ext; when ext is '1', 8 more follow: orderingKey,
--- groupConcurrency, groupRateMax, groupRateDuration, tbCapacity, tbRefillRate, jobCost, lifo
--- (ext '' for a plain job). The compact form our own producers use: fewer arguments per job
--- cost less on both sides. Returns one addJob reply per job.
+-- KEYS: id, stream, scheduled, events. ARGS: now, then runs of jobs that share everything but
+-- their data. A run is n, name, opts, delay, priority, maxAttempts, ttl, customJobId, ext; when
+-- ext is '1', 8 more follow: orderingKey, groupConcurrency, groupRateMax, groupRateDuration,
+-- tbCapacity, tbRefillRate, jobCost, lifo (ext '' for a plain job); then n data arguments.
+-- The compact form our own producers use: a bulk of like jobs costs about one argument per
+-- job on both sides. Returns one addJob reply per job.
 redis.register_function('glidemq_addBulk', function(keys, args)
+  -- Check the whole layout first: a malformed call writes nothing.
+  local i = 2
+  while i <= #args do
+    local n = tonumber(args[i])
+    local ext = args[i + 8] == '1'
+    local last = i + (ext and 16 or 8) + (n or 0)
+    if n == nil or n < 1 or n % 1 ~= 0 or last > #args then
+      return redis.error_reply('ERR glidemq: addBulk: malformed run at argument ' .. i)
+    end
+    i = last + 1
+  end
   local now = args[1]
   local out = {}
   local a = {}
   local room = waitingRoom(prefixOf(keys[1], 'id'))
-  local i = 2
+  i = 2
   while i <= #args do
+    local n = tonumber(args[i])
     local ext = args[i + 8] == '1'
-    if room and room <= 0 then
-      out[#out + 1] = QUEUE_FULL
+    a[1], a[3], a[4] = args[i + 1], args[i + 2], now
+    a[5], a[6], a[7], a[8] = args[i + 3], args[i + 4], '', args[i + 5]
+    if ext then
+      for x = 9, 15 do a[x] = args[i + x] end
+      a[18] = args[i + 16]
     else
-      a[1], a[2], a[3], a[4] = args[i], args[i + 1], args[i + 2], now
-      a[5], a[6], a[7], a[8] = args[i + 3], args[i + 4], '', args[i + 5]
-      if ext then
-        for x = 9, 15 do a[x] = args[i + x] end
-        a[18] = args[i + 16]
-      else
-        a[9], a[10], a[11], a[12], a[13], a[14], a[15] = '', '0', '0', '0', '0', '0', '0'
-        a[18] = ''
-      end
-      a[16], a[17] = args[i + 6], args[i + 7]
-      local r = addJobCore(keys[1], keys[4], a, 1)
-      out[#out + 1] = r
-      if room and isAdded(r) then room = room - 1 end
+      a[9], a[10], a[11], a[12], a[13], a[14], a[15] = '', '0', '0', '0', '0', '0', '0'
+      a[18] = ''
     end
-    i = i + (ext and 17 or 9)
+    a[16], a[17] = args[i + 6], args[i + 7]
+    local first = i + (ext and 17 or 9)
+    for d = first, first + n - 1 do
+      if room and room <= 0 then
+        out[#out + 1] = QUEUE_FULL
+      else
+        a[2] = args[d]
+        local r = addJobCore(keys[1], keys[4], a, 1)
+        out[#out + 1] = r
+        if room and isAdded(r) then room = room - 1 end
+      end
+    end
+    i = first + n
   end
   return out
 end)

@@ -198,6 +198,7 @@ async def test_worker_through_proxy_survives_latency_resets_and_a_black_hole(
             await asyncio.sleep(worker.watchdog.bound + 0.5)
             await asyncio.to_thread(proxy.heal)
             healed = time.monotonic()
+
             # The black-holed connections never come back: the watchdog replaces them.
             # A job whose completion reply was black-holed is handed back and runs again,
             # so every job having run once is not the end: wait for the recorded outcome.

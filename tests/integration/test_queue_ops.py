@@ -171,6 +171,55 @@ async def test_add_bulk_accepts_mappings_tuples_and_reports_duplicates(
     assert stored is not None and stored.name == "d" and stored.data == 4
 
 
+async def test_add_bulk_keeps_each_jobs_own_options_across_runs_of_like_jobs(
+    queue: Queue[Any, Any],
+) -> None:
+    # like neighbours share one header on the wire: every switch of name, options or
+    # custom id must still reach the right job
+    items: list[Any] = []
+    for i in range(40):
+        opts: dict[str, Any] = {}
+        if i % 10 >= 5:
+            opts["priority"] = 3
+        if i % 7 == 0:
+            opts["job_id"] = f"own-{i}"
+        if i in (20, 21):
+            opts["attempts"] = 4
+        if i in (30, 31, 32):
+            opts["ordering_key"] = "k"
+        items.append((f"n{i // 3}", {"i": i}, opts))
+    jobs = await queue.add_bulk(items)
+    assert all(j is not None for j in jobs)
+    for i, job in enumerate(jobs):
+        assert job is not None
+        stored = await queue.get_job(job.id)
+        assert stored is not None
+        assert (stored.name, stored.data) == (f"n{i // 3}", {"i": i})
+        assert stored.priority == (3 if i % 10 >= 5 else 0)
+        assert stored.max_attempts == (4 if i in (20, 21) else 1)
+        assert (stored.opts.get("orderingKey") == "k") == (i in (30, 31, 32))
+        if i % 7 == 0:
+            assert stored.id == f"own-{i}"
+
+
+async def test_malformed_add_bulk_call_is_an_error_and_writes_nothing(
+    queue: Queue[Any, Any],
+) -> None:
+    ctx = await queue._context()
+    k = queue.keys
+    keys = [k.id, k.stream, k.scheduled, k.events]
+    good = ["1", "a", "{}", "0", "0", "1", "0", "", "", "data"]
+    for args in (
+        [str(now_ms()), *good, "2", "b", "{}", "0", "0", "1", "0", "", "", "only-one"],
+        [str(now_ms()), *good, "x", "b", "{}", "0", "0", "1", "0", "", "", "d"],
+        [str(now_ms()), *good, "0", "b", "{}", "0", "0", "1", "0", "", ""],
+    ):
+        with pytest.raises(GlideMQError, match="malformed run"):
+            await ctx.fcall("glidemq_addBulk", keys, args)
+    assert (await queue.get_job_counts()).waiting == 0
+    assert await ctx.client.get(k.id) is None
+
+
 @pytest.mark.parametrize(
     ("bad_item", "field"),
     [
