@@ -62,8 +62,13 @@ async def test_worker_pause_lets_running_jobs_finish_and_takes_no_new_ones(
         await wait_for(lambda: len(finished) == 2)
         await asyncio.sleep(0.4)  # a worker that ignored pause would start more by now
         assert len(started) == 2
-        counts = await queue.get_job_counts()
-        assert counts.waiting == 4 and counts.active == 0
+
+        async def both_recorded() -> bool:
+            counts = await queue.get_job_counts()
+            return counts.active == 0 and counts.completed == 2
+
+        await wait_for(both_recorded)  # finishing the processor precedes the completion call
+        assert len(started) == 2 and (await queue.get_job_counts()).waiting == 4
         worker.resume()
         assert not worker.is_paused()
         await wait_for(lambda: len(finished) == 6)
