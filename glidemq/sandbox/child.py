@@ -1,9 +1,9 @@
 """One sandbox child as the parent sees it (`Child`), and one run sent to it (`Invocation`).
 
-The pool keeps the sets a child belongs to (all children, the ready ones), the counters,
-and decides when a child is retired, stopped or killed. What concerns one child alone lives
-here: its channel, the runs it has in flight, its capacity and RSS, and the per-child steps
-of each decision (ask it to stop, signal it, settle its results, reap it).
+The pool's `ChildSet` (`boot.py`) keeps the sets a child belongs to (all children, the
+ready ones) and decides when a child is retired, stopped or killed. What concerns one child
+alone lives here: its channel, the runs it has in flight, its capacity and RSS, and the
+per-child steps of each decision (ask it to stop, signal it, settle its results, reap it).
 
 Runs sent to a child are either running or queued behind the running ones (pipelining). The
 parent's view of which is which follows the child's messages in order: a queued run counts
