@@ -2,6 +2,8 @@
 
 glidemq-bench quick                      add / process / latency, both systems, ~2 min
 glidemq-bench run --profile full --reps 5 --out results/ [--raw]
+glidemq-bench quick --with-bullmq-py     also BullMQ for Python (optional, installed on first use)
+glidemq-bench run --systems glidemq,bullmq,bullmq-py ...
 glidemq-bench gate [--baseline FILE] [--tolerance 0.10]   (default: the committed CI baseline)
 glidemq-bench report results/
 glidemq-bench locust [--users 20 --seconds 20]   Locust load test, headless
@@ -21,7 +23,7 @@ import orjson
 
 from . import loadtest
 from .harness import PROFILES, format_table, print_progress, ratios, run_profile, scale_jobs
-from .peer import PeerError
+from .peer import DEFAULT_SYSTEMS, SYSTEMS, PeerError, parse_systems
 
 __all__ = ["CI_BASELINE", "gate_check", "main"]
 
@@ -77,11 +79,24 @@ def gate_check(
     return failures
 
 
+def _systems(args: argparse.Namespace) -> tuple[str, ...]:
+    """The systems `--systems` and `--with-bullmq-py` ask for (ValueError when invalid)."""
+    systems = parse_systems(args.systems if args.systems is not None else DEFAULT_SYSTEMS)
+    if args.with_bullmq_py and "bullmq-py" not in systems:
+        systems = (*systems, "bullmq-py")
+    return systems
+
+
 def _cmd_run(args: argparse.Namespace, profile_name: str) -> tuple[int, dict[str, Any]]:
+    try:
+        systems = _systems(args)
+    except ValueError as exc:
+        print(f"glidemq-bench: --systems: {exc}", file=sys.stderr)
+        return 2, {}
     out = _results_path(args.out)
     print(
-        f"glidemq-bench {profile_name}: {args.reps} repetitions, systems alternate; "
-        "progress on stderr",
+        f"glidemq-bench {profile_name}: {args.reps} repetitions of {', '.join(systems)}, "
+        "systems alternate; progress on stderr",
         file=sys.stderr,
     )
     extra = ["--plant-delay-us", str(args.plant_delay_us)] if args.plant_delay_us else None
@@ -94,8 +109,9 @@ def _cmd_run(args: argparse.Namespace, profile_name: str) -> tuple[int, dict[str
     try:
         profile = scale_jobs(PROFILES[profile_name], args.scale)
         records = run_profile(
-            profile, args.reps, out, progress=print_progress, glidemq_extra=extra, raw_dir=raw_dir
-        )
+            profile, args.reps, out, systems=systems, progress=print_progress,
+            glidemq_extra=extra, raw_dir=raw_dir,
+        )  # fmt: skip
     except PeerError as exc:
         print(f"glidemq-bench: error: {exc}", file=sys.stderr)
         return 2, {}
@@ -197,6 +213,11 @@ def _plain_report(records: list[dict[str, Any]], out: Path) -> int:
                 f"n={len(row['ratios'])}, stdev "
                 f"{statistics.pstdev(row['ratios']):.2f})"
             )
+        if row.get("ratios_py"):
+            lines.append(
+                f"- {key}: ratio to BullMQ for Python {row['ratio_py']:.2f}x "
+                f"(n={len(row['ratios_py'])})"
+            )
     text = "\n".join(lines) + "\n"
     out.mkdir(parents=True, exist_ok=True)
     (out / "report.md").write_text(text)
@@ -218,6 +239,16 @@ def build_parser() -> argparse.ArgumentParser:
         sp.add_argument("--out", help="directory for the JSON-lines records")
         sp.add_argument(
             "--scale", type=float, default=1.0, help="multiply every job count (default 1.0)"
+        )
+        sp.add_argument(
+            "--systems",
+            help=f"systems to run, comma-separated, from {','.join(SYSTEMS)} "
+            f"(default {','.join(DEFAULT_SYSTEMS)}; glidemq is required)",
+        )
+        sp.add_argument(
+            "--with-bullmq-py",
+            action="store_true",
+            help="also run BullMQ for Python (optional peer, installed on first use)",
         )
         # Test hook: a deliberate per-job slowdown of glidemq, to prove the gate trips.
         sp.add_argument("--plant-delay-us", type=int, default=0, help=argparse.SUPPRESS)

@@ -2,7 +2,9 @@
 
 Every run is one record (a JSON line). Ratios glidemq / BullMQ are taken pair by pair (the
 two runs of one repetition) and summarized by their median, because absolute numbers on a
-shared machine drift while ratios inside one run hold.
+shared machine drift while ratios inside one run hold. BullMQ for Python (`bullmq-py`) is an
+optional third system with a ratio of its own; a scenario its peer does not implement is
+recorded with an `unsupported` note and no numbers.
 """
 
 from __future__ import annotations
@@ -24,7 +26,7 @@ import orjson
 from ..server import EmbeddedValkey
 from ..server_cluster import EmbeddedCluster
 from .jobrecords import RAW_SCENARIOS, raw_file_name, read_jsonl, write_parquet
-from .peer import ScenarioParams, ensure_bullmq, run_system
+from .peer import DEFAULT_SYSTEMS, ScenarioParams, ensure_system, parse_systems, run_system
 
 __all__ = [
     "PROFILES",
@@ -83,8 +85,11 @@ _METRIC: dict[str, Ratio] = {
 _EXTRA_FIELDS = (
     *("inprocess_jobs_per_s", "inprocess_seconds", "children", "queues", "note"),
     *("rss_start_mb", "rss_warm_mb", "rss_end_mb", "rss_peak_mb", "rss_growth_mb"),
-    *("rss_flat", "rss_samples", "cpu_us_per_job"),
+    *("rss_flat", "rss_samples", "cpu_us_per_job", "unsupported"),
 )
+
+# The systems compared with glidemq: (system, its field in summary rows, its ratios' field).
+_PEERS = (("bullmq", "bullmq", "ratios"), ("bullmq-py", "bullmq_py", "ratios_py"))
 
 
 def scenario_key(rec: dict[str, Any]) -> str:
@@ -128,7 +133,7 @@ def make_record(
 ) -> dict[str, Any]:
     """One JSON record from a run's raw result."""
     seconds = float(result.get("seconds") or 0.0)
-    jobs = int(result["jobs"])
+    jobs = int(result["jobs"])  # 0 for a scenario the peer does not implement
     rec: dict[str, Any] = {
         "system": system,
         "scenario": params.scenario,
@@ -144,8 +149,8 @@ def make_record(
         "jobs_per_s": jobs / seconds if seconds else None,
         "server_cpu_pct": 100 * result.get("server_cpu", 0.0) / seconds if seconds else None,
         "client_cpu_pct": 100 * result.get("client_cpu", 0.0) / seconds if seconds else None,
-        "server_us_per_job": 1e6 * result.get("server_cpu", 0.0) / jobs,
-        "client_us_per_job": 1e6 * result.get("client_cpu", 0.0) / jobs,
+        "server_us_per_job": 1e6 * result.get("server_cpu", 0.0) / jobs if jobs else None,
+        "client_us_per_job": 1e6 * result.get("client_cpu", 0.0) / jobs if jobs else None,
         "version": result.get("version"),
         "machine": _machine(),
         "ts": time.time(),
@@ -202,7 +207,7 @@ def run_profile(
     profile: Sequence[ScenarioParams],
     reps: int,
     out: Path | None,
-    systems: Sequence[str] = ("glidemq", "bullmq"),
+    systems: Sequence[str] = DEFAULT_SYSTEMS,
     progress: Callable[[str], None] | None = None,
     glidemq_extra: list[str] | None = None,
     raw_dir: Path | None = None,
@@ -210,9 +215,11 @@ def run_profile(
     """Run every scenario `reps` times for each system, alternating which goes first.
 
     With `raw_dir`, the runs of `RAW_SCENARIOS` also write per-job records there, one
-    Parquet file per run (see `glidemq.bench.jobrecords`)."""
-    if "bullmq" in systems:
-        ensure_bullmq()
+    Parquet file per run (see `glidemq.bench.jobrecords`). `systems` (see
+    `peer.parse_systems`) are installed first when they need a peer."""
+    systems = parse_systems(systems)
+    for system in systems:
+        ensure_system(system)
     records: list[dict[str, Any]] = []
     total = reps * len(profile) * len(systems)
     step = 0
@@ -258,6 +265,8 @@ def run_profile(
 
 
 def _headline(rec: dict[str, Any]) -> str:
+    if rec.get("unsupported"):
+        return f"unsupported ({rec['unsupported']})"
     if rec["scenario"] == "latency":
         return f"p50 {rec['p50_ms']:.2f} / p99 {rec['p99_ms']:.2f} ms"
     line = f"{rec['jobs_per_s']:,.0f} jobs/s"
@@ -271,14 +280,17 @@ def _headline(rec: dict[str, Any]) -> str:
 
 
 def ratios(records: Iterable[dict[str, Any]]) -> dict[str, dict[str, Any]]:
-    """Per scenario: glidemq / BullMQ of its metric, taken pair by pair, with medians."""
+    """Per scenario: glidemq / BullMQ of its metric, taken pair by pair, with medians.
+
+    With BullMQ for Python records, also `ratio_py` (glidemq / BullMQ for Python) and its
+    medians; sides that did not implement the scenario are named in `unsupported`."""
     pairs: dict[tuple[str, int], dict[str, dict[str, Any]]] = {}
     for rec in records:
         pairs.setdefault((scenario_key(rec), rec["rep"]), {})[rec["system"]] = rec
     out: dict[str, dict[str, Any]] = {}
     for (key, _), pair in sorted(pairs.items()):
-        g, b = pair.get("glidemq"), pair.get("bullmq")
-        if g is None:
+        g = pair.get("glidemq")
+        if g is None or g.get("unsupported"):
             continue
         metric, higher = _METRIC[g["scenario"]]
         row = out.setdefault(
@@ -292,57 +304,98 @@ def ratios(records: Iterable[dict[str, Any]]) -> dict[str, dict[str, Any]]:
             },
         )
         row["glidemq"].append(g[metric])
-        if b is not None:
-            row["bullmq"].append(b[metric])
-            row["ratios"].append(g[metric] / b[metric] if b[metric] else float("nan"))
-        for who, side in (("glidemq", g), ("bullmq", b)):
-            if side is not None:
-                row.setdefault(f"{who}_server_us", []).append(side["server_us_per_job"])
-                row.setdefault(f"{who}_client_us", []).append(side["client_us_per_job"])
-                if side.get("sandbox_vs_inprocess"):
-                    row.setdefault(f"{who}_vs_inprocess", []).append(side["sandbox_vs_inprocess"])
+        _add_cpu(row, "glidemq", g)
+        for system, field, ratio_field in _PEERS:
+            side = pair.get(system)
+            if side is None:
+                continue
+            if side.get("unsupported"):
+                row.setdefault("unsupported", {})[system] = side["unsupported"]
+                continue
+            row.setdefault(field, []).append(side[metric])
+            value = g[metric] / side[metric] if side[metric] else float("nan")
+            row.setdefault(ratio_field, []).append(value)
+            _add_cpu(row, field, side)
+    names = {"ratios": "ratio", "ratios_py": "ratio_py"}
     for row in out.values():
         for k in list(row):
             if isinstance(row[k], list) and row[k]:
-                row[f"median_{k}" if k != "ratios" else "ratio"] = statistics.median(row[k])
+                row[names.get(k, f"median_{k}")] = statistics.median(row[k])
     return out
 
 
+def _add_cpu(row: dict[str, Any], who: str, side: dict[str, Any]) -> None:
+    row.setdefault(f"{who}_server_us", []).append(side["server_us_per_job"])
+    row.setdefault(f"{who}_client_us", []).append(side["client_us_per_job"])
+    if side.get("sandbox_vs_inprocess"):
+        row.setdefault(f"{who}_vs_inprocess", []).append(side["sandbox_vs_inprocess"])
+
+
+def _fmt(v: Any, metric: str) -> str:
+    if v is None:
+        return "-"
+    return f"{v:,.2f} ms" if metric.endswith("_ms") else f"{v:,.0f}"
+
+
+def _times(ratio: Any) -> str:
+    return "-" if ratio is None else f"{ratio:.2f}x"
+
+
+def _side(row: dict[str, Any], who: str, system: str) -> str:
+    """A system's median in the table, or `unsupported` when its peer lacks the scenario."""
+    if system in row.get("unsupported", {}):
+        return "unsupported"
+    return _fmt(row.get(f"median_{who}"), row["metric"])
+
+
+def _cpu_cells(row: dict[str, Any], kind: str, sides: Sequence[str]) -> str:
+    cells = []
+    for who in sides:
+        name = f"median_{who}_{kind}_us"
+        cells.append("-" if who == "bullmq_py" and name not in row else f"{row.get(name, 0):.1f}")
+    return "/".join(cells)
+
+
 def format_table(summary: dict[str, dict[str, Any]]) -> str:
-    """The side-by-side table printed by the CLI and written to reports."""
+    """The side-by-side table printed by the CLI and written to reports; the BullMQ for
+    Python columns only when that system ran."""
+    with_py = any(
+        "median_bullmq_py" in row or "bullmq-py" in row.get("unsupported", {})
+        for row in summary.values()
+    )
+    sides = ("glidemq", "bullmq", "bullmq_py") if with_py else ("glidemq", "bullmq")
+    cpu_w, who = (20, "g/b/p") if with_py else (18, "g/b")
+    py_head = f" {'BullMQ-py':>12} {'ratio py':>8}" if with_py else ""
     lines = [
-        f"{'scenario':<20} {'metric':<11} {'glidemq':>12} {'BullMQ':>12} {'ratio':>7}  "
-        f"{'server us/job g/b':>18} {'client us/job g/b':>18}",
+        f"{'scenario':<20} {'metric':<11} {'glidemq':>12} {'BullMQ':>12} {'ratio':>7}{py_head}  "
+        f"{f'server us/job {who}':>{cpu_w}} {f'client us/job {who}':>{cpu_w}}",
     ]
     for key, row in summary.items():
-        unit = "ms" if row["metric"].endswith("_ms") else "/s"
-        g = row.get("median_glidemq")
-        b = row.get("median_bullmq")
-        ratio = row.get("ratio")
-
-        def fmt(v: Any, unit: str = unit) -> str:
-            if v is None:
-                return "-"
-            return f"{v:,.2f} ms" if unit == "ms" else f"{v:,.0f}"
-
-        srv = "/".join(f"{row.get(f'median_{w}_server_us', 0):.1f}" for w in ("glidemq", "bullmq"))
-        cli = "/".join(f"{row.get(f'median_{w}_client_us', 0):.1f}" for w in ("glidemq", "bullmq"))
+        py = ""
+        if with_py:
+            py = f" {_side(row, 'bullmq_py', 'bullmq-py'):>12} {_times(row.get('ratio_py')):>8}"
         lines.append(
-            f"{key:<20} {row['metric']:<11} {fmt(g):>12} {fmt(b):>12} "
-            f"{('-' if ratio is None else f'{ratio:.2f}x'):>7}  {srv:>18} {cli:>18}"
+            f"{key:<20} {row['metric']:<11} {_fmt(row.get('median_glidemq'), row['metric']):>12} "
+            f"{_side(row, 'bullmq', 'bullmq'):>12} {_times(row.get('ratio')):>7}{py}  "
+            f"{_cpu_cells(row, 'server', sides):>{cpu_w}} "
+            f"{_cpu_cells(row, 'client', sides):>{cpu_w}}"
         )
     lines.append(
         "ratio = glidemq / BullMQ, median of pairs; lower is better for latency (p99_ms), "
         "memory (rss_peak_mb) and cpu (cpu_us_per_job)."
     )
+    if with_py:
+        lines.append("ratio py = glidemq / BullMQ for Python (bullmq-py), median of pairs.")
     for key, row in summary.items():
         if "median_glidemq_vs_inprocess" in row:
-            sides = [
-                f"{name} {row[f'median_{who}_vs_inprocess']:.2f}x"
-                for who, name in (("glidemq", "glidemq"), ("bullmq", "BullMQ"))
-                if f"median_{who}_vs_inprocess" in row
+            parts = [
+                f"{name} {row[f'median_{w}_vs_inprocess']:.2f}x"
+                for w, name in (("glidemq", "glidemq"), ("bullmq", "BullMQ"))
+                if f"median_{w}_vs_inprocess" in row
             ]
-            lines.append(f"{key}: sandboxed / in-process jobs/s: {', '.join(sides)}")
+            lines.append(f"{key}: sandboxed / in-process jobs/s: {', '.join(parts)}")
+        for system, note in sorted(row.get("unsupported", {}).items()):
+            lines.append(f"{key}: {system} unsupported: {note}")
     return "\n".join(lines)
 
 

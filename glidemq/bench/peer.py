@@ -1,19 +1,41 @@
-"""Running one scenario of either system as a subprocess: glidemq, or BullMQ through Node."""
+"""Running one scenario of one system as a subprocess: glidemq, BullMQ through Node, or
+BullMQ for Python (optional) from a virtualenv of its own."""
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
+import hashlib
 import json
 import shutil
 import subprocess
 import sys
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-__all__ = ["PEER_DIR", "PeerError", "ScenarioParams", "ensure_bullmq", "run_system"]
+__all__ = [
+    "DEFAULT_SYSTEMS",
+    "PEER_DIR",
+    "PEER_PY_DIR",
+    "SYSTEMS",
+    "PeerError",
+    "ScenarioParams",
+    "ensure_bullmq",
+    "ensure_bullmq_py",
+    "ensure_system",
+    "parse_systems",
+    "run_system",
+]
 
 PEER_DIR = Path(__file__).parent / "peers" / "bullmq"
+PEER_PY_DIR = Path(__file__).parent / "peers" / "bullmq_py"
+"""The BullMQ for Python peer: `peer.py`, `requirements.txt`, and `.venv` once installed."""
+
+SYSTEMS = ("glidemq", "bullmq", "bullmq-py")
+"""Every system a run can include: glidemq, BullMQ (Node) and BullMQ for Python."""
+DEFAULT_SYSTEMS = ("glidemq", "bullmq")
 
 
 class PeerError(RuntimeError):
@@ -64,6 +86,101 @@ def ensure_bullmq(quiet: bool = False) -> None:
         raise PeerError(f"npm ci failed in {PEER_DIR}:\n{done.stderr.strip()}")
 
 
+@contextlib.contextmanager
+def _install_lock(path: Path) -> Iterator[None]:
+    """One installer at a time (parallel test workers, two benchmark runs)."""
+    with path.open("w") as fh:
+        fcntl.flock(fh, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(fh, fcntl.LOCK_UN)
+
+
+def ensure_bullmq_py(
+    quiet: bool = False, timeout: float = 600.0, peer_dir: Path = PEER_PY_DIR
+) -> Path:
+    """Install BullMQ for Python into its own virtualenv (`peer_dir/.venv`) from the pinned
+    `requirements.txt`, unless that exact set is installed already; return its python.
+
+    Never touches the environment glidemq runs in. Raises PeerError with pip's (or venv's)
+    own message when the install fails, e.g. with no package index reachable."""
+    venv = peer_dir / ".venv"
+    python = venv / "bin" / "python"
+    stamp = venv / "glidemq-bench-requirements.sha256"
+    wanted = hashlib.sha256((peer_dir / "requirements.txt").read_bytes()).hexdigest()
+
+    def installed() -> bool:
+        return python.exists() and stamp.exists() and stamp.read_text().strip() == wanted
+
+    if installed():
+        return python
+    with _install_lock(peer_dir / ".install.lock"):
+        if installed():  # another process finished it while this one waited
+            return python
+        if not quiet:
+            print(
+                "  installing the BullMQ for Python peer (venv + pip, first run only)...",
+                file=sys.stderr,
+            )
+        steps = (
+            ("python -m venv", [sys.executable, "-m", "venv", "--clear", str(venv)]),
+            (
+                "pip install -r requirements.txt",
+                [
+                    str(python), "-m", "pip", "install", "--no-input", "--quiet",
+                    "--disable-pip-version-check", "-r", str(peer_dir / "requirements.txt"),
+                ],
+            ),
+        )  # fmt: skip
+        for what, cmd in steps:
+            try:
+                done = subprocess.run(
+                    cmd, cwd=peer_dir, capture_output=True, text=True, timeout=timeout,
+                    check=False,
+                )  # fmt: skip
+            except subprocess.TimeoutExpired:
+                raise PeerError(
+                    f"installing the BullMQ for Python peer: {what} did not finish in "
+                    f"{timeout:.0f} s (is the package index reachable?)"
+                ) from None
+            if done.returncode != 0:
+                output = (done.stderr.strip() or done.stdout.strip())[-2000:]
+                raise PeerError(
+                    f"installing the BullMQ for Python peer failed: {what} in {peer_dir} "
+                    f"exited {done.returncode}:\n{output}"
+                )
+        stamp.write_text(wanted + "\n")
+    return python
+
+
+def ensure_system(system: str, quiet: bool = False) -> None:
+    """Install the peer `system` needs (npm for BullMQ, a virtualenv for BullMQ for Python)."""
+    if system == "bullmq":
+        ensure_bullmq(quiet)
+    elif system == "bullmq-py":
+        ensure_bullmq_py(quiet)
+    elif system != "glidemq":
+        raise PeerError(f"unknown system {system!r}; one of {', '.join(SYSTEMS)}")
+
+
+def parse_systems(text: str | Sequence[str]) -> tuple[str, ...]:
+    """Systems named by `text` ('glidemq,bullmq,bullmq-py' or a sequence), checked: known,
+    no repeats, glidemq included (every ratio is glidemq / another system)."""
+    names = [s.strip() for s in text.split(",")] if isinstance(text, str) else list(text)
+    names = [n for n in names if n]
+    unknown = [n for n in names if n not in SYSTEMS]
+    if unknown:
+        raise ValueError(
+            f"unknown system(s) {', '.join(map(repr, unknown))}; known: {', '.join(SYSTEMS)}"
+        )
+    if len(set(names)) != len(names):
+        raise ValueError(f"a system is named twice in {','.join(names)}")
+    if "glidemq" not in names:
+        raise ValueError("the systems must include glidemq: every ratio is glidemq / another")
+    return tuple(names)
+
+
 def run_system(
     system: str,
     params: ScenarioParams,
@@ -76,7 +193,8 @@ def run_system(
     url: str | None = None,
     raw_out: Path | None = None,
 ) -> dict[str, Any]:
-    """Run one scenario of `system` ('glidemq' or 'bullmq') and return its JSON result.
+    """Run one scenario of `system` (one of `SYSTEMS`) and return its JSON result; a
+    scenario a peer does not implement returns `{"jobs": 0, "unsupported": why, ...}`.
 
     `url` (a cluster's seed list) replaces `port`; `server_pid` may name several processes
     (their CPU is summed); `raw_out` asks for per-job records in that JSON-lines file."""
@@ -87,8 +205,12 @@ def run_system(
         if node is None:
             raise PeerError("the BullMQ peer needs Node.js on PATH")
         cmd = [node, str(PEER_DIR / "peer.mjs"), params.scenario]
+    elif system == "bullmq-py":
+        # -I: the peer's own packages only, whatever PYTHONPATH the caller has.
+        cmd = [str(ensure_bullmq_py(quiet=True)), "-I", str(PEER_PY_DIR / "peer.py")]
+        cmd.append(params.scenario)
     else:
-        raise PeerError(f"unknown system {system!r}")
+        raise PeerError(f"unknown system {system!r}; one of {', '.join(SYSTEMS)}")
     cmd += ["--port", str(port), "--queue", queue, *params.flags()]
     if url is not None:
         cmd += ["--url", url]
