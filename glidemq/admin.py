@@ -12,7 +12,7 @@ from glide import Batch, ClusterBatch, GlideClusterClient
 from . import queries
 from .context import QueueContext, now_ms
 from .errors import GlideMQError, ValidationError
-from .job import Job
+from .job import Job, retry_source
 from .queries import Metrics, WorkerInfo
 
 if TYPE_CHECKING:
@@ -40,7 +40,6 @@ JOB_STATES = (
 # The states JobCounts.as_dict reports; group-waiting and rate-limited jobs are in its
 # waiting and delayed counts.
 _COUNTED = ("waiting", "active", "delayed", "prioritized", "completed", "failed", "dead_letter")
-_RETRY_SOURCES = {"failed": "failed", "completed": "completed", "dead_letter": "dlq"}
 _CLEANABLE = ("completed", "failed", "dead_letter", "waiting", "delayed", "prioritized")
 
 
@@ -222,11 +221,7 @@ class QueueAdmin(Generic[D, R]):
 
     async def retry_jobs(self, count: int = 1000, state: str = "failed") -> int:
         """Send up to `count` failed (or completed, dead_letter) jobs back to waiting."""
-        source = _RETRY_SOURCES.get(state)
-        if source is None:
-            raise ValidationError(
-                "state", f"can retry failed, completed or dead_letter, not {state!r}"
-            )
+        source = retry_source(state)
         if isinstance(count, bool) or not isinstance(count, int) or count < 1:
             raise ValidationError("count", "must be a positive integer")
         ctx = await self._context()

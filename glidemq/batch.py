@@ -1,38 +1,43 @@
-"""Batch mode of a Worker: jobs are grouped and handed to the processor as a list."""
+"""Batch mode of a Worker: jobs are grouped and handed to the processor as a list.
+
+`BatchCollector`, `batch_outcomes` and `encoded_outcome` hold the rules of batch mode that do
+not depend on the engine; glidemq.testing's BatchRunner shares them."""
 
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Awaitable, Sequence
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 from .context import now_ms
 from .errors import BatchError, GlideMQError, UnrecoverableError, ValidationError
-from .serialize import encode_json
+from .failure import expired_error
+from .job import Job
+from .serialize import encode_result
 from .types import BatchOptions
 
 if TYPE_CHECKING:
-    from .job import Job
+    from .lifecycle import WorkerLifecycle
     from .worker import Worker
 
 __all__ = ["BatchRunner"]
 
 D = TypeVar("D")
 R = TypeVar("R")
+J = TypeVar("J", bound=Job[Any, Any])
 
 
-class BatchRunner(Generic[D, R]):
-    """Collects a worker's fetched jobs into batches of `size` (a partial batch waits at
-    most `timeout_ms`), runs the processor once per batch and records each job's outcome:
-    successes complete together, failures (a BatchError entry, or the whole call) one by one.
-    """
+class BatchCollector(Generic[J]):
+    """Collects a worker's jobs into batches of `size` (a partial batch waits at most
+    `timeout_ms`) and starts `run` once per batch, as the task that holds its jobs."""
 
-    def __init__(self, worker: Worker[D, R], options: BatchOptions) -> None:
-        self.worker = worker
+    def __init__(self, worker: WorkerLifecycle, options: BatchOptions) -> None:
+        self._holder = worker
         self.options = options
-        self.buffer: list[Job[D, R]] = []
+        self.buffer: list[J] = []
         self.timer: asyncio.TimerHandle | None = None
 
-    def add(self, job: Job[D, R]) -> None:
+    def add(self, job: J) -> None:
         """Take a fetched job; `dispatch()` starts what is ready."""
         self.buffer.append(job)
 
@@ -43,18 +48,64 @@ class BatchRunner(Generic[D, R]):
 
     def dispatch(self, timer: bool = False) -> None:
         """Start full batches now; a partial one when its wait runs out."""
-        w = self.worker
+        active = self._holder._active
         size = self.options.size
         loop = asyncio.get_running_loop()
         while len(self.buffer) >= size or (timer and self.buffer):
             jobs, self.buffer = self.buffer[:size], self.buffer[size:]
             task = loop.create_task(self.run(jobs))
             for job in jobs:
-                w._active[job.entry_id or ""] = (job, task)
+                active[job.entry_id or ""] = (job, task)
         if timer:
             self.timer = None
         if self.buffer and self.timer is None:
             self.timer = loop.call_later(self.options.timeout_ms / 1000, self.dispatch, True)
+
+    async def run(self, jobs: list[J]) -> None:
+        """Run one batch and record every job's outcome."""
+        raise NotImplementedError
+
+
+async def batch_outcomes(call: Awaitable[Any], n: int) -> Sequence[Any]:
+    """One outcome per job of a batch of `n`: a result, or the exception the job fails with.
+    A BatchError gives each job its own; any other error fails them all; a wrong number of
+    results fails them all with a ValidationError. CancelledError propagates."""
+    try:
+        results: Any = await call
+    except asyncio.CancelledError:
+        raise
+    except BatchError as exc:
+        results = exc.results
+        if len(results) != n:
+            results = [
+                ValidationError("batch", f"BatchError has {len(results)} results for {n} jobs")
+            ] * n
+    except BaseException as exc:
+        return [exc] * n
+    if isinstance(results, list | tuple) and len(results) == n:
+        return results
+    got = len(results) if isinstance(results, list | tuple) else type(results).__name__
+    return [ValidationError("batch", f"batch processor returned {got} results for {n} jobs")] * n
+
+
+def encoded_outcome(result: Any) -> bytes | BaseException:
+    """A job's outcome as stored: its encoded result, or the exception it fails with (an
+    outcome that is an exception, or a result that is not JSON-serializable)."""
+    if isinstance(result, BaseException):
+        return result
+    try:
+        return encode_result(result)
+    except TypeError as exc:
+        return exc.with_traceback(None)  # the stored stack: just the reason, as for a result
+
+
+class BatchRunner(BatchCollector[Job[D, R]]):
+    """Batches of a Worker: successes complete together, failures (a BatchError entry, or
+    the whole call) one by one."""
+
+    def __init__(self, worker: Worker[D, R], options: BatchOptions) -> None:
+        super().__init__(worker, options)
+        self.worker = worker
 
     async def run(self, jobs: list[Job[D, R]]) -> None:
         """Run one batch and record every job's outcome."""
@@ -62,8 +113,6 @@ class BatchRunner(Generic[D, R]):
         now = now_ms()
         expired = [j for j in jobs if j.expire_at is not None and now > j.expire_at]
         if expired:
-            from .worker import expired_error
-
             jobs = [j for j in jobs if j not in expired]
             w._running -= len(expired)
             await asyncio.gather(*(w._fail(j, expired_error(), counted=True) for j in expired))
@@ -71,38 +120,19 @@ class BatchRunner(Generic[D, R]):
                 return
         n = len(jobs)
         try:
-            if w._is_async:
-                results: Any = await w._processor(jobs)  # type: ignore[arg-type,misc]
-            else:
-                results = await w._in_thread(jobs)
+            results = await batch_outcomes(w._proc.batch(jobs), n)
         except asyncio.CancelledError:
             w._running -= n
             if not w._closing:  # some job of the batch was revoked or lost
                 await self.settle_cancelled(jobs)
             return  # closing: the jobs are handed back by deferActive
-        except BatchError as exc:
-            results = exc.results
-            if len(results) != n:
-                results = [
-                    ValidationError("batch", f"BatchError has {len(results)} results for {n} jobs")
-                ] * n
-        except BaseException as exc:
-            results = [exc] * n
-        if not isinstance(results, list | tuple) or len(results) != n:
-            got = len(results) if isinstance(results, list | tuple) else type(results).__name__
-            error = ValidationError("batch", f"batch processor returned {got} results for {n} jobs")
-            results = [error] * n
         failures: list[tuple[Job[D, R], BaseException]] = []
         for job, result in zip(jobs, results, strict=True):
-            if isinstance(result, BaseException):
-                failures.append((job, result))
-                continue
-            try:
-                rv = encode_json(result)
-            except TypeError as exc:
-                failures.append((job, TypeError(f"return value is not JSON-serializable: {exc}")))
-                continue
-            w._complete_later(job, result, rv)
+            outcome = encoded_outcome(result)
+            if isinstance(outcome, BaseException):
+                failures.append((job, outcome))
+            else:
+                w._complete_later(job, result, outcome)
         w._running -= len(failures)
         await asyncio.gather(*(w._fail(job, err, counted=True) for job, err in failures))
 

@@ -33,10 +33,10 @@ from glide import GlideError as _GlideError
 from glide import TimeoutError as _GlideTimeout
 
 from .backpressure import is_full
-from .connection import Client, ConnectionLike, close_client, create_client, resolve_connection
+from .connection import Client, ConnectionLike, close_client, resolve_connection
 from .context import now_ms
 from .errors import ConnectionError, GlideMQError, ServerError, ValidationError
-from .functions import call, ensure_library
+from .functions import call, connect_with_library
 from .keys import DEFAULT_PREFIX, QueueKeys, validate_prefix, validate_queue_name
 from .limits import addjob_limit_args
 from .serialize import encode_data
@@ -139,13 +139,9 @@ class Broadcast:
             raise GlideMQError(f"broadcast {self.name!r} is closed")
         async with self._lock:
             if self._client is None:
-                client = await create_client(self.connection, name=f"glidemq-bc-{self.name}")
-                try:
-                    await ensure_library(client)
-                except BaseException:
-                    await close_client(client)
-                    raise
-                self._client = client
+                self._client = await connect_with_library(
+                    self.connection, name=f"glidemq-bc-{self.name}"
+                )
         return self._client
 
     async def publish(self, name: str, data: Any = None) -> str:
@@ -290,10 +286,9 @@ class BroadcastWorker(Generic[D, R]):
             return
         self._started = True
         try:
-            self._client = await create_client(
+            self._client = await connect_with_library(
                 self.connection, name=f"glidemq-bc-{self.queue_name}"
             )
-            await ensure_library(self._client)
             await _create_group(self._client, self.stream, self.subscription, self.from_start)
             await self.worker.start()
         except BaseException:

@@ -17,7 +17,7 @@ from .keys import DEFAULT_PREFIX, QueueKeys
 from .retry import to_glidemq_error
 from .watchdog import Renewal
 
-__all__ = ["QueueEvent", "QueueEvents"]
+__all__ = ["EventFeed", "QueueEvent", "QueueEvents"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -31,7 +31,76 @@ class QueueEvent:
     fields: dict[str, str] = field(default_factory=dict)
 
 
-class QueueEvents:
+class EventFeed:
+    """What every follower of a queue's events offers, whatever engine writes them:
+    `on(event, handler)`, `next()`, `async for`, `async with`. Up to `buffer_size` unread
+    events are kept for `next()` and iteration; past that the oldest are dropped and counted
+    in `dropped`. Subclasses say how events arrive (`start`, `close`, then `_publish`)."""
+
+    def __init__(
+        self, name: str, prefix: str, last_id: str, block_timeout: int, buffer_size: int
+    ) -> None:
+        self.keys = QueueKeys(name, prefix)
+        self.name = name
+        self.last_id = last_id
+        self.block_timeout = block_timeout
+        self.events = Emitter()
+        self.buffer_size = buffer_size
+        self.dropped = 0
+        self._queue: asyncio.Queue[QueueEvent] | None = None
+        self._closed = False
+
+    async def start(self) -> None:
+        """Start following."""
+        raise NotImplementedError
+
+    async def close(self) -> None:
+        """Stop following. Idempotent."""
+        raise NotImplementedError
+
+    async def __aenter__(self) -> Self:
+        await self.start()
+        return self
+
+    async def __aexit__(
+        self, et: type[BaseException] | None, e: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        await self.close()
+
+    def on(self, event: str, handler: Callable[..., Any]) -> Callable[..., Any]:
+        """Call `handler(QueueEvent)` for every event of this name ("*" for all)."""
+        return self.events.on(event, handler)
+
+    @property
+    def closed(self) -> bool:
+        """True once `close()` was called."""
+        return self._closed
+
+    def _publish(self, ev: QueueEvent) -> None:
+        """Hand one event to the buffer and the handlers."""
+        queue = self._queue
+        assert queue is not None
+        if queue.full():  # nobody is reading: keep the newest events
+            queue.get_nowait()
+            self.dropped += 1
+        queue.put_nowait(ev)
+        self.events.emit(ev.event, ev)
+        self.events.emit("*", ev)
+
+    async def __aiter__(self) -> AsyncIterator[QueueEvent]:
+        await self.start()
+        assert self._queue is not None
+        while not self._closed:
+            yield await self._queue.get()
+
+    async def next(self, timeout: float | None = None) -> QueueEvent:
+        """The next event (waiting at most `timeout` seconds)."""
+        await self.start()
+        assert self._queue is not None
+        return await asyncio.wait_for(self._queue.get(), timeout)
+
+
+class QueueEvents(EventFeed):
     """Follow a queue's events, from now on (or from `last_id`).
 
     Use `on("completed", handler)` and `start()`, or iterate: `async for ev in events`.
@@ -49,31 +118,10 @@ class QueueEvents:
         block_timeout: int = 1000,
         buffer_size: int = 10_000,
     ) -> None:
-        self.keys = QueueKeys(name, prefix)
-        self.name = name
+        super().__init__(name, prefix, last_id, block_timeout, buffer_size)
         self.connection = resolve_connection(connection)
-        self.last_id = last_id
-        self.block_timeout = block_timeout
-        self.events = Emitter()
         self._client: Client | None = None
         self._task: asyncio.Task[None] | None = None
-        self._queue: asyncio.Queue[QueueEvent] | None = None
-        self._closed = False
-        self.buffer_size = buffer_size
-        self.dropped = 0
-
-    async def __aenter__(self) -> Self:
-        await self.start()
-        return self
-
-    async def __aexit__(
-        self, et: type[BaseException] | None, e: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        await self.close()
-
-    def on(self, event: str, handler: Callable[..., Any]) -> Callable[..., Any]:
-        """Call `handler(QueueEvent)` for every event of this name ("*" for all)."""
-        return self.events.on(event, handler)
 
     async def start(self) -> None:
         """Connect and start reading. Events written after this call are delivered."""
@@ -110,13 +158,7 @@ class QueueEvents:
         old, self._client = self._client, client
         await close_client(old)
 
-    @property
-    def closed(self) -> bool:
-        """True once `close()` was called."""
-        return self._closed
-
     async def _read_loop(self) -> None:
-        assert self._queue is not None
         backoff = 0.05
         # valkey-glide never notices a connection gone silent: after reads kept failing for
         # longer than one read may take, a new client replaces it (once the server answers).
@@ -149,24 +191,7 @@ class QueueEvents:
                     ev = QueueEvent(
                         self.last_id, fields.pop("event", ""), fields.pop("jobId", None), fields
                     )
-                    if self._queue.full():  # nobody is reading: keep the newest events
-                        self._queue.get_nowait()
-                        self.dropped += 1
-                    self._queue.put_nowait(ev)
-                    self.events.emit(ev.event, ev)
-                    self.events.emit("*", ev)
-
-    async def __aiter__(self) -> AsyncIterator[QueueEvent]:
-        await self.start()
-        assert self._queue is not None
-        while not self._closed:
-            yield await self._queue.get()
-
-    async def next(self, timeout: float | None = None) -> QueueEvent:
-        """The next event (waiting at most `timeout` seconds)."""
-        await self.start()
-        assert self._queue is not None
-        return await asyncio.wait_for(self._queue.get(), timeout)
+                    self._publish(ev)
 
     async def close(self) -> None:
         """Stop reading and close the connection. Idempotent."""

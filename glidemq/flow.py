@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any, Literal, Self, TypeAlias
 
 from glide import Batch, ClusterBatch, GlideClusterClient
 
-from .connection import Client, ConnectionLike, close_client, create_client, resolve_connection
+from .connection import Client, ConnectionLike, close_client, resolve_connection
 from .context import QueueContext, now_ms
 from .errors import (
     CrossSlotError,
@@ -34,7 +34,7 @@ from .errors import (
     ValidationError,
     WaitingChildrenError,
 )
-from .functions import ensure_library
+from .functions import connect_with_library
 from .job import Job
 from .keys import DEFAULT_PREFIX, QueueKeys, queue_slot, validate_job_id, validate_prefix
 from .serialize import decode_json, encode_data
@@ -226,13 +226,7 @@ class FlowProducer:
             raise GlideMQError("flow producer is closed")
         async with self._lock:
             if self._client is None:
-                client = await create_client(self.connection, name="glidemq-flow")
-                try:
-                    await ensure_library(client)
-                except BaseException:
-                    await close_client(client)
-                    raise
-                self._client = client
+                self._client = await connect_with_library(self.connection, name="glidemq-flow")
         return self._client
 
     def _ctx(self, client: Client, queue: str) -> QueueContext:

@@ -18,7 +18,7 @@ from typing import Any
 from glide import AllPrimaries, GlideClusterClient
 from glide import RequestError as _RequestError
 
-from .connection import Client
+from .connection import Client, ConnectionOptions, close_client, create_client
 from .errors import LibraryError, ServerError
 from .retry import DEFAULT_RETRY, RETRY_SAFE_FUNCTIONS, RetryPolicy, is_missing_function, retrying
 
@@ -27,6 +27,7 @@ __all__ = [
     "LIBRARY_SOURCE_SHA256",
     "LIBRARY_VERSION",
     "call",
+    "connect_with_library",
     "ensure_library",
     "library_source",
 ]
@@ -122,6 +123,18 @@ async def ensure_library(client: Client) -> None:
             if isinstance(exc, LibraryError):
                 raise
             raise LibraryError(str(exc)) from exc.__cause__
+
+
+async def connect_with_library(opts: ConnectionOptions, *, name: str) -> Client:
+    """A new client on a server that has this library loaded; the client is closed again
+    when loading fails."""
+    client = await create_client(opts, name=name)
+    try:
+        await ensure_library(client)
+    except BaseException:
+        await close_client(client)
+        raise
+    return client
 
 
 async def _load(client: Client) -> None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any, Generic, TypeVar
+from typing import TYPE_CHECKING, Any, Generic, NoReturn, TypeVar
 
 import orjson
 
@@ -43,6 +43,47 @@ def _opt_int(value: bytes | None) -> int | None:
 
 def _str(value: bytes | None) -> str | None:
     return None if value is None else value.decode()
+
+
+# The checks and rules below hold for a job of either engine (glidemq.testing too).
+
+_RETRY_SOURCES = {"failed": "failed", "completed": "completed", "dead_letter": "dlq"}
+
+
+def retry_source(state: str) -> str:
+    """The finished set `retry` and `retry_jobs` take jobs from, or ValidationError."""
+    source = _RETRY_SOURCES.get(state)
+    if source is None:
+        raise ValidationError("state", f"can retry failed, completed or dead_letter, not {state!r}")
+    return source
+
+
+def check_progress(progress: object) -> None:
+    """ValidationError unless `progress` is a number or a mapping."""
+    if isinstance(progress, bool) or not isinstance(progress, int | float | Mapping):
+        raise ValidationError("progress", "must be a number or a mapping")
+
+
+def check_priority(priority: object) -> None:
+    """ValidationError unless `priority` is an integer from 0 to MAX_PRIORITY."""
+    from .types import MAX_PRIORITY
+
+    if isinstance(priority, bool) or not isinstance(priority, int):
+        raise ValidationError("priority", "must be an integer")
+    if not 0 <= priority <= MAX_PRIORITY:
+        raise ValidationError("priority", f"must be between 0 and {MAX_PRIORITY}")
+
+
+def check_delay(delay: object) -> None:
+    """ValidationError unless `delay` is an integer >= 0."""
+    if isinstance(delay, bool) or not isinstance(delay, int) or delay < 0:
+        raise ValidationError("delay", "must be an integer >= 0")
+
+
+def check_next_step(next_step: object) -> None:
+    """ValidationError unless `next_step` is None or a non-empty string."""
+    if next_step is not None and (not isinstance(next_step, str) or not next_step):
+        raise ValidationError("next_step", "must be a non-empty string or None")
 
 
 class Job(Generic[D, R]):
@@ -185,8 +226,7 @@ class Job(Generic[D, R]):
 
     async def update_progress(self, progress: int | float | Mapping[str, Any]) -> None:
         """Store the job's progress and emit a `progress` event."""
-        if isinstance(progress, bool) or not isinstance(progress, int | float | Mapping):
-            raise ValidationError("progress", "must be a number or a mapping")
+        check_progress(progress)
         await self._ctx.update_job(self.id, [("progress", encode_json(progress))])
         self.progress = progress
         if self._worker is not None:
@@ -210,13 +250,17 @@ class Job(Generic[D, R]):
 
         Always raises DelayedError, which the processor should let propagate.
         """
-        if next_step is not None and (not isinstance(next_step, str) or not next_step):
-            raise ValidationError("next_step", "must be a non-empty string or None")
+        check_next_step(next_step)
         if self.entry_id is None or self._worker is None:
             raise JobStateError(self.id, "move to delayed", "only a running job can be delayed")
         state = await self._ctx.move_active_to_delayed(
             self.id, self.entry_id, timestamp_ms, next_step or ""
         )
+        self._moved_to_delayed(state, timestamp_ms, next_step)
+
+    def _moved_to_delayed(self, state: str, timestamp_ms: int, next_step: str | None) -> NoReturn:
+        """The engine answered a move to delayed with `state`: update this snapshot, then
+        raise DelayedError for the processor to let propagate."""
         if state in ("stale", "missing"):
             raise JobStateError(self.id, "move to delayed", "the worker no longer owns it")
         self._moved = True
@@ -261,11 +305,7 @@ class Job(Generic[D, R]):
 
     async def retry(self, state: str = "failed") -> None:
         """Send a finished job (`failed` or `completed`) back to waiting with fresh attempts."""
-        source = {"failed": "failed", "completed": "completed", "dead_letter": "dlq"}.get(state)
-        if source is None:
-            raise ValidationError(
-                "state", f"can retry failed, completed or dead_letter, not {state!r}"
-            )
+        source = retry_source(state)
         if await self._ctx.retry_jobs(source, 1, [self.id]) != 1:
             if await self._ctx.get_state(self.id) is None:
                 raise JobNotFoundError(self._ctx.name, self.id)
@@ -273,12 +313,7 @@ class Job(Generic[D, R]):
 
     async def change_priority(self, priority: int) -> None:
         """Re-prioritize a job that is not running yet."""
-        from .types import MAX_PRIORITY
-
-        if isinstance(priority, bool) or not isinstance(priority, int):
-            raise ValidationError("priority", "must be an integer")
-        if not 0 <= priority <= MAX_PRIORITY:
-            raise ValidationError("priority", f"must be between 0 and {MAX_PRIORITY}")
+        check_priority(priority)
         self.state = await self._ctx.job_operation(
             "glidemq_changePriority", self.id, str(priority), str(now_ms()), op="change priority"
         )
@@ -286,8 +321,7 @@ class Job(Generic[D, R]):
 
     async def change_delay(self, delay: int) -> None:
         """Set a delayed job's remaining delay to `delay` ms from now."""
-        if isinstance(delay, bool) or not isinstance(delay, int) or delay < 0:
-            raise ValidationError("delay", "must be an integer >= 0")
+        check_delay(delay)
         self.state = await self._ctx.job_operation(
             "glidemq_changeDelay", self.id, str(delay), str(now_ms()), op="change delay"
         )

@@ -15,7 +15,7 @@ from glide import Batch, ClusterBatch, GlideClusterClient
 
 from . import backpressure, scheduler
 from .admin import JobCounts, QueueAdmin
-from .connection import Client, ConnectionLike, close_client, create_client, resolve_connection
+from .connection import Client, ConnectionLike, close_client, resolve_connection
 from .context import QueueContext, now_ms
 from .errors import (
     CostExceedsCapacityError,
@@ -26,7 +26,7 @@ from .errors import (
     UnsupportedOptionError,
     ValidationError,
 )
-from .functions import ensure_library
+from .functions import connect_with_library
 from .job import Job
 from .keys import DEFAULT_PREFIX, QueueKeys
 from .limiting import QueueLimits
@@ -126,12 +126,9 @@ class Queue(QueueAdmin[D, R], QueueLimits, Generic[D, R]):
             raise GlideMQError(f"queue {self.name!r} is closed")
         async with self._lock:
             if self._ctx is None:
-                client = await create_client(self.connection, name=f"glidemq-queue-{self.name}")
-                try:
-                    await ensure_library(client)
-                except BaseException:
-                    await close_client(client)
-                    raise
+                client = await connect_with_library(
+                    self.connection, name=f"glidemq-queue-{self.name}"
+                )
                 self._client = client
                 self._ctx = QueueContext(
                     client, self.keys, compress=self.compression, retry=self.connection.retry

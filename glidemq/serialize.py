@@ -10,7 +10,14 @@ import orjson
 
 from .errors import PayloadTooLargeError, ValidationError
 
-__all__ = ["MAX_PAYLOAD_BYTES", "decode_data", "decode_json", "encode_data", "encode_json"]
+__all__ = [
+    "MAX_PAYLOAD_BYTES",
+    "decode_data",
+    "decode_json",
+    "encode_data",
+    "encode_json",
+    "encode_result",
+]
 
 MAX_PAYLOAD_BYTES = 1_048_576
 _GZ = b"gz:"
@@ -43,6 +50,15 @@ def decode_data(raw: bytes | str | None) -> Any:
 def encode_json(value: Any) -> bytes:
     """Serialize a value (a result, a progress) or raise TypeError naming the problem."""
     return orjson.dumps(value)
+
+
+def encode_result(value: Any) -> bytes:
+    """Serialize a processor's return value, or raise TypeError saying it is not
+    JSON-serializable (the job then fails with that reason)."""
+    try:
+        return orjson.dumps(value)
+    except TypeError as exc:
+        raise TypeError(f"return value is not JSON-serializable: {exc}") from None
 
 
 def decode_json(raw: bytes | str | None) -> Any:

@@ -9,7 +9,7 @@ from __future__ import annotations
 import difflib
 import functools
 from collections.abc import Callable, Mapping
-from dataclasses import MISSING, dataclass, field, fields
+from dataclasses import MISSING, dataclass, field, fields, replace
 from typing import TYPE_CHECKING, Any, Literal, TypeAlias, TypeVar
 
 import orjson
@@ -387,6 +387,16 @@ class WorkerOptions:
 
             if not isinstance(self.sandbox, SandboxOptions):
                 raise ValidationError("sandbox", "must be SandboxOptions(...)")
+
+
+def worker_options(options: WorkerOptions | None, settings: Mapping[str, Any]) -> WorkerOptions:
+    """A worker's options: `options` (default: all defaults) with the keyword `settings`
+    applied; an unknown name is rejected with a hint, an invalid value as usual."""
+    base = options or WorkerOptions()
+    if settings:
+        from_mapping(WorkerOptions, settings)  # rejects unknown names with a hint
+        base = replace(base, **settings)
+    return base
 
 
 def field_defaults(cls: type[Any]) -> dict[str, Any]:

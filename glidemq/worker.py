@@ -8,37 +8,27 @@ takes the next jobs. Only an idle worker blocks, on a client of its own.
 from __future__ import annotations
 
 import asyncio
-import inspect
 import logging
-import traceback
 from collections.abc import Awaitable, Callable
-from concurrent.futures import ThreadPoolExecutor
-from dataclasses import replace
-from types import TracebackType
-from typing import TYPE_CHECKING, Any, Generic, Self, TypeVar, cast
+from typing import TYPE_CHECKING, Any, Generic, TypeVar
 from uuid import uuid4
 
 from . import limiting
-from .backoff import retry_delay
 from .batch import BatchRunner
 from .connection import Client, ConnectionLike, close_client, create_client, resolve_connection
 from .context import QueueContext, now_ms
 from .emitter import Emitter
-from .errors import (
-    DelayedError,
-    GlideMQError,
-    JobTimeoutError,
-    RateLimitError,
-    UnrecoverableError,
-    ValidationError,
-)
+from .errors import DelayedError, GlideMQError, RateLimitError, UnrecoverableError
+from .failure import expired_error, job_failure, record_failure
 from .fetcher import Fetcher
 from .functions import ensure_library
 from .job import Job
 from .keys import DEFAULT_PREFIX, QueueKeys
+from .lifecycle import WorkerLifecycle
 from .maintenance import Maintenance
-from .serialize import encode_json
-from .types import WorkerOptions, from_mapping, job_retention, retention_args
+from .processor import ProcessorCall, check_processor
+from .serialize import encode_result
+from .types import WorkerOptions, job_retention, retention_args, worker_options
 from .watchdog import Watchdog
 
 if TYPE_CHECKING:
@@ -57,18 +47,7 @@ Processor = Callable[[Job[D, R]], Awaitable[R]]
 # server works on one chunk while this process runs the jobs of another.
 _MAX_FLUSHES_IN_FLIGHT = 4
 _FLUSH_DIVISOR = 4
-_REASON_TIMEOUT = "timeout"
 _REASON_REVOKED = "revoked"
-_REASON_EXPIRED = "expired"
-
-
-class _Expired(GlideMQError):
-    pass
-
-
-def expired_error() -> GlideMQError:
-    """The error a job fails with when its ttl ran out before it started."""
-    return _Expired(_REASON_EXPIRED)
 
 
 def _pairs(flat: list[Any]) -> dict[bytes, bytes]:
@@ -76,7 +55,7 @@ def _pairs(flat: list[Any]) -> dict[bytes, bytes]:
     return dict(zip(it, it, strict=True))
 
 
-class Worker(Generic[D, R]):
+class Worker(WorkerLifecycle, Generic[D, R]):
     """Runs `processor(job)` for jobs of queue `name`, up to `concurrency` at once.
 
     Start it with `async with Worker(...)`, `await worker.start()` or `await worker.run()`;
@@ -96,10 +75,7 @@ class Worker(Generic[D, R]):
         options: WorkerOptions | None = None,
         **settings: Any,
     ) -> None:
-        base = options or WorkerOptions()
-        if settings:
-            from_mapping(WorkerOptions, settings)  # rejects unknown names with a hint
-            base = replace(base, **settings)
+        base = worker_options(options, settings)
         self.sandbox_pool: SandboxPool | None = None
         """The sandbox pool running the processor in child processes (with `sandbox=`)."""
         if base.sandbox is not None:
@@ -115,22 +91,16 @@ class Worker(Generic[D, R]):
                 on_error=lambda exc: self.events.emit("error", exc),
             )
             pool = self.sandbox_pool
-            processor = cast(Processor[D, R], pool.run_batch if base.batch else pool.run)
-        elif not callable(processor):
-            hint = ""
-            if isinstance(processor, str):
-                hint = " (a 'module:attr' target runs only with sandbox=SandboxOptions(...))"
-            raise ValidationError("processor", f"must be callable, got {processor!r}{hint}")
+            call: Callable[[Any], Any] = pool.run_batch if base.batch else pool.run
+        else:
+            call = check_processor(processor)
         self.opts = base
         self.name = name
         self.keys = QueueKeys(name, prefix)
         self.connection = resolve_connection(connection)
         self.consumer = base.consumer or f"worker-{uuid4().hex}"
         self.events = Emitter()
-        self._processor = processor
-        self._is_async = inspect.iscoroutinefunction(processor) or inspect.iscoroutinefunction(
-            type(processor).__call__
-        )
+        self._proc = ProcessorCall(call, base.concurrency, f"glidemq-{name}")
         # In batch mode `concurrency` counts batches; the worker holds that many batches' jobs.
         self._concurrency = base.concurrency * (base.batch.size if base.batch else 1)
         # A sandbox may also hold runs queued in its children (pipelining, see _free).
@@ -159,28 +129,14 @@ class Worker(Generic[D, R]):
         self._wake = asyncio.Event()
         self._tasks: list[asyncio.Task[None]] = []
         self._flush_tasks: set[asyncio.Task[None]] = set()
-        self._started = False
-        self._closing = False
-        self._closed = asyncio.Event()
-        self._force_close = asyncio.Event()
-        self._executor: ThreadPoolExecutor | None = None
-        self._paused = False
+        super().__init__()  # the lifecycle's state: not started, not paused
         self._fetcher = Fetcher(self)
         self.watchdog = Watchdog(self)
         """Replaces this worker's clients when its connection goes silent (glidemq.watchdog)."""
         self.completed_count = 0
         self.failed_count = 0
 
-    # -- lifecycle ------------------------------------------------------------------------
-
-    async def __aenter__(self) -> Self:
-        await self.start()
-        return self
-
-    async def __aexit__(
-        self, et: type[BaseException] | None, e: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        await self.close()
+    # -- lifecycle (the rest: glidemq.lifecycle) -------------------------------------------
 
     def on(self, event: str, handler: Callable[..., Any]) -> Callable[..., Any]:
         """Listen to a worker event: active, completed, failed, stalled, drained, error,
@@ -217,53 +173,8 @@ class Worker(Generic[D, R]):
             self.watchdog.start(),
         ]
 
-    async def run(self) -> None:
-        """Start (if needed) and wait until the worker is closed."""
-        await self.start()
-        await self._closed.wait()
-
-    async def wait_until_ready(self) -> None:
-        """Same as `start()`: returns once the worker is connected and fetching."""
-        await self.start()
-
-    def is_running(self) -> bool:
-        return self._started and not self._closing
-
-    def is_paused(self) -> bool:
-        return self._paused
-
-    @property
-    def active_count(self) -> int:
-        """Jobs this worker holds right now (running or being completed)."""
-        return len(self._active)
-
-    def pause(self) -> None:
-        """Stop taking new jobs; running jobs go on."""
-        self._paused = True
-        self.events.emit("paused")
-
-    def resume(self) -> None:
-        """Take jobs again after `pause()`."""
-        self._paused = False
+    def _wake_up(self) -> None:
         self._wake.set()
-        self.events.emit("resumed")
-
-    async def close(self, force: bool = False, timeout: float | None = None) -> None:
-        """Stop fetching, let running jobs finish for up to `timeout` seconds (default
-        `close_timeout`; none with `force`), then hand unfinished jobs straight back to the
-        queue. Idempotent."""
-        if self._closing:
-            if force:
-                self._force_close.set()  # a close in progress stops waiting for jobs
-            await self._closed.wait()
-            return
-        self._closing = True
-        self.events.emit("closing")
-        try:
-            await self._shutdown(force, self.opts.close_timeout if timeout is None else timeout)
-        finally:
-            self._closed.set()
-            self.events.emit("closed")
 
     async def _shutdown(self, force: bool, timeout: float) -> None:
         if not self._started:
@@ -275,18 +186,7 @@ class Worker(Generic[D, R]):
         await asyncio.gather(fetcher, return_exceptions=True)
         if self._batches is not None:
             self._batches.stop()
-        running = list({t for _, t in self._active.values() if t is not None and not t.done()})
-        if running and not force and timeout > 0:
-            finished = asyncio.ensure_future(asyncio.wait(running))
-            forced = asyncio.ensure_future(self._force_close.wait())
-            await asyncio.wait(
-                {finished, forced}, timeout=timeout, return_when=asyncio.FIRST_COMPLETED
-            )
-            finished.cancel()
-            forced.cancel()
-        for t in running:
-            t.cancel()
-        await asyncio.gather(*running, return_exceptions=True)
+        await self._finish_running(force, timeout)
         if self.sandbox_pool is not None:
             await self.sandbox_pool.close()  # aborted runs end, children exit, all reaped
         while self._pending or self._flush_tasks:
@@ -305,8 +205,7 @@ class Worker(Generic[D, R]):
                 # Jobs left in the PEL are still recovered by stall recovery.
                 self.events.emit("error", exc)
         self._active.clear()
-        if self._executor is not None:
-            self._executor.shutdown(wait=False, cancel_futures=True)
+        self._proc.shutdown()
         await close_client(self._client)
 
     # -- taking jobs ----------------------------------------------------------------------
@@ -369,42 +268,14 @@ class Worker(Generic[D, R]):
 
     # -- running --------------------------------------------------------------------------
 
-    async def _in_thread(self, arg: Any) -> Any:
-        """Run a sync processor on this worker's own threads (one per concurrency slot).
-
-        A thread cannot be interrupted: on timeout or revoke the job fails, but the call
-        runs on until it returns."""
-        if self._executor is None:
-            self._executor = ThreadPoolExecutor(
-                max_workers=self.opts.concurrency, thread_name_prefix=f"glidemq-{self.name}"
-            )
-        loop = asyncio.get_running_loop()
-        return await loop.run_in_executor(self._executor, self._processor, arg)
-
-    async def _call(self, job: Job[D, R]) -> Any:
-        if self._is_async:
-            return await self._processor(job)  # type: ignore[misc]
-        result = await self._in_thread(job)
-        if inspect.isawaitable(result):
-            return await result
-        return result
-
     async def _run(self, job: Job[D, R]) -> None:
         try:
             if job.expire_at is not None and now_ms() > job.expire_at:
-                raise _Expired(_REASON_EXPIRED)
-            timeout = job.opts.get("timeout")
-            if timeout and self.sandbox_pool is None:  # a sandbox times out by killing the child
-                try:
-                    result = await asyncio.wait_for(self._call(job), timeout / 1000)
-                except TimeoutError:
-                    raise JobTimeoutError(_REASON_TIMEOUT) from None
-            else:
-                result = await self._call(job)
-            try:
-                rv = encode_json(result)
-            except TypeError as exc:
-                raise TypeError(f"return value is not JSON-serializable: {exc}") from None
+                raise expired_error()
+            # A sandbox times out by killing the child.
+            timeout = job.opts.get("timeout") if self.sandbox_pool is None else None
+            result = await self._proc.job(job, timeout)
+            rv = encode_result(result)
         except asyncio.CancelledError:
             self._running -= 1
             if job.id in self._revoked and not self._closing:
@@ -510,24 +381,7 @@ class Worker(Generic[D, R]):
         if isinstance(error, RateLimitError):  # back to the queue, no attempt counted
             await limiting.hand_back(self, job, error, counted)
             return
-        final = isinstance(error, UnrecoverableError | _Expired) or job.discarded
-        delay = -1
-        if not final:
-            try:
-                delay = retry_delay(
-                    job.opts.get("backoff"),
-                    job.attempts_made + 1,
-                    error,
-                    self.opts.backoff_strategies,
-                )
-            except KeyError as exc:
-                self.events.emit(
-                    "error", ValidationError("backoff.type", f"no backoff strategy named {exc}")
-                )
-                delay = 0
-        reason = str(error) or type(error).__name__
-        keep = job_retention(job.opts, "removeOnFail", self._keep_fail)
-        stack = "".join(traceback.format_exception(error))[-4000:]
+        f = job_failure(job, error, self.opts, self._keep_fail, self.events)
         try:
             reply = await self._ctx.fcall(
                 "glidemq_fail",
@@ -537,12 +391,12 @@ class Worker(Generic[D, R]):
                     self._emit_flag,
                     job.id,
                     job.entry_id or "",
-                    reason,
-                    str(delay),
-                    str(keep[0]),
-                    str(keep[1]),
+                    f.reason,
+                    str(f.delay),
+                    str(f.keep[0]),
+                    str(f.keep[1]),
                     "1" if self.opts.dead_letter else "0",
-                    stack,
+                    f.stack,
                 ],
             )
         except GlideMQError as exc:
@@ -552,13 +406,8 @@ class Worker(Generic[D, R]):
         if counted:
             self._active.pop(job.entry_id or "", None)
         status = reply.decode() if isinstance(reply, bytes) else str(reply)
-        if status in ("retry", "failed"):
-            self.failed_count += 1
-            job.attempts_made += 1
-            job.failed_reason = reason
-            job.state = "failed" if status == "failed" else "retrying"
-            self.events.emit("failed", job, error)
-        elif status == "stale":
+        record_failure(self, job, error, f.reason, status)
+        if status == "stale":
             log.info("glidemq: job %s was reclaimed by another worker; failure dropped", job.id)
         self._wake.set()
 

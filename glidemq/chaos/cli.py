@@ -18,6 +18,7 @@ from typing import Any
 
 import orjson
 
+from ..argtypes import non_negative_float, positive_int
 from .registry import load_problems, missing, scenarios
 from .result import machine
 from .scenario import Scenario
@@ -38,67 +39,49 @@ _EXAMPLES = """examples:
 The result (one JSON object) goes to stdout, progress to stderr. See docs/CHAOS.md."""
 
 
-def _positive_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be >= 1, got {value}")
-    return value
-
-
-def _non_negative(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"must be >= 0, got {value}")
-    return value
-
-
 def add_common_arguments(p: argparse.ArgumentParser) -> None:
     """The flags every scenario takes; unset ones fall back to the scenario's defaults."""
-    p.add_argument("--jobs", type=_positive_int, default=5000, help="jobs to run (default 5000)")
+    p.add_argument("--jobs", type=positive_int, default=5000, help="jobs to run (default 5000)")
     p.add_argument("--seed", type=int, help="seed of the fault schedule (default: random)")
     p.add_argument("--url", help="use this Valkey instead of starting an embedded one")
-    p.add_argument("--procs", type=_positive_int, help="glidemq-run worker processes")
-    p.add_argument("--concurrency", type=_positive_int, help="jobs at once per process")
-    p.add_argument("--job-ms", dest="job_ms", type=_non_negative, help="processor time per job")
+    p.add_argument("--procs", type=positive_int, help="glidemq-run worker processes")
+    p.add_argument("--concurrency", type=positive_int, help="jobs at once per process")
+    p.add_argument(
+        "--job-ms", dest="job_ms", type=non_negative_float, help="processor time per job"
+    )
     p.add_argument("--faults", type=int, help="how many faults to inject")
-    p.add_argument("--rate", type=_non_negative, help="producer jobs/s (0: as fast as it can)")
-    p.add_argument("--attempts", type=_positive_int, help="attempts per job")
+    p.add_argument("--rate", type=non_negative_float, help="producer jobs/s (0: as fast as it can)")
+    p.add_argument("--attempts", type=positive_int, help="attempts per job")
     p.add_argument(
         "--lock-duration",
         dest="lock_duration_ms",
-        type=_positive_int,
+        type=positive_int,
         metavar="MS",
         help="glidemq-run --lock-duration",
     )
     p.add_argument(
         "--stalled-interval",
         dest="stalled_interval_ms",
-        type=_positive_int,
+        type=positive_int,
         metavar="MS",
         help="glidemq-run --stalled-interval",
     )
     p.add_argument(
         "--heartbeat-timeout",
-        type=_non_negative,
+        type=non_negative_float,
         metavar="SECONDS",
         help="glidemq-run --heartbeat-timeout",
     )
     p.add_argument(
         "--drain-timeout",
-        type=_non_negative,
+        type=non_negative_float,
         default=120.0,
         metavar="SECONDS",
         help="after the faults, how long every job gets to finish (default 120)",
     )
     p.add_argument(
         "--timeout",
-        type=_non_negative,
+        type=non_negative_float,
         default=600.0,
         metavar="SECONDS",
         help="longest time for producing and injecting the faults (default 600)",

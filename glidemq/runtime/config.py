@@ -7,6 +7,8 @@ import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
+from ..argtypes import non_negative_float, port, positive_int
+
 __all__ = ["ExitCode", "RuntimeConfig", "UsageError", "build_parser", "parse_config"]
 
 
@@ -67,33 +69,6 @@ TTIN/TTOU one process more/less. Every flag can also be set as GLIDEMQ_<FLAG>, e
 GLIDEMQ_MAX_JOBS_PER_CHILD=1000."""
 
 
-def _positive_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be >= 1, got {value}")
-    return value
-
-
-def _non_negative_float(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"must be >= 0, got {value}")
-    return value
-
-
-def _port(text: str) -> int:
-    value = _positive_int(text)
-    if value > 65535:
-        raise argparse.ArgumentTypeError(f"not a port: {value}")
-    return value
-
-
 def build_parser() -> argparse.ArgumentParser:
     """The glidemq-run argument parser."""
     from .. import __version__
@@ -106,8 +81,8 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("target", metavar="MODULE:ATTR", help="the processor, e.g. app.tasks:send")
     p.add_argument("--version", action="version", version=f"glidemq-run {__version__}")
-    p.add_argument("--procs", type=_positive_int, help="worker processes (default: CPU count)")
-    p.add_argument("--concurrency", type=_positive_int, help="jobs at once per process")
+    p.add_argument("--procs", type=positive_int, help="worker processes (default: CPU count)")
+    p.add_argument("--concurrency", type=positive_int, help="jobs at once per process")
     p.add_argument(
         "--queue",
         dest="queues",
@@ -124,51 +99,51 @@ def build_parser() -> argparse.ArgumentParser:
         help="start an embedded Valkey for local use and print its address",
     )
     p.add_argument("--prefix", help="key prefix (default: glide)")
-    p.add_argument("--prefetch", type=_positive_int, help="most jobs taken per fetch")
-    p.add_argument("--batch-size", type=_positive_int, help="hand the processor lists of jobs")
+    p.add_argument("--prefetch", type=positive_int, help="most jobs taken per fetch")
+    p.add_argument("--batch-size", type=positive_int, help="hand the processor lists of jobs")
     p.add_argument(
         "--batch-timeout",
-        type=_positive_int,
+        type=positive_int,
         metavar="MS",
         help="wait at most this long to fill a batch (default 50)",
     )
     p.add_argument(
         "--lock-duration",
-        type=_positive_int,
+        type=positive_int,
         metavar="MS",
         help="a job whose worker is silent this long is recovered by another",
     )
     p.add_argument(
         "--stalled-interval",
-        type=_positive_int,
+        type=positive_int,
         metavar="MS",
         help="how often each process looks for jobs of dead workers (default 30000)",
     )
     p.add_argument(
         "--grace",
-        type=_non_negative_float,
+        type=non_negative_float,
         metavar="SECONDS",
         help="how long a drain waits for running jobs (default 30)",
     )
     p.add_argument(
         "--max-jobs-per-child",
-        type=_positive_int,
+        type=positive_int,
         metavar="N",
         help="recycle a process after about N jobs (jittered by up to 10%%)",
     )
     p.add_argument(
         "--max-memory-per-child",
-        type=_positive_int,
+        type=positive_int,
         metavar="MB",
         help="recycle a process whose RSS passes MB",
     )
     p.add_argument(
         "--heartbeat-timeout",
-        type=_non_negative_float,
+        type=non_negative_float,
         metavar="SECONDS",
         help="kill and replace a process silent this long (default 30)",
     )
-    p.add_argument("--metrics-port", type=_port, help="serve /metrics and /health on this port")
+    p.add_argument("--metrics-port", type=port, help="serve /metrics and /health on this port")
     p.add_argument("--metrics-host", help="address for the metrics server (default 127.0.0.1)")
     p.add_argument("--log-format", choices=("text", "json"), help="log format (default text)")
     p.add_argument(
@@ -179,13 +154,13 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument(
         "--status-interval",
-        type=_non_negative_float,
+        type=non_negative_float,
         metavar="SECONDS",
         help="status line interval on a terminal, 0 for none (default 10)",
     )
     p.add_argument(
         "--connect-timeout",
-        type=_non_negative_float,
+        type=non_negative_float,
         metavar="SECONDS",
         help="how long to wait for the server at start (default 10)",
     )

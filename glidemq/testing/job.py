@@ -8,10 +8,18 @@ import time
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from ..errors import DelayedError, JobNotFoundError, JobStateError, JobTimeoutError, ValidationError
-from ..job import FINISHED, Job, JobState
+from ..errors import JobNotFoundError, JobStateError, JobTimeoutError
+from ..job import (
+    FINISHED,
+    Job,
+    JobState,
+    check_delay,
+    check_next_step,
+    check_priority,
+    check_progress,
+    retry_source,
+)
 from ..serialize import decode_data, decode_json, encode_data, encode_json
-from ..types import MAX_PRIORITY
 from .bulk import retry_jobs
 from .store import JobRecord, QueueStore
 from .support import UNSUPPORTED_JOB_METHODS, install_unsupported
@@ -23,8 +31,6 @@ __all__ = ["TestJob", "check_reply"]
 
 D = TypeVar("D")
 R = TypeVar("R")
-
-_RETRY_SOURCES = {"failed": "failed", "completed": "completed", "dead_letter": "dlq"}
 
 
 def check_reply(reply: str, queue: str, job_id: str, op: str) -> str:
@@ -38,14 +44,6 @@ def check_reply(reply: str, queue: str, job_id: str, op: str) -> str:
     if reply == "ERR:FINISHED":
         raise JobStateError(job_id, op, "it already finished")
     return reply
-
-
-def retry_source(state: str) -> str:
-    """The finished set `retry` and `retry_jobs` take jobs from, or ValidationError."""
-    source = _RETRY_SOURCES.get(state)
-    if source is None:
-        raise ValidationError("state", f"can retry failed, completed or dead_letter, not {state!r}")
-    return source
 
 
 class TestJob(Job[D, R]):
@@ -128,8 +126,7 @@ class TestJob(Job[D, R]):
 
     async def update_progress(self, progress: int | float | Mapping[str, Any]) -> None:
         """Store the job's progress and emit a `progress` event."""
-        if isinstance(progress, bool) or not isinstance(progress, int | float | Mapping):
-            raise ValidationError("progress", "must be a number or a mapping")
+        check_progress(progress)
         if not self._store.update(self.id, progress=encode_json(progress)):
             raise JobNotFoundError(self._store.name, self.id)
         self.progress = progress
@@ -149,20 +146,13 @@ class TestJob(Job[D, R]):
 
         Always raises DelayedError, which the processor should let propagate.
         """
-        if next_step is not None and (not isinstance(next_step, str) or not next_step):
-            raise ValidationError("next_step", "must be a non-empty string or None")
+        check_next_step(next_step)
         if self.entry_id is None or self._runner is None:
             raise JobStateError(self.id, "move to delayed", "only a running job can be delayed")
         state = self._store.move_active_to_delayed(
             self.id, self.entry_id, timestamp_ms, self._now(), next_step
         )
-        if state in ("stale", "missing"):
-            raise JobStateError(self.id, "move to delayed", "the worker no longer owns it")
-        self._moved = True
-        self.state = state
-        if next_step is not None:
-            self.step = next_step
-        raise DelayedError(f"job {self.id} moved to delayed until {timestamp_ms}")
+        self._moved_to_delayed(state, timestamp_ms, next_step)
 
     async def move_to_failed(self, error: BaseException) -> None:
         """From inside a processor: fail this run now with `error` (retries still apply)."""
@@ -184,18 +174,14 @@ class TestJob(Job[D, R]):
 
     async def change_priority(self, priority: int) -> None:
         """Re-prioritize a job that is not running yet."""
-        if isinstance(priority, bool) or not isinstance(priority, int):
-            raise ValidationError("priority", "must be an integer")
-        if not 0 <= priority <= MAX_PRIORITY:
-            raise ValidationError("priority", f"must be between 0 and {MAX_PRIORITY}")
+        check_priority(priority)
         reply = self._store.change_priority(self.id, priority, self._now())
         self.state = check_reply(reply, self._store.name, self.id, "change priority")
         self.priority = priority
 
     async def change_delay(self, delay: int) -> None:
         """Set a delayed job's remaining delay to `delay` ms from now."""
-        if isinstance(delay, bool) or not isinstance(delay, int) or delay < 0:
-            raise ValidationError("delay", "must be an integer >= 0")
+        check_delay(delay)
         reply = self._store.change_delay(self.id, delay, self._now())
         self.state = check_reply(reply, self._store.name, self.id, "change delay")
         self.delay = delay

@@ -20,6 +20,7 @@ from ..errors import (
     QueueFullError,
     ValidationError,
 )
+from ..job import retry_source
 from ..keys import DEFAULT_PREFIX, QueueKeys
 from ..limits import RateLimit
 from ..queries import Metrics, WorkerInfo
@@ -28,7 +29,7 @@ from ..serialize import decode_json, encode_data
 from ..types import JobOptions
 from . import bulk, limits
 from .bulk import redis_range
-from .job import TestJob, check_reply, retry_source
+from .job import TestJob, check_reply
 from .server import MemoryConnection, MemoryServer, resolve_server
 from .store import QueueStore
 from .support import UNSUPPORTED_QUEUE_METHODS, check_options, install_unsupported, unsupported

@@ -3,28 +3,18 @@
 from __future__ import annotations
 
 import asyncio
-import inspect
-import traceback
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
-from dataclasses import replace
-from types import TracebackType
-from typing import Any, Generic, Self, TypeVar, cast
+from typing import Any, Generic, TypeVar, cast
 from uuid import uuid4
 
-from ..backoff import retry_delay
 from ..emitter import Emitter
-from ..errors import (
-    DelayedError,
-    GlideMQError,
-    JobTimeoutError,
-    RateLimitError,
-    UnrecoverableError,
-    ValidationError,
-)
+from ..errors import DelayedError, GlideMQError, RateLimitError, UnrecoverableError, ValidationError
+from ..failure import expired_error, job_failure, record_failure
 from ..keys import DEFAULT_PREFIX, QueueKeys
-from ..serialize import encode_json
-from ..types import WorkerOptions, from_mapping, job_retention, retention_args
+from ..lifecycle import WorkerLifecycle
+from ..processor import ProcessorCall, check_processor
+from ..serialize import encode_result
+from ..types import WorkerOptions, job_retention, retention_args, worker_options
 from ..worker import Processor, Worker
 from . import limits
 from .batch import BatchRunner
@@ -39,11 +29,7 @@ D = TypeVar("D")
 R = TypeVar("R")
 
 
-class Expired(GlideMQError):
-    """A job picked up after its ttl ran out (reason `expired`)."""
-
-
-class TestWorker(Generic[D, R]):
+class TestWorker(WorkerLifecycle, Generic[D, R]):
     """Runs `processor(job)` for jobs of an in-memory queue, up to `concurrency` at once.
 
     The same constructor, options, events, counters and lifecycle as `glidemq.Worker`;
@@ -63,16 +49,9 @@ class TestWorker(Generic[D, R]):
         options: WorkerOptions | None = None,
         **settings: Any,
     ) -> None:
-        base = options or WorkerOptions()
-        if settings:
-            from_mapping(WorkerOptions, settings)  # rejects unknown names with a hint
-            base = replace(base, **settings)
+        base = worker_options(options, settings)
         check_options(base)
-        if not callable(processor):
-            hint = ""
-            if isinstance(processor, str):
-                hint = " (a 'module:attr' target runs only with sandbox=SandboxOptions(...))"
-            raise ValidationError("processor", f"must be callable, got {processor!r}{hint}")
+        call = check_processor(processor)
         self.opts = base
         self.name = name
         self.keys = QueueKeys(name, prefix)
@@ -82,10 +61,7 @@ class TestWorker(Generic[D, R]):
         self.events = Emitter()
         self.sandbox_pool: None = None
         self._store = self.server.store(name, prefix)
-        self._processor: Callable[[Any], Any] = processor
-        self._is_async = inspect.iscoroutinefunction(processor) or inspect.iscoroutinefunction(
-            type(processor).__call__
-        )
+        self._proc = ProcessorCall(call, base.concurrency, f"glidemq-{name}")
         self._concurrency = base.concurrency * (base.batch.size if base.batch else 1)
         self._batches: BatchRunner[D, R] | None = (
             BatchRunner(self, base.batch) if base.batch else None
@@ -96,27 +72,13 @@ class TestWorker(Generic[D, R]):
         self._active: dict[str, tuple[TestJob[D, R], asyncio.Task[None] | None]] = {}
         self._revoked: set[str] = set()
         self._task: asyncio.Task[None] | None = None
-        self._started = False
-        self._closing = False
-        self._closed = asyncio.Event()
-        self._force_close = asyncio.Event()
-        self._executor: ThreadPoolExecutor | None = None
-        self._paused = False
+        super().__init__()  # the lifecycle's state: not started, not paused
         self._drained_emitted = False
         self._started_at = 0
         self.completed_count = 0
         self.failed_count = 0
 
-    # -- lifecycle ------------------------------------------------------------------------
-
-    async def __aenter__(self) -> Self:
-        await self.start()
-        return self
-
-    async def __aexit__(
-        self, et: type[BaseException] | None, e: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        await self.close()
+    # -- lifecycle (the rest: glidemq.lifecycle) -------------------------------------------
 
     def on(self, event: str, handler: Callable[..., Any]) -> Callable[..., Any]:
         """Listen to a worker event: active, completed, failed, progress, drained, error,
@@ -135,57 +97,18 @@ class TestWorker(Generic[D, R]):
         )
         await asyncio.sleep(0)
 
-    async def run(self) -> None:
-        """Start (if needed) and wait until the worker is closed."""
-        await self.start()
-        await self._closed.wait()
-
-    async def wait_until_ready(self) -> None:
-        """Same as `start()`."""
-        await self.start()
-
-    def is_running(self) -> bool:
-        return self._started and not self._closing
-
-    def is_paused(self) -> bool:
-        return self._paused
-
     def _accepting(self) -> bool:
         return self._started and not self._closing and not self._paused
 
-    @property
-    def active_count(self) -> int:
-        """Jobs this worker holds right now."""
-        return len(self._active)
-
-    def pause(self) -> None:
-        """Stop taking new jobs; running jobs go on."""
-        self._paused = True
-        self.events.emit("paused")
-
-    def resume(self) -> None:
-        """Take jobs again after `pause()`."""
-        self._paused = False
+    def _wake_up(self) -> None:
         self._store.notify()
-        self.events.emit("resumed")
 
     async def close(self, force: bool = False, timeout: float | None = None) -> None:
         """Stop taking jobs, let running jobs finish for up to `timeout` seconds (default
         `close_timeout`; none with `force`), then hand unfinished jobs back to the queue.
         Idempotent."""
-        if self._closing:
-            if force:
-                self._force_close.set()
-            await self._closed.wait()
-            return
-        self._closing = True
-        self._store.workers.discard(self)
-        self.events.emit("closing")
-        try:
-            await self._shutdown(force, self.opts.close_timeout if timeout is None else timeout)
-        finally:
-            self._closed.set()
-            self.events.emit("closed")
+        self._store.workers.discard(self)  # no longer one of the queue's workers
+        await super().close(force, timeout)
 
     async def _shutdown(self, force: bool, timeout: float) -> None:
         if not self._started:
@@ -195,24 +118,12 @@ class TestWorker(Generic[D, R]):
         await asyncio.gather(self._task, return_exceptions=True)
         if self._batches is not None:
             self._batches.stop()
-        running = list({t for _, t in self._active.values() if t is not None and not t.done()})
-        if running and not force and timeout > 0:
-            finished = asyncio.ensure_future(asyncio.wait(running))
-            forced = asyncio.ensure_future(self._force_close.wait())
-            await asyncio.wait(
-                {finished, forced}, timeout=timeout, return_when=asyncio.FIRST_COMPLETED
-            )
-            finished.cancel()
-            forced.cancel()
-        for t in running:
-            t.cancel()
-        await asyncio.gather(*running, return_exceptions=True)
+        await self._finish_running(force, timeout)
         for entry_id, (job, _) in list(self._active.items()):
             self._store.defer(job.id, entry_id)
         self._active.clear()
         self._store.notify()
-        if self._executor is not None:
-            self._executor.shutdown(wait=False, cancel_futures=True)
+        self._proc.shutdown()
 
     # -- taking jobs ----------------------------------------------------------------------
 
@@ -278,42 +189,15 @@ class TestWorker(Generic[D, R]):
 
     # -- running --------------------------------------------------------------------------
 
-    async def _in_thread(self, arg: Any) -> Any:
-        """Run a sync processor on this worker's own threads (one per concurrency slot)."""
-        if self._executor is None:
-            self._executor = ThreadPoolExecutor(
-                max_workers=self.opts.concurrency, thread_name_prefix=f"glidemq-{self.name}"
-            )
-        loop = asyncio.get_running_loop()
-        return await loop.run_in_executor(self._executor, self._processor, arg)
-
-    async def _call(self, job: TestJob[D, R]) -> Any:
-        if self._is_async:
-            return await self._processor(job)
-        result = await self._in_thread(job)
-        if inspect.isawaitable(result):
-            return await result
-        return result
-
     def _expired(self, job: TestJob[D, R]) -> bool:
         return job.expire_at is not None and self._store.clock.now_ms() > job.expire_at
 
     async def _run(self, job: TestJob[D, R]) -> None:
         try:
             if self._expired(job):
-                raise Expired("expired")
-            timeout = job.opts.get("timeout")
-            if timeout:
-                try:
-                    result = await asyncio.wait_for(self._call(job), timeout / 1000)
-                except TimeoutError:
-                    raise JobTimeoutError("timeout") from None
-            else:
-                result = await self._call(job)
-            try:
-                rv = encode_json(result)
-            except TypeError as exc:
-                raise TypeError(f"return value is not JSON-serializable: {exc}") from None
+                raise expired_error()
+            result = await self._proc.job(job, job.opts.get("timeout"))
+            rv = encode_result(result)
         except asyncio.CancelledError:
             if job.id in self._revoked and not self._closing:
                 self._revoked.discard(job.id)
@@ -363,43 +247,21 @@ class TestWorker(Generic[D, R]):
             if release:
                 self._release(job)
             return
-        final = isinstance(error, UnrecoverableError | Expired) or job.discarded
-        delay = -1
-        if not final:
-            try:
-                delay = retry_delay(
-                    job.opts.get("backoff"),
-                    job.attempts_made + 1,
-                    error,
-                    self.opts.backoff_strategies,
-                )
-            except KeyError as exc:
-                self.events.emit(
-                    "error", ValidationError("backoff.type", f"no backoff strategy named {exc}")
-                )
-                delay = 0
-        reason = str(error) or type(error).__name__
-        keep = job_retention(job.opts, "removeOnFail", self._keep_fail)
-        stack = "".join(traceback.format_exception(error))[-4000:]
+        f = job_failure(job, error, self.opts, self._keep_fail, self.events)
         status = self._store.fail(
             job.id,
             job.entry_id or "",
-            reason,
-            delay,
-            keep,
+            f.reason,
+            f.delay,
+            f.keep,
             self.opts.dead_letter,
-            stack,
+            f.stack,
             self._store.clock.now_ms(),
             self.opts.events,
         )
         if release:
             self._release(job)
-        if status in ("retry", "failed"):
-            self.failed_count += 1
-            job.attempts_made += 1
-            job.failed_reason = reason
-            job.state = "failed" if status == "failed" else "retrying"
-            self.events.emit("failed", job, error)
+        record_failure(self, job, error, f.reason, status)
 
     # -- aborting -------------------------------------------------------------------------
 
