@@ -35,7 +35,7 @@ from .request import ResultWaiter, default_result_ttl, validate_result_ttl
 from .retry import retry_batch
 from .scheduler import JobScheduler, JobTemplate
 from .serialize import encode_data
-from .types import JobOptions, wire_opts
+from .types import JobOptions, bulk_item, wire_opts
 from .watchdog import queue_renewal
 
 __all__ = ["JobCounts", "Queue"]
@@ -290,16 +290,7 @@ class Queue(QueueAdmin[D, R], QueueLimits, Generic[D, R]):
         items: list[tuple[str, Any, JobOptions, list[str | bytes]]] = []
         now = now_ms()
         for i, item in enumerate(jobs):
-            if isinstance(item, Mapping):
-                unknown = set(item) - {"name", "data", "opts"}
-                if unknown:
-                    raise ValidationError(f"jobs[{i}]", f"unknown keys {sorted(unknown)}")
-                name, data, raw_opts = item.get("name"), item.get("data"), item.get("opts")
-            elif isinstance(item, tuple) and len(item) in (2, 3):
-                name, data = item[0], item[1]
-                raw_opts = item[2] if len(item) == 3 else None
-            else:
-                raise ValidationError(f"jobs[{i}]", "expected a mapping or (name, data[, opts])")
+            name, data, raw_opts = bulk_item(i, item)
             try:
                 if not isinstance(name, str):
                     raise ValidationError("name", "must be a string")

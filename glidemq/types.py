@@ -30,6 +30,7 @@ __all__ = [
     "KeepJobs",
     "Retention",
     "WorkerOptions",
+    "bulk_item",
     "from_mapping",
 ]
 
@@ -408,3 +409,16 @@ def field_defaults(cls: type[Any]) -> dict[str, Any]:
         elif f.default_factory is not MISSING:
             out[f.name] = f.default_factory()
     return out
+
+
+def bulk_item(index: int, item: Any) -> tuple[Any, Any, Any]:
+    """(name, data, raw opts) of one `add_bulk` item: `{"name", "data", "opts"}` or
+    `(name, data[, opts])`; anything else, or unknown keys, is a ValidationError."""
+    if isinstance(item, Mapping):
+        unknown = set(item) - {"name", "data", "opts"}
+        if unknown:
+            raise ValidationError(f"jobs[{index}]", f"unknown keys {sorted(unknown)}")
+        return item.get("name"), item.get("data"), item.get("opts")
+    if isinstance(item, tuple) and len(item) in (2, 3):
+        return item[0], item[1], item[2] if len(item) == 3 else None
+    raise ValidationError(f"jobs[{index}]", "expected a mapping or (name, data[, opts])")

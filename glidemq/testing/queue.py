@@ -26,7 +26,7 @@ from ..limits import RateLimit
 from ..queries import Metrics, WorkerInfo
 from ..queue import JobCounts, Queue
 from ..serialize import decode_json, encode_data
-from ..types import JobOptions
+from ..types import JobOptions, bulk_item
 from . import bulk, limits
 from .bulk import redis_range
 from .job import TestJob, check_reply
@@ -181,16 +181,7 @@ class TestQueue(Generic[D, R]):
         """
         items: list[tuple[str, Any, JobOptions]] = []
         for i, item in enumerate(jobs):
-            if isinstance(item, Mapping):
-                unknown = set(item) - {"name", "data", "opts"}
-                if unknown:
-                    raise ValidationError(f"jobs[{i}]", f"unknown keys {sorted(unknown)}")
-                name, data, raw_opts = item.get("name"), item.get("data"), item.get("opts")
-            elif isinstance(item, tuple) and len(item) in (2, 3):
-                name, data = item[0], item[1]
-                raw_opts = item[2] if len(item) == 3 else None
-            else:
-                raise ValidationError(f"jobs[{i}]", "expected a mapping or (name, data[, opts])")
+            name, data, raw_opts = bulk_item(i, item)
             try:
                 if not isinstance(name, str):
                     raise ValidationError("name", "must be a string")
