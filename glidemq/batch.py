@@ -10,7 +10,7 @@ from collections.abc import Awaitable, Sequence
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 from .context import now_ms
-from .errors import BatchError, GlideMQError, UnrecoverableError, ValidationError
+from .errors import BatchError, UnrecoverableError, ValidationError
 from .failure import expired_error
 from .job import Job
 from .serialize import encode_result
@@ -148,12 +148,5 @@ class BatchRunner(BatchCollector[Job[D, R]]):
             *(w._fail(j, UnrecoverableError("revoked"), counted=True) for j in revoked)
         )
         if back:
-            args = [w.consumer]
-            for job in back:
-                args += [job.entry_id or "", job.id]
-                w._active.pop(job.entry_id or "", None)
-            try:
-                await w._ctx.fcall("glidemq_deferActive", [w.keys.stream, w.keys.events], args)
-            except GlideMQError as exc:
-                w.events.emit("error", exc)  # left in the PEL: stall recovery takes them
+            await w._defer(back)
         w._wake.set()

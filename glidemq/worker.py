@@ -27,6 +27,7 @@ from .keys import DEFAULT_PREFIX, QueueKeys
 from .lifecycle import WorkerLifecycle
 from .maintenance import Maintenance
 from .processor import ProcessorCall, check_processor
+from .sandbox.errors import SandboxHandBack
 from .serialize import encode_result
 from .types import WorkerOptions, job_retention, retention_args, worker_options
 from .watchdog import Watchdog
@@ -89,6 +90,8 @@ class Worker(WorkerLifecycle, Generic[D, R]):
                 slots=base.concurrency,
                 batch=base.batch is not None,
                 on_error=lambda exc: self.events.emit("error", exc),
+                hand_back=True,
+                on_room=self._wake_up,
             )
             pool = self.sandbox_pool
             call: Callable[[Any], Any] = pool.run_batch if base.batch else pool.run
@@ -283,6 +286,10 @@ class Worker(WorkerLifecycle, Generic[D, R]):
                 await self._fail(job, UnrecoverableError(_REASON_REVOKED), counted=True)
             # On close, the job stays in the PEL and is handed back by deferActive.
             return
+        except SandboxHandBack:
+            self._running -= 1
+            await self._defer([job])
+            return
         except DelayedError:
             self._running -= 1
             if job._moved:
@@ -371,6 +378,19 @@ class Worker(WorkerLifecycle, Generic[D, R]):
                 self._flush_scheduled = True
                 asyncio.get_running_loop().call_soon(self._kick_flush)
             self._wake.set()
+
+    async def _defer(self, jobs: list[Job[D, R]]) -> None:
+        """Put jobs this worker holds back in the queue unrun, without using an attempt."""
+        assert self._ctx is not None
+        args = [self.consumer]
+        for job in jobs:
+            args += [job.entry_id or "", job.id]
+            self._active.pop(job.entry_id or "", None)
+        try:
+            await self._ctx.fcall("glidemq_deferActive", [self.keys.stream, self.keys.events], args)
+        except GlideMQError as exc:
+            self.events.emit("error", exc)  # left in the PEL: stall recovery takes them
+        self._wake.set()
 
     async def _fail_now(self, job: Job[D, R], error: BaseException) -> None:
         """`Job.move_to_failed` from inside the processor."""

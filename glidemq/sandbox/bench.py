@@ -138,7 +138,8 @@ async def throughput(
 
 SCENARIOS: dict[str, SandboxOptions | None] = {
     "in-process": None,
-    "sandbox, one job per child (default, pipeline 3)": SandboxOptions(),
+    "sandbox, one job per child (default, pipeline 16)": SandboxOptions(),
+    "sandbox, one job per child, pipeline 3": SandboxOptions(pipeline=3),
     "sandbox, one job per child, no pipelining": SandboxOptions(pipeline=0),
     "sandbox, async, 2 children": SandboxOptions(max_children=2),
     "sandbox, async, 1 child": SandboxOptions(max_children=1),

@@ -14,6 +14,7 @@ __all__ = [
     "SandboxClosedError",
     "SandboxCrashError",
     "SandboxError",
+    "SandboxHandBack",
     "describe_exit",
 ]
 
@@ -45,6 +46,12 @@ class SandboxBootError(SandboxError):
 
 class SandboxClosedError(SandboxError):
     """The pool was closed while the job waited for a child."""
+
+
+class SandboxHandBack(SandboxError):
+    """A run that never started (its child died or gave it back) found no child to take it
+    now: the Worker puts the job back in its queue, without using an attempt, so another
+    worker may run it instead of it waiting here behind long jobs."""
 
 
 class RemoteError(SandboxError):

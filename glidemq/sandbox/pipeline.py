@@ -1,14 +1,19 @@
-"""Pipelining policy of the sandbox pool: which child a run may queue behind, when queued
-runs come back, and whether to pipeline at all.
+"""Pipelining policy of the sandbox pool: how many runs a child may hold queued, which child
+a run may queue behind, and when queued runs come back.
 
-Besides the runs a child runs at once, the pool may send it `pipeline` more, which wait in
-the child and start as soon as a slot frees, without a round trip through the worker. A
-queued run is not started: its timeout starts with it, and when its child dies or gives it
-back it goes to another child (`Child`, `NotStarted`). Runs queue only behind a child that
-started a run within `pipeline_window`, and are taken back from one that has not since, so
-a long job does not hold up the ones behind it. Pipelining is on only while runs are short
-(their moving average is under the window): with long jobs the Worker holds no more jobs
-than its concurrency, so they are not kept from other workers.
+Besides the runs a child runs at once, the pool may send it more, which wait in the child
+and start as soon as a slot frees, without a round trip through the worker. A queued run is
+not started: its timeout starts with it, and when its child dies or gives it back it goes
+to another child (`Child`, `NotStarted`).
+
+How deep a child's queue may be is a time budget: about `pipeline_window` of work at the
+recent run time (a moving average), and never more than `pipeline` runs. Short jobs get the
+whole depth; jobs of a few ms get a few; jobs longer than the window get none, and the
+Worker then holds no more jobs than its concurrency, so they are not kept from other
+workers. Until a run has been timed, a child queues at most one. Runs queue only behind a
+child that started a run within the window, and are taken back from one that has not since
+(a long job runs there), which also counts as a long run in the average. So the Worker takes
+jobs beyond its concurrency only for children that are free or moving (`open_slots`).
 """
 
 from __future__ import annotations
@@ -23,6 +28,7 @@ from .types import SandboxOptions
 __all__ = ["Pipeline"]
 
 _AVERAGE_WEIGHT = 0.125  # of the newest run in the moving average of run times
+_COLD_DEPTH = 1  # queued runs per child before any run was timed
 
 
 class Pipeline:
@@ -30,20 +36,21 @@ class Pipeline:
 
     def __init__(self, options: SandboxOptions, size: int, batch: bool) -> None:
         self.depth = 0 if batch else options.pipeline  # batches are one round trip already
+        """The most runs a child holds queued (`SandboxOptions.pipeline`; 0 in batch mode)."""
         self.window = options.pipeline_window
         self.max_slots = size * self.depth
-        self.slots = self.max_slots
-        """Runs it would queue in children now: `max_slots` while runs are short, else 0."""
-        self._run_time = 0.0  # moving average of run durations, seconds
+        self.limit = min(self.depth, _COLD_DEPTH)
+        """Runs a child may hold queued now: the time budget, at most `depth`."""
+        self._run_time: float | None = None  # moving average of run durations, seconds
         self._sweeper: asyncio.TimerHandle | None = None
 
     def queue_behind(self, ready: Iterable[Child], now: float) -> Child | None:
         """The child to queue a run on when every slot is taken: the least loaded one that
         started a run within the window; None when none may take it (or it is off)."""
-        if not self.slots:
+        if not self.limit:
             return None
         best: Child | None = None
-        limit = self.depth
+        limit = self.limit
         recent = now - self.window
         for child in ready:
             queued = len(child.queued)
@@ -52,11 +59,24 @@ class Pipeline:
         return best
 
     def timed(self, seconds: float) -> None:
-        """Count a run's duration in the moving average that turns pipelining on and off."""
-        self._run_time += (seconds - self._run_time) * _AVERAGE_WEIGHT
-        short = self._run_time < self.window
-        if short != bool(self.slots):
-            self.slots = self.max_slots if short else 0
+        """Count a run's duration in the moving average that sets the queue depth."""
+        if not self.depth:
+            return
+        average = self._run_time
+        average = seconds if average is None else average + (seconds - average) * _AVERAGE_WEIGHT
+        self._run_time = average
+        budget = self.window / average if average > 0 else float(self.depth)
+        self.limit = min(self.depth, int(budget))
+
+    def open_slots(self, ready: Iterable[Child], now: float) -> int:
+        """Runs the pool may hold queued now: `limit` for each child that has a free slot
+        or started a run within the window (none for one busy with a long job)."""
+        if not self.limit:
+            return 0
+        recent = now - self.window
+        return self.limit * sum(
+            1 for child in ready if child.last_start >= recent or child.running < child.capacity
+        )
 
     def queued(self, loop: asyncio.AbstractEventLoop, children: Iterable[Child]) -> None:
         """A run was queued: make sure a sweep over `children` comes (see `sweep`)."""
@@ -68,7 +88,8 @@ class Pipeline:
         job runs there), so they go to the first child that is free; again while any child
         holds queued runs."""
         self._sweeper = None
-        stale = loop.time() - self.window
+        now = loop.time()
+        stale = now - self.window
         waiting = False
         for child in children:
             if not child.queued or child.channel is None:
@@ -82,6 +103,9 @@ class Pipeline:
                     child.queued[inv_id].taking = True
                 if ids:
                     child.channel.send({"t": TAKE, "ids": ids})
+                    # The run there has taken a window already: the queue shrinks now,
+                    # not only once that run ends.
+                    self.timed(now - child.last_start)
         if waiting:
             self.queued(loop, children)
 

@@ -14,6 +14,7 @@ a `JobProxy` (`proxy.py`). Runs may also queue in children behind the running on
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections import deque
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -24,7 +25,7 @@ from ..errors import JobTimeoutError, ValidationError
 from ..job import Job
 from .boot import ChildSet
 from .child import Child, Invocation, NotStarted
-from .errors import SandboxBootError, SandboxClosedError, SandboxError
+from .errors import SandboxBootError, SandboxClosedError, SandboxError, SandboxHandBack
 from .pipeline import Pipeline
 from .protocol import ABORT, BACK, CALL, ERROR, RESULT, RUN
 from .proxy import JobProxy
@@ -39,7 +40,10 @@ class SandboxPool:
     Built by `Worker(..., sandbox=SandboxOptions(...))`, which passes `run` (or `run_batch`)
     as its processor and starts and closes the pool with itself. `slots` is how many runs
     the Worker may have at once (its concurrency); `on_error` is told about children that
-    cannot start.
+    cannot start. With `hand_back`, a run that never started and finds no child to take it
+    raises SandboxHandBack instead of waiting (the Worker puts its job back in the queue).
+    `on_room` is called when `pipeline_slots` may have grown (a child is ready, or an idle
+    one starts a run), so the Worker takes more jobs.
     """
 
     def __init__(
@@ -50,10 +54,14 @@ class SandboxPool:
         slots: int,
         batch: bool = False,
         on_error: Callable[[BaseException], None] | None = None,
+        hand_back: bool = False,
+        on_room: Callable[[], None] | None = None,
     ) -> None:
         self.target = normalize_target(target)
         self.options = options
         self.batch = batch
+        self.hand_back = hand_back
+        self._on_room = on_room
         self._slots = slots
         self._pipeline = Pipeline(options, self.size, batch)
         self._on_error = on_error
@@ -75,6 +83,7 @@ class SandboxPool:
                 "recycled_memory",
                 "runs",
                 "requeued",
+                "handed_back",
             ),
             0,
         )
@@ -101,9 +110,19 @@ class SandboxPool:
 
     @property
     def pipeline_slots(self) -> int:
-        """Runs the pool would queue in children now (0 while runs are long); the Worker
-        takes that many jobs beyond its concurrency."""
-        return self._pipeline.slots
+        """Runs the pool would hold queued in children now: `pipeline_depth` for each child
+        that started a run within `pipeline_window`. The Worker takes that many jobs beyond
+        its concurrency."""
+        if self._loop is None:
+            return 0
+        return self._pipeline.open_slots(self._children.ready, self._loop.time())
+
+    @property
+    def pipeline_depth(self) -> int:
+        """Runs a child may hold queued now: about `pipeline_window` of work at the recent
+        run time, at most `SandboxOptions.pipeline` (0 while runs are longer than the
+        window; 1 until a run has been timed)."""
+        return self._pipeline.limit
 
     @property
     def max_pipeline_slots(self) -> int:
@@ -190,6 +209,8 @@ class SandboxPool:
         if self._state in ("starting", "error"):
             self._state = "ready"
         self._wake(child.capacity + self._pipeline.depth)
+        if self._on_room is not None:
+            self._on_room()
 
     def _child_failed(self, error: SandboxBootError) -> None:
         """A child could not start: with none ready, the runs waiting fail with `error`."""
@@ -212,7 +233,7 @@ class SandboxPool:
         timeout = job.opts.get("timeout") or self.options.timeout
         seconds = timeout / 1000 if timeout else None
         while True:
-            child = self._pick() or await self._acquire()
+            child = self._pick() or await self._acquire(self.hand_back)
             inv = self._submit(child, [job], False, seconds)
             try:
                 return await self._wait(inv)
@@ -225,12 +246,22 @@ class SandboxPool:
         timeout = self.options.timeout
         seconds = timeout / 1000 if timeout else None
         while True:
-            child = self._pick() or await self._acquire()
+            child = self._pick() or await self._acquire(False)
             inv = self._submit(child, list(jobs), True, seconds)
             try:
                 return await self._wait(inv)
             except NotStarted:
                 continue
+
+    def _stuck(self) -> bool:
+        """Every child is up and busy, and none started a run within the window: long jobs
+        run in all of them, so a run waiting here would wait for one of those to end."""
+        assert self._loop is not None
+        ready = self._children.ready
+        if len(ready) < self.size:
+            return False  # a child is (re)starting: it will take the run
+        recent = self._loop.time() - self._pipeline.window
+        return all(child.free <= 0 and child.last_start < recent for child in ready)
 
     def _pick(self) -> Child | None:
         """A ready child with a free slot (the freest), else one to queue the run on."""
@@ -245,7 +276,10 @@ class SandboxPool:
         assert self._loop is not None
         return self._pipeline.queue_behind(self._children.ready, self._loop.time())
 
-    async def _acquire(self) -> Child:
+    async def _acquire(self, hand_back: bool) -> Child:
+        """The child for a run, once one can take it. With `hand_back`, a run that waits
+        looks again every `pipeline_window` and raises SandboxHandBack once the pool is
+        `_stuck`, so its job goes back to the queue instead of waiting here."""
         assert self._loop is not None
         while True:
             child = self._pick()
@@ -257,9 +291,21 @@ class SandboxPool:
                 raise SandboxError("the sandbox pool is not started")
             if self._state == "error":
                 raise self._children.boot_error()
+            if hand_back and self._stuck():
+                self.counters["handed_back"] += 1
+                raise SandboxHandBack("every child is busy with a long job")
             fut: asyncio.Future[None] = self._loop.create_future()
             self._waiters.append(fut)
-            await fut
+            recheck = (
+                self._loop.call_later(self._pipeline.window, _wake_one, fut) if hand_back else None
+            )
+            try:
+                await fut
+            finally:
+                if recheck is not None:
+                    recheck.cancel()
+                    with contextlib.suppress(ValueError):  # woken by the timer: still listed
+                        self._waiters.remove(fut)
 
     def _wake(self, n: int) -> None:
         while n > 0 and self._waiters:
@@ -300,7 +346,10 @@ class SandboxPool:
         """`inv` starts on `child` now: its timeout (or, aborted while queued, its abort
         grace) counts from here."""
         assert self._loop is not None
-        inv.started = child.last_start = self._loop.time()
+        now = self._loop.time()
+        if self._on_room is not None and child.last_start < now - self._pipeline.window:
+            self._on_room()  # the child counts in pipeline_slots again
+        inv.started = child.last_start = now
         if inv.abandoned:
             inv.timer = self._loop.call_later(self.options.abort_grace, self._abort_expired, inv)
         elif inv.timeout:
@@ -384,3 +433,8 @@ class SandboxPool:
             self._children.stop_child(child)
         elif child.state == "ready":
             self._wake(1)
+
+
+def _wake_one(fut: asyncio.Future[None]) -> None:
+    if not fut.done():
+        fut.set_result(None)

@@ -32,13 +32,17 @@ class SandboxOptions:
     processors can run more than one (default: concurrency / max_children, rounded up). An
     async processor with fewer children than the concurrency (say one per core) is much
     faster, but a crash or a timeout then fails every job its child was running.
-    pipeline: runs each child holds queued behind the ones it runs, so it starts its next
-    job without waiting for the worker; the Worker then holds `max_children * pipeline`
-    jobs more than its concurrency (0: none; not used in batch mode). A queued run has not
-    started: its timeout counts from its start, and a crash or a timeout sends it to another
-    child without using an attempt. pipeline_window: seconds; runs queue only behind a child
-    that started a run this recently, and a child that starts none for this long (a long job
-    runs there) gives its queued runs back, so they go to the first free child.
+    pipeline: the most runs each child holds queued behind the ones it runs, so it starts
+    its next job without waiting for the worker (0: none; not used in batch mode). How many
+    it holds is a time budget: about `pipeline_window` of work at the recent run time (all
+    of them for jobs of well under a millisecond, a few for jobs of a few ms, none for jobs
+    longer than the window); the Worker takes that many jobs beyond its concurrency. A
+    queued run has not started: its timeout counts from its start, and a crash or a timeout
+    sends it to another child without using an attempt. pipeline_window: seconds; runs
+    queue only behind a child that started a run this recently, and a child that starts
+    none for this long (a long job runs there) gives its queued runs back: they go to a free
+    child, or, when every child is busy with a long job, back to the queue (no attempt
+    used), so another worker may run them.
     start_method: `forkserver` (default: one clean fork server per pool, which has imported
     glidemq, forks each child in a few ms) or `spawn` (a fresh interpreter per child, about
     0.4 s each). preload: the fork server also imports the processor's module, so children
@@ -54,7 +58,7 @@ class SandboxOptions:
 
     max_children: int | None = None
     child_concurrency: int | None = None
-    pipeline: int = 3
+    pipeline: int = 16
     pipeline_window: float = 0.02
     start_method: Literal["forkserver", "spawn"] = "forkserver"
     preload: bool = False

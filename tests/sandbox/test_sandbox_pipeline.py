@@ -39,7 +39,9 @@ async def test_crash_fails_the_running_job_and_requeues_the_queued_one(
     attr: str, queue: Queue[Any, Any], conn: ConnectionOptions
 ) -> None:
     crasher, behind = await queue.add_bulk(
-        [("c", {"n": 0, "crash": "exit"}), ("c", {"n": 1, "crash": None})]
+        # the crash waits until the job behind it is queued (the worker takes it once the
+        # child has started a run)
+        [("c", {"n": 0, "crash": "exit", "delay": 0.3}), ("c", {"n": 1, "crash": None})]
     )
     assert crasher is not None and behind is not None
     options = SandboxOptions(pipeline=1, pipeline_window=NO_TAKE_BACK)
@@ -136,15 +138,60 @@ async def test_long_runs_turn_pipelining_off_and_short_ones_back_on() -> None:
     options = SandboxOptions(max_children=1, pipeline=2)
     pool = await _pool("slow", options)
     try:
-        assert pool.pipeline_slots == 2
+        assert pool.pipeline_depth == 1  # nothing timed yet: one queued run per child
         for job in _jobs(*({"seconds": 0.1} for _ in range(3))):
             await pool.run(job)
-        assert pool.pipeline_slots == 0
-        for job in _jobs(*({"seconds": 0} for _ in range(20))):
+        assert pool.pipeline_depth == 0 and pool.pipeline_slots == 0
+        for job in _jobs(*({"seconds": 0} for _ in range(40))):
             await pool.run(job)
-        assert pool.pipeline_slots == 2
+        assert pool.pipeline_depth == 2
     finally:
         await pool.close()
+
+
+async def test_the_queue_depth_holds_about_one_window_of_work() -> None:
+    pool = await _pool("slow", SandboxOptions(max_children=1))  # depth 16, window 20 ms
+    try:
+        for job in _jobs(*({"seconds": 0.005} for _ in range(20))):
+            await pool.run(job)
+        assert 1 <= pool.pipeline_depth <= 4  # runs take 5 ms and more here
+        for job in _jobs(*({"seconds": 0} for _ in range(40))):
+            await pool.run(job)
+        assert pool.pipeline_depth > 4
+    finally:
+        await pool.close()
+
+
+async def test_runs_stuck_behind_long_jobs_go_back_to_the_queue(
+    queue: Queue[Any, Any], conn: ConnectionOptions
+) -> None:
+    # Short jobs keep both children moving, so runs queue behind them; then both start a
+    # long job, and what queued behind those must not wait in this worker.
+    specs = [("s", {"seconds": 0}) for _ in range(200)]
+    specs += [("s", {"seconds": 1.5}), ("s", {"seconds": 1.5})]
+    specs += [("s", {"seconds": 0}) for _ in range(6)]
+    options = SandboxOptions(pipeline=4)
+    async with sandboxed(queue, "slow", conn, concurrency=2, sandbox=options) as worker:
+        pool = worker.sandbox_pool
+        assert pool is not None
+        await wait_for(lambda: pool.stats()["ready"] == 2)
+        added = [a for a in await queue.add_bulk(specs) if a is not None]
+        long_ids = [a.id for a in added[200:202]]
+
+        async def both_long_running() -> bool:
+            jobs = [await queue.get_job(i) for i in long_ids]
+            return all(j is not None and j.state == "active" for j in jobs)
+
+        await wait_for(both_long_running, interval=0.01)
+        # The worker holds only what its children run: the rest waits in the queue.
+        await wait_for(lambda: _active_is(queue, 2), timeout=1.0, interval=0.01)
+        jobs = [await finished(queue, a.id) for a in added]
+        assert pool.counters["crashed"] == 0
+    assert all(j.state == "completed" and j.attempts_made == 0 for j in jobs)
+
+
+async def _active_is(queue: Queue[Any, Any], n: int) -> bool:
+    return (await queue.get_job_counts()).active == n
 
 
 async def test_a_worker_holds_no_more_than_its_concurrency_while_jobs_are_long(
