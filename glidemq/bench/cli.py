@@ -1,7 +1,7 @@
 """`glidemq-bench`: glidemq and BullMQ side by side on one embedded Valkey.
 
 glidemq-bench quick                      add / process / latency, both systems, ~2 min
-glidemq-bench run --profile full --reps 5 --out results/ [--raw]
+glidemq-bench run --profile full --reps 5 --out results/ [--raw] [--only sandbox,process]
 glidemq-bench quick --with-bullmq-py     also BullMQ for Python (optional, installed on first use)
 glidemq-bench run --systems glidemq,bullmq,bullmq-py ...
 glidemq-bench gate [--baseline FILE] [--tolerance 0.10]   (default: the committed CI baseline)
@@ -23,9 +23,9 @@ import orjson
 
 from . import loadtest
 from .harness import PROFILES, format_table, print_progress, ratios, run_profile, scale_jobs
-from .peer import DEFAULT_SYSTEMS, SYSTEMS, PeerError, parse_systems
+from .peer import DEFAULT_SYSTEMS, SYSTEMS, PeerError, ScenarioParams, parse_systems
 
-__all__ = ["CI_BASELINE", "gate_check", "main"]
+__all__ = ["CI_BASELINE", "gate_check", "main", "select_scenarios"]
 
 CI_BASELINE = Path(__file__).with_name("baselines") / "ci.json"
 """The committed baseline of the `ci` profile that `gate` uses without `--baseline`."""
@@ -87,12 +87,30 @@ def _systems(args: argparse.Namespace) -> tuple[str, ...]:
     return systems
 
 
+def select_scenarios(profile: Sequence[ScenarioParams], only: str) -> list[ScenarioParams]:
+    """The scenarios of `profile` named in `only` (comma-separated), in profile order;
+    ValueError naming the valid ones when a name is not in the profile."""
+    wanted = [name.strip() for name in only.split(",") if name.strip()]
+    names = list(dict.fromkeys(p.scenario for p in profile))
+    unknown = [name for name in wanted if name not in names]
+    if unknown or not wanted:
+        missing = ", ".join(unknown) or repr(only)
+        raise ValueError(f"{missing} not in this profile; choose from {', '.join(names)}")
+    return [p for p in profile if p.scenario in wanted]
+
+
 def _cmd_run(args: argparse.Namespace, profile_name: str) -> tuple[int, dict[str, Any]]:
     try:
         systems = _systems(args)
     except ValueError as exc:
         print(f"glidemq-bench: --systems: {exc}", file=sys.stderr)
         return 2, {}
+    if getattr(args, "only", None):
+        try:
+            select_scenarios(PROFILES[profile_name], args.only)
+        except ValueError as exc:
+            print(f"glidemq-bench: --only: {exc}", file=sys.stderr)
+            return 2, {}
     out = _results_path(args.out)
     print(
         f"glidemq-bench {profile_name}: {args.reps} repetitions of {', '.join(systems)}, "
@@ -108,6 +126,8 @@ def _cmd_run(args: argparse.Namespace, profile_name: str) -> tuple[int, dict[str
         raw_dir = out.parent / "jobs"
     try:
         profile = scale_jobs(PROFILES[profile_name], args.scale)
+        if getattr(args, "only", None):
+            profile = select_scenarios(profile, args.only)
         records = run_profile(
             profile, args.reps, out, systems=systems, progress=print_progress,
             glidemq_extra=extra, raw_dir=raw_dir,
@@ -258,6 +278,11 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--profile", choices=sorted(PROFILES), default="full")
     run.add_argument(
         "--raw", action="store_true", help="also write per-job records as Parquet (OUT/jobs)"
+    )
+    run.add_argument(
+        "--only",
+        metavar="SCENARIOS",
+        help="run only these scenarios of the profile, comma-separated (e.g. sandbox,process)",
     )
     common(run, 3)
     gate = sub.add_parser("gate", help="fail when ratios regress against a baseline")

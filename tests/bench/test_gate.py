@@ -86,3 +86,20 @@ def test_gate_trips_on_a_planted_slowdown_and_passes_on_the_real_code(tmp_path: 
     )
     assert planted.returncode == 1, planted.stdout + planted.stderr
     assert "REGRESSION" in planted.stderr and "process c=100" in planted.stderr
+
+
+def test_only_keeps_the_named_scenarios_in_profile_order() -> None:
+    from glidemq.bench.cli import select_scenarios
+    from glidemq.bench.harness import PROFILES
+
+    picked = select_scenarios(PROFILES["full"], "sandbox, process")
+    assert [p.scenario for p in picked] == ["process"] * 4 + ["sandbox"]
+    with pytest.raises(ValueError, match="choose from add-single"):
+        select_scenarios(PROFILES["full"], "sandbox,nosuch")
+
+
+def test_run_only_with_an_unknown_scenario_exits_2_naming_the_valid_ones() -> None:
+    cmd = [sys.executable, "-m", "glidemq.bench.cli", "run", "--profile", "ci", "--only", "nosuch"]
+    done = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 2
+    assert "--only: nosuch not in this profile; choose from add-bulk" in done.stderr
