@@ -51,12 +51,23 @@ class Pipeline:
             return None
         best: Child | None = None
         limit = self.limit
-        recent = now - self.window
         for child in ready:
             queued = len(child.queued)
-            if queued < limit and child.last_start >= recent:
+            if queued < limit and self.moving(child, now):
                 best, limit = child, queued
         return best
+
+    def moving(self, child: Child, now: float) -> bool:
+        """Whether `child` started a run within the window (so it is not stuck in a long
+        one)."""
+        return child.last_start >= now - self.window
+
+    def stuck(self, ready: list[Child], size: int, now: float) -> bool:
+        """Every one of the `size` children is up and busy, and none is moving: long jobs
+        run in all of them, so a run that waits for one waits for one of those to end."""
+        if len(ready) < size:
+            return False  # a child is (re)starting: it will take the run
+        return all(child.free <= 0 and not self.moving(child, now) for child in ready)
 
     def timed(self, seconds: float) -> None:
         """Count a run's duration in the moving average that sets the queue depth."""
@@ -73,9 +84,8 @@ class Pipeline:
         or started a run within the window (none for one busy with a long job)."""
         if not self.limit:
             return 0
-        recent = now - self.window
         return self.limit * sum(
-            1 for child in ready if child.last_start >= recent or child.running < child.capacity
+            1 for child in ready if child.running < child.capacity or self.moving(child, now)
         )
 
     def queued(self, loop: asyncio.AbstractEventLoop, children: Iterable[Child]) -> None:
@@ -89,7 +99,6 @@ class Pipeline:
         holds queued runs."""
         self._sweeper = None
         now = loop.time()
-        stale = now - self.window
         waiting = False
         for child in children:
             if not child.queued or child.channel is None:
@@ -97,7 +106,7 @@ class Pipeline:
             if child.state not in ("ready", "retiring"):
                 continue
             waiting = True
-            if child.last_start <= stale:
+            if not self.moving(child, now):
                 ids = [inv.id for inv in child.queued.values() if not inv.taking]
                 for inv_id in ids:
                     child.queued[inv_id].taking = True

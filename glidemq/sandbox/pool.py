@@ -111,8 +111,8 @@ class SandboxPool:
     @property
     def pipeline_slots(self) -> int:
         """Runs the pool would hold queued in children now: `pipeline_depth` for each child
-        that started a run within `pipeline_window`. The Worker takes that many jobs beyond
-        its concurrency."""
+        that has a free slot or started a run within `pipeline_window`. The Worker takes
+        that many jobs beyond its concurrency."""
         if self._loop is None:
             return 0
         return self._pipeline.open_slots(self._children.ready, self._loop.time())
@@ -253,16 +253,6 @@ class SandboxPool:
             except NotStarted:
                 continue
 
-    def _stuck(self) -> bool:
-        """Every child is up and busy, and none started a run within the window: long jobs
-        run in all of them, so a run waiting here would wait for one of those to end."""
-        assert self._loop is not None
-        ready = self._children.ready
-        if len(ready) < self.size:
-            return False  # a child is (re)starting: it will take the run
-        recent = self._loop.time() - self._pipeline.window
-        return all(child.free <= 0 and child.last_start < recent for child in ready)
-
     def _pick(self) -> Child | None:
         """A ready child with a free slot (the freest), else one to queue the run on."""
         best: Child | None = None
@@ -279,7 +269,7 @@ class SandboxPool:
     async def _acquire(self, hand_back: bool) -> Child:
         """The child for a run, once one can take it. With `hand_back`, a run that waits
         looks again every `pipeline_window` and raises SandboxHandBack once the pool is
-        `_stuck`, so its job goes back to the queue instead of waiting here."""
+        stuck (`Pipeline.stuck`), so its job goes back to the queue instead of waiting here."""
         assert self._loop is not None
         while True:
             child = self._pick()
@@ -291,7 +281,9 @@ class SandboxPool:
                 raise SandboxError("the sandbox pool is not started")
             if self._state == "error":
                 raise self._children.boot_error()
-            if hand_back and self._stuck():
+            if hand_back and self._pipeline.stuck(
+                self._children.ready, self.size, self._loop.time()
+            ):
                 self.counters["handed_back"] += 1
                 raise SandboxHandBack("every child is busy with a long job")
             fut: asyncio.Future[None] = self._loop.create_future()
@@ -347,7 +339,7 @@ class SandboxPool:
         grace) counts from here."""
         assert self._loop is not None
         now = self._loop.time()
-        if self._on_room is not None and child.last_start < now - self._pipeline.window:
+        if self._on_room is not None and not self._pipeline.moving(child, now):
             self._on_room()  # the child counts in pipeline_slots again
         inv.started = child.last_start = now
         if inv.abandoned:
