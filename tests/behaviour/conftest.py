@@ -67,9 +67,13 @@ class Backend:
 
     def worker(self, processor: Callable[..., Any], **settings: Any) -> Any:
         """A worker of this queue, not started; real ones use the fast test timings."""
+        return self.worker_of(self.name, processor, **settings)
+
+    def worker_of(self, name: str, processor: Callable[..., Any], **settings: Any) -> Any:
+        """A worker of queue `name` on this backend (not started)."""
         merged = {**FAST, **settings}
         cls: Any = TestWorker if self.kind == "memory" else Worker
-        worker = cls(self.name, processor, connection=self.connection, **merged)
+        worker = cls(name, processor, connection=self.connection, **merged)
         self.workers.append(worker)
         return worker
 
