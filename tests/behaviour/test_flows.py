@@ -4,6 +4,7 @@ The same on standalone Valkey, the cluster and in memory."""
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 import pytest
@@ -178,3 +179,52 @@ async def test_a_taken_custom_id_refuses_the_whole_flow(backend: Backend) -> Non
     )
     assert nodes[0] is None and nodes[1] is not None
     assert nodes[1].job.state == "waiting-children"
+
+
+async def test_a_removed_child_drops_the_dependency_and_a_parent_delay_counts_from_then(
+    backend: Backend,
+) -> None:
+    q = backend.queue
+    flows = backend.flow_producer()
+    node = await flows.add(
+        FlowJob(
+            "report",
+            q.name,
+            opts={"delay": 2000},
+            children=[FlowJob("count", q.name, "a b c"), FlowJob("count", q.name, "x")],
+        )
+    )
+    gone, kept = node.children
+    await q.remove(gone.job.id)
+    assert await node.job.get_state() == "waiting-children"  # one child still pending
+    reader = backend.queue_events()
+    await reader.start()
+    async with backend.worker(_process):
+        await wait_state(q, kept.job.id, "completed")
+        parent = await wait_state(q, node.job.id, "delayed")
+        event = await asyncio.wait_for(_event(reader, "delayed", node.job.id), 10)
+        assert event.get("reason") == "children"
+        await backend.elapse(2000)
+        done = await wait_state(q, node.job.id, "completed")
+    assert parent.state == "delayed"
+    assert done.returnvalue == 1
+    assert await done.get_children_values() == {f"{q.name}:{kept.job.id}": 1}
+
+
+async def _event(reader: Any, name: str, job_id: str) -> dict[str, Any]:
+    async for event in reader:
+        if event.event == name and event.job_id == job_id:
+            return dict(event.fields)
+    raise AssertionError("the events ended")
+
+
+async def test_a_revoked_parent_fails_and_its_children_run_on(backend: Backend) -> None:
+    q = backend.queue
+    flows = backend.flow_producer()
+    node = await flows.add(FlowJob("report", q.name, children=[FlowJob("count", q.name, "a")]))
+    assert await q.revoke(node.job.id) == "revoked"
+    async with backend.worker(_process):
+        child = await wait_state(q, node.children[0].job.id, "completed")
+    parent = await q.get_job(node.job.id)
+    assert parent is not None and parent.state == "failed" and parent.failed_reason == "revoked"
+    assert child.returnvalue == 1

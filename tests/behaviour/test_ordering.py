@@ -7,9 +7,9 @@ import asyncio
 from collections import defaultdict
 from typing import Any
 
-from glidemq import Backoff, JobOptions, RateLimit
+from glidemq import Backoff, JobOptions, RateLimit, TokenBucket
 from tests.behaviour.conftest import Backend
-from tests.helpers import wait_for
+from tests.helpers import wait_for, wait_state
 
 
 def _recorder(sink: list[Any]) -> Any:
@@ -145,3 +145,74 @@ async def test_removing_a_waiting_job_of_an_ordering_key_lets_the_next_run(
     await backend.queue.remove(first.id)
     async with backend.worker(_recorder(seen)):
         await wait_for(lambda: seen == ["second"])
+
+
+async def test_a_token_bucket_starts_jobs_as_tokens_refill(backend: Backend) -> None:
+    # 2 tokens, refilled at 1 token a second; each job costs 1: two start at once, the next
+    # after a second, the last after two
+    bucket = TokenBucket(capacity=2, refill_rate=1)
+    opts = JobOptions(group_key="llm", group_concurrency=10, token_bucket=bucket)
+    await backend.queue.add_bulk([("call", n, opts) for n in range(4)])
+    async with backend.worker(_recorder([]), concurrency=4) as worker:
+        await wait_for(lambda: worker.completed_count == 2)
+        await asyncio.sleep(0.2)
+        assert worker.completed_count == 2
+        assert (await backend.queue.get_job_counts()).rate_limited == 2
+        await backend.elapse(1000)
+        await wait_for(lambda: worker.completed_count == 3)
+        await backend.elapse(1000)
+        await wait_for(lambda: worker.completed_count == 4)
+    job = (await backend.queue.get_jobs("completed"))[0]
+    assert job.group_key == "llm" and job.ordering_key is None
+
+
+async def test_a_cost_grown_above_the_bucket_is_dead_lettered(backend: Backend) -> None:
+    q = backend.queue
+    big = await q.add(
+        "call", "big", JobOptions(group_key="g", token_bucket=TokenBucket(3, 1), cost=2)
+    )
+    assert big is not None
+    # the last add restates the group's bucket: capacity 1 now, below the first job's cost
+    await q.add("call", "small", JobOptions(group_key="g", token_bucket=TokenBucket(1, 1)))
+    seen: list[str] = []
+    async with backend.worker(_recorder(seen)):
+        await wait_for(lambda: seen == ["small"])
+        dead = await wait_state(q, big.id, "failed")
+    assert dead.failed_reason == "cost 2 exceeds the capacity 1 of the token bucket of group g"
+    assert [j.id for j in await q.get_dead_letter_jobs()] == [big.id]
+
+
+async def test_a_worker_limiter_is_one_budget_for_all_workers(backend: Backend) -> None:
+    await backend.queue.add_bulk([("j", n) for n in range(6)])
+    limiter = RateLimit(2, 3000)
+    a = backend.worker(_recorder([]), concurrency=5, limiter=limiter)
+    b = backend.worker(_recorder([]), concurrency=5, limiter=limiter)
+    async with a, b:
+        await wait_for(lambda: a.completed_count + b.completed_count == 2)
+        await asyncio.sleep(0.2)
+        assert a.completed_count + b.completed_count == 2
+        await backend.elapse(3000)
+        await wait_for(lambda: a.completed_count + b.completed_count == 4)
+        await asyncio.sleep(0.2)
+        assert a.completed_count + b.completed_count == 4
+
+
+async def test_revoking_a_waiting_job_of_a_group_gives_its_place_back(backend: Backend) -> None:
+    release = asyncio.Event()
+    started: list[int] = []
+
+    async def hold(job: Any) -> None:
+        started.append(job.data)
+        await release.wait()
+
+    q = backend.queue
+    opts = JobOptions(group_key="tenant", group_concurrency=1)
+    jobs = [await q.add("j", n, opts) for n in range(3)]
+    async with backend.worker(hold, concurrency=5) as worker:
+        await wait_for(lambda: started == [0])
+        assert await q.revoke(jobs[1].id) == "revoked"  # type: ignore[union-attr]
+        release.set()
+        await wait_for(lambda: worker.completed_count == 2)
+    assert started == [0, 2]
+    states = [await (await q.get_job(j.id)).get_state() for j in jobs]  # type: ignore[union-attr]
+    assert states == ["completed", "failed", "completed"]
