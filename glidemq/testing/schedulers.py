@@ -19,6 +19,7 @@ from ..errors import GlideMQError
 from ..scheduler import JobScheduler, JobTemplate
 from ..serialize import encode_data
 from .store import QueueStore
+from .support import check_options
 
 __all__ = ["SchedulerMethods", "fire_due"]
 
@@ -84,6 +85,7 @@ class SchedulerMethods:
             template=template,
             compress=self.compression,
         )
+        check_options(new.template.opts)  # what the in-memory engine cannot run is refused
         store = await self._ready()
         placed = scheduler.place(new, store.schedulers.get(name), store.clock.now_ms())
         store.schedulers[name] = placed

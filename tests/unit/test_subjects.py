@@ -112,3 +112,31 @@ def test_matching_agrees_with_a_token_by_token_reading(pattern: list[str], subje
         p == "*" or p == s for p, s in zip(pattern, parts, strict=True)
     )
     assert subject_matches(".".join(pattern), subject) is expected
+
+
+def _reference(pattern: list[str], subject: list[str]) -> bool:
+    """A second, recursive reading of the rules, to check the matcher against."""
+    if not pattern:
+        return not subject
+    head, rest = pattern[0], pattern[1:]
+    if head == ">":
+        return len(subject) >= 1
+    if not subject:
+        return False
+    return (head == "*" or head == subject[0]) and _reference(rest, subject[1:])
+
+
+patterns = st.tuples(
+    st.lists(st.sampled_from(["a", "b", "ab", "*"]), min_size=0, max_size=4),
+    st.booleans(),
+).filter(lambda t: t[0] or t[1])
+
+
+@given(patterns, st.lists(st.sampled_from(["a", "b", "ab"]), min_size=1, max_size=6))
+def test_matcher_agrees_with_a_recursive_reference(
+    pattern: tuple[list[str], bool], subject: list[str]
+) -> None:
+    tokens = pattern[0] + ([">"] if pattern[1] else [])
+    assert subject_matches(".".join(tokens), ".".join(subject)) is _reference(tokens, subject)
+    f = SubjectFilter.of([".".join(tokens), "never.matches.this.one.x.y.z"])
+    assert f.matches(".".join(subject)) is _reference(tokens, subject)

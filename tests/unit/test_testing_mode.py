@@ -249,3 +249,15 @@ async def test_schedulers_fire_on_the_manual_clock_only(
     later = await queue.get_job_scheduler("tick")
     assert later is not None and later.count == 3
     assert later.next_run == s.next_run + 12 * 60_000  # still on the grid
+
+
+async def test_a_scheduler_template_with_an_unemulated_option_is_refused(
+    server: MemoryServer,
+) -> None:
+    queue = TestQueue("jobs", connection=server)
+    with pytest.raises(UnsupportedOptionError) as info:
+        await queue.upsert_job_scheduler(
+            "cached", every_ms=1000, template={"opts": {"result_ttl": 5000}}
+        )
+    assert info.value.field == "result_ttl"
+    assert await queue.get_job_schedulers() == []
