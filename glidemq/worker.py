@@ -216,8 +216,10 @@ class Worker(WorkerLifecycle, Generic[D, R]):
     def _free(self) -> int:
         """Slots neither running a job nor promised to a fetch in flight."""
         free = self._concurrency - self._running - self._reserved
-        if self.sandbox_pool is not None:  # runs it would queue in children now
-            free += self.sandbox_pool.pipeline_slots
+        if self.sandbox_pool is not None:
+            if not self.sandbox_pool.accepting:
+                return 0  # no child has loaded the processor: jobs stay in the queue
+            free += self.sandbox_pool.pipeline_slots  # runs it would queue in children now
         return free
 
     def _start_jobs(self, flat: list[Any]) -> None:

@@ -25,14 +25,25 @@ from .types import SandboxOptions
 
 __all__ = ["ForkServer", "Launcher", "Spawner", "new_launcher"]
 
-# `python -c` bootstrap of the fork server and of spawned children: take the parent's
-# sys.path (last argument) before importing anything, so whatever the parent can import,
-# the child can too.
+# `python -P -c` bootstrap of the fork server and of spawned children (-P: the working
+# directory is not put first, where a stray `glidemq/` or `json.py` would shadow the real
+# ones). It imports glidemq from the very folder the worker imported it from, then takes the
+# worker's sys.path as it is, so the child resolves every import as its worker does.
 _BOOT = (
-    "import sys, json; p = json.loads(sys.argv[-1]); "
-    "sys.path[:] = p + [x for x in sys.path if x not in p]; "
+    "import sys, json; c = json.loads(sys.argv[-1]); sys.path.insert(0, c['root']); "
+    "import glidemq; sys.path[:] = c['path']; "
     "from glidemq.sandbox.{module} import {entry}; {entry}(sys.argv[1:])"
 )
+
+
+def _boot_argv(module: str, entry: str, *args: str) -> list[str]:
+    """The command line of an exec'd sandbox process: interpreter, bootstrap, `args`, and
+    last the import set-up (where glidemq is, the worker's sys.path)."""
+    import glidemq
+
+    root = os.path.dirname(os.path.dirname(os.path.abspath(glidemq.__file__ or "")))
+    setup = orjson.dumps({"root": root, "path": sys.path}).decode()
+    return [sys.executable, "-P", "-c", _BOOT.format(module=module, entry=entry), *args, setup]
 
 
 def _watch_exit(
@@ -145,15 +156,13 @@ class ForkServer:
             # On the loop's thread on purpose: PR_SET_PDEATHSIG follows the thread that
             # forked, so a helper thread's exit would kill the server. fork+exec is quick.
             self._proc = subprocess.Popen(  # noqa: ASYNC220
-                [
-                    sys.executable,
-                    "-c",
-                    _BOOT.format(module="forkserver", entry="forkserver_main"),
+                _boot_argv(
+                    "forkserver",
+                    "forkserver_main",
                     str(theirs.fileno()),
                     str(os.getpid()),
                     orjson.dumps(self._config).decode(),
-                    orjson.dumps(sys.path).decode(),
-                ],
+                ),
                 pass_fds=(theirs.fileno(),),
                 stdin=subprocess.DEVNULL,
             )
@@ -302,14 +311,7 @@ class Spawner:
         mine, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
         try:
             proc = subprocess.Popen(  # noqa: ASYNC220 - on the loop thread, see ForkServer
-                [
-                    sys.executable,
-                    "-c",
-                    _BOOT.format(module="runner", entry="spawn_main"),
-                    str(theirs.fileno()),
-                    str(os.getpid()),
-                    orjson.dumps(sys.path).decode(),
-                ],
+                _boot_argv("runner", "spawn_main", str(theirs.fileno()), str(os.getpid())),
                 pass_fds=(theirs.fileno(),),
                 stdin=subprocess.DEVNULL,
                 process_group=0,
