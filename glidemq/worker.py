@@ -77,6 +77,7 @@ class Worker(WorkerLifecycle, Generic[D, R]):
         **settings: Any,
     ) -> None:
         base = worker_options(options, settings)
+        self.connection = resolve_connection(connection)
         self.sandbox_pool: SandboxPool | None = None
         """The sandbox pool running the processor in child processes (with `sandbox=`)."""
         if base.sandbox is not None:
@@ -92,6 +93,7 @@ class Worker(WorkerLifecycle, Generic[D, R]):
                 on_error=lambda exc: self.events.emit("error", exc),
                 hand_back=True,
                 on_room=self._wake_up,
+                secrets=(self.connection.password,),
             )
             pool = self.sandbox_pool
             call: Callable[[Any], Any] = pool.run_batch if base.batch else pool.run
@@ -100,7 +102,6 @@ class Worker(WorkerLifecycle, Generic[D, R]):
         self.opts = base
         self.name = name
         self.keys = QueueKeys(name, prefix)
-        self.connection = resolve_connection(connection)
         self.consumer = base.consumer or f"worker-{uuid4().hex}"
         self.events = Emitter()
         self._proc = ProcessorCall(call, base.concurrency, f"glidemq-{name}")

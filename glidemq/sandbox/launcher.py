@@ -15,15 +15,23 @@ import signal
 import socket
 import subprocess
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Any, Protocol
 
 import orjson
 
+from ..connection import has_password
 from .errors import SandboxBootError, SandboxError, describe_exit
 from .types import SandboxOptions
 
-__all__ = ["ForkServer", "Launcher", "Spawner", "new_launcher"]
+__all__ = [
+    "CREDENTIAL_VARIABLES",
+    "ForkServer",
+    "Launcher",
+    "Spawner",
+    "child_environ",
+    "new_launcher",
+]
 
 # `python -P -c` bootstrap of the fork server and of spawned children (-P: the working
 # directory is not put first, where a stray `glidemq/` or `json.py` would shadow the real
@@ -34,6 +42,27 @@ _BOOT = (
     "import glidemq; sys.path[:] = c['path']; "
     "from glidemq.sandbox.{module} import {entry}; {entry}(sys.argv[1:])"
 )
+
+
+# Variables that hold Valkey credentials by name; a sandbox process never gets them.
+CREDENTIAL_VARIABLES = frozenset(
+    {"GLIDEMQ_URL", "GLIDEMQ_URL_FILE", "REDISCLI_AUTH", "VALKEYCLI_AUTH"}
+)
+
+
+def child_environ(secrets: Iterable[str | None] = ()) -> dict[str, str]:
+    """The environment a sandbox process is exec'd with: this process's, without Valkey
+    credentials (CREDENTIAL_VARIABLES, a valkey:// or redis:// URL with a password, and any
+    variable whose value contains one of `secrets`, the connection's password)."""
+    hidden = [s for s in secrets if s]
+    out = {}
+    for name, value in os.environ.items():
+        if name in CREDENTIAL_VARIABLES or any(s in value for s in hidden):
+            continue
+        if value.startswith(("valkey", "redis")) and has_password(value):
+            continue
+        out[name] = value
+    return out
 
 
 def _boot_argv(module: str, entry: str, *args: str) -> list[str]:
@@ -131,8 +160,10 @@ class ForkServer:
         on_exit: Callable[[int, int | None], None],
         on_lost: Callable[[str], None],
         timeout: float,
+        env: dict[str, str] | None = None,
     ) -> None:
         self._config = config
+        self._env = env
         self._on_exit = on_exit
         self._on_lost = on_lost
         self._timeout = timeout
@@ -165,6 +196,7 @@ class ForkServer:
                 ),
                 pass_fds=(theirs.fileno(),),
                 stdin=subprocess.DEVNULL,
+                env=self._env,
             )
         except BaseException:
             mine.close()
@@ -294,8 +326,11 @@ class ForkServer:
 class Spawner:
     """Starts every child as a fresh interpreter (fork+exec, its own process group)."""
 
-    def __init__(self, on_exit: Callable[[int, int | None], None]) -> None:
+    def __init__(
+        self, on_exit: Callable[[int, int | None], None], env: dict[str, str] | None = None
+    ) -> None:
         self._on_exit = on_exit
+        self._env = env
         self._procs: dict[int, subprocess.Popen[bytes]] = {}
         self._unwatch: dict[int, Callable[[], None]] = {}
 
@@ -315,6 +350,7 @@ class Spawner:
                 pass_fds=(theirs.fileno(),),
                 stdin=subprocess.DEVNULL,
                 process_group=0,
+                env=self._env,
             )
         except BaseException:
             mine.close()
@@ -357,10 +393,13 @@ def new_launcher(
     target: str,
     on_exit: Callable[[int, int | None], None],
     on_lost: Callable[[str], None],
+    secrets: Iterable[str | None] = (),
 ) -> Launcher:
     """The launcher `options.start_method` asks for. `on_exit(pid, code)` is told of every
-    child's exit; `on_lost(why)` of the fork server's death."""
+    child's exit; `on_lost(why)` of the fork server's death. The processes it execs get
+    `child_environ(secrets)`."""
+    env = child_environ(secrets)
     if options.start_method == "spawn":
-        return Spawner(on_exit)
+        return Spawner(on_exit, env)
     config = {"preload": options.preload, "target": target}
-    return ForkServer(config, on_exit, on_lost, options.boot_timeout)
+    return ForkServer(config, on_exit, on_lost, options.boot_timeout, env)

@@ -50,7 +50,8 @@ class SandboxPool:
     raises SandboxHandBack instead of waiting (the Worker puts its job back in the queue),
     and so does every run while no child can load the processor (SandboxUnavailable).
     `on_room` is called when `pipeline_slots` may have grown (a child is ready, or an idle
-    one starts a run), so the Worker takes more jobs.
+    one starts a run), so the Worker takes more jobs. `secrets` (the connection's password)
+    are kept out of the children's environment, as are GLIDEMQ_URL and the like.
     """
 
     def __init__(
@@ -63,6 +64,7 @@ class SandboxPool:
         on_error: Callable[[BaseException], None] | None = None,
         hand_back: bool = False,
         on_room: Callable[[], None] | None = None,
+        secrets: tuple[str | None, ...] = (),
     ) -> None:
         self.target = normalize_target(target)
         self.options = options
@@ -106,6 +108,7 @@ class SandboxPool:
             on_messages=self._on_messages,
             on_ready=self._child_ready,
             on_failed=self._child_failed,
+            secrets=secrets,
         )
 
     # -- state ----------------------------------------------------------------------------
