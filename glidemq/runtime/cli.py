@@ -127,11 +127,11 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(PASSWORD_IN_ARGV, file=sys.stderr, flush=True)
         if argv is None:
             hide_secrets(cfg, args)  # returns only when there is nothing to hide
+        tls_flags = (cfg.tls_ca_file, cfg.tls_cert_file, cfg.tls_key_file, cfg.tls_server_name)
+        if cfg.embedded and (any(tls_flags) or cfg.tls_insecure):
+            raise UsageError("--embedded runs a server without TLS: drop the --tls-* options")
         conn = None if cfg.embedded else _connection(cfg)
-    except UsageError as exc:
-        print(f"glidemq-run: error: {exc}", file=sys.stderr)
-        return ExitCode.USAGE
-    except GlideMQError as exc:
+    except (UsageError, GlideMQError) as exc:
         print(f"glidemq-run: error: {exc}", file=sys.stderr)
         return ExitCode.USAGE
     setup_logging(cfg.log_format, cfg.log_level, "supervisor")

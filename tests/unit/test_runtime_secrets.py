@@ -76,3 +76,11 @@ def test_unreadable_tls_file_is_refused_before_anything_starts(tmp_path: Path) -
     )
     with pytest.raises(ValidationError, match="ca_file: cannot read"):
         _connection(cfg)
+
+
+def test_tls_flags_with_embedded_are_refused(capsys: pytest.CaptureFixture[str]) -> None:
+    from glidemq.runtime.cli import main
+    from glidemq.runtime.config import ExitCode
+
+    assert main(["a:f", "--queue", "q", "--embedded", "--tls-insecure"]) == ExitCode.USAGE
+    assert "--embedded runs a server without TLS" in capsys.readouterr().err
