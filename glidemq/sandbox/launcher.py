@@ -53,8 +53,9 @@ CREDENTIAL_VARIABLES = frozenset(
 def child_environ(secrets: Iterable[str | None] = ()) -> dict[str, str]:
     """The environment a sandbox process is exec'd with: this process's, without Valkey
     credentials (CREDENTIAL_VARIABLES, a valkey:// or redis:// URL with a password, and any
-    variable whose value contains one of `secrets`, the connection's password)."""
-    hidden = [s for s in secrets if s]
+    variable whose value contains one of `secrets`, the connection's password; one shorter
+    than 6 characters is not searched for, as it would match PATH and the like)."""
+    hidden = [s for s in secrets if s and len(s) >= 6]
     out = {}
     for name, value in os.environ.items():
         if name in CREDENTIAL_VARIABLES or any(s in value for s in hidden):

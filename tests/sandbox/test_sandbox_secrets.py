@@ -48,3 +48,19 @@ async def test_children_get_no_credentials_from_the_environment(
         assert "APP_VALKEY_PASSWORD" not in seen["names"]
         assert "APP_SETTING" in seen["names"]  # the rest of the environment is kept
         assert not seen["has_secret"]
+
+
+def test_child_environ_drops_credentials_and_keeps_the_rest(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from glidemq.sandbox.launcher import child_environ
+
+    monkeypatch.setenv("GLIDEMQ_URL", "valkey://cache:6379")  # by name, password or not
+    monkeypatch.setenv("REDISCLI_AUTH", "x")
+    monkeypatch.setenv("CACHE_URL", "redis://:other-secret@cache:6379")  # a URL with one
+    monkeypatch.setenv("TOKEN_COPY", "prefix-long-secret-suffix")  # holds the password
+    monkeypatch.setenv("APP_SETTING", "kept")
+    env = child_environ(["long-secret"])
+    assert not {"GLIDEMQ_URL", "REDISCLI_AUTH", "CACHE_URL", "TOKEN_COPY"} & set(env)
+    assert env["APP_SETTING"] == "kept"
+    assert "PATH" in child_environ(["a"])  # a very short password is not searched for
