@@ -141,6 +141,11 @@ class _Child:
                     worker.on("completed", self.job_done)
                     worker.on("failed", self.job_done)
                 await worker.start()
+            # --sandbox: ready only once a sandbox child has loaded the processor; if none
+            # can, this is a boot failure (the jobs stay waiting, none is taken).
+            for w in self.workers:
+                if w.sandbox_pool is not None:
+                    await w.sandbox_pool.wait_started()
         except BaseException as exc:
             self.send(
                 {
