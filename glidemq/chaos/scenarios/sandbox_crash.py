@@ -11,11 +11,19 @@ import asyncio
 import signal
 
 from ..faults import kill_process, wait_gone
+from ..outcomes import Prediction
 from ..registry import register
 from ..run import ChaosRun
 from ..scenario import FleetSettings, Scenario
 
-__all__ = ["SandboxCrash"]
+__all__ = ["CHILD_KILLED", "SandboxCrash"]
+
+CHILD_KILLED = Prediction(
+    pattern=r"sandbox child \(pid \d+\) was killed by signal SIGKILL",
+    kinds=("sigkill-sandbox-child",),
+    because="a SIGKILLed sandbox child fails the attempt it was running; a job that was "
+    "on its last attempt fails for good",
+)
 
 
 @register
@@ -25,6 +33,7 @@ class SandboxCrash(Scenario):
     defaults = FleetSettings(
         procs=2, concurrency=4, job_ms=30.0, sandbox=True, attempts=5, faults=5
     )
+    predictions = (CHILD_KILLED,)
 
     async def inject(self, run: ChaosRun) -> None:
         assert run.fleet is not None
