@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from .ledger import Ledger
+from .ledger import Executions, Ledger
 from .scenario import FleetSettings
 from .target import Target
 
@@ -78,6 +78,7 @@ class ChaosRun:
     fleet: Fleet | None = None
     queue: Queue[Any, Any] | None = None
     client: Client | None = None  # a direct client of the run's own (not through a proxy)
+    executions: Executions | None = None  # the processors' ledger, read before `check`
     producer: Producer | None = None
     progress: Progress = field(default_factory=Progress)
     faults: list[Fault] = field(default_factory=list)

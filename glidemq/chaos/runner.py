@@ -237,7 +237,7 @@ async def run_scenario(scenario: Scenario, args: argparse.Namespace) -> dict[str
         records = await read_jobs(tail_client, keys, enqueued)
         leftovers = await read_leftovers(tail_client, keys)
         in_queue = await read_in_queue(tail_client, keys)
-        executions = read_executions(exec_dir)
+        executions = run.executions = read_executions(exec_dir)
         run.ledger.extend(executions.events)
         verdict = check_invariants(enqueued, records, leftovers, tail, executions)
         scenario.check(run)
