@@ -10,7 +10,8 @@ unbuffered `write(2)`, so a SIGKILL loses nothing that was written.
 
 Planted behaviours, for the verdict's own tests (set per job by the run, never by
 default): `data["fail"]` raises with that message; `data["hang"]` never returns;
-`data["grow_mb"]` allocates that much memory before the work.
+`data["grow_mb"]` allocates that much memory before the work (on the first
+`data["grow_attempts"]` attempts only, when given).
 """
 
 from __future__ import annotations
@@ -74,6 +75,10 @@ async def process(job: Any) -> dict[str, Any]:
     _record("started", job.id, run=token, attempt=int(getattr(job, "attempts_made", 0) or 0))
     data = job.data if isinstance(job.data, dict) else {}
     grow = int(data.get("grow_mb", 0) or 0)
+    if "grow_attempts" in data and int(getattr(job, "attempts_made", 0) or 0) >= int(
+        data["grow_attempts"]
+    ):
+        grow = 0  # grows on its first attempts only
     if grow > 0:
         for _ in range(grow):  # page by page, so the RSS really grows
             _hold.append(bytearray(os.urandom(1) * (1 << 20)))

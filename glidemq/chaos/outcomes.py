@@ -86,16 +86,13 @@ class Prediction:
 @dataclass(frozen=True)
 class FaultMark:
     """What the verdict needs of an injected fault: its kind, when it was on, and the
-    processes it hurt (empty for a fault that hits everything: server, network)."""
+    processes it hurt, or `hits_everything` for a server or network fault."""
 
     kind: str
     at: float
     ended: float | None = None
     pids: frozenset[int] = frozenset()
-
-    @property
-    def hits_everything(self) -> bool:
-        return not self.pids
+    hits_everything: bool = False
 
 
 @dataclass

@@ -188,7 +188,10 @@ async def run_scenario(scenario: Scenario, args: argparse.Namespace) -> dict[str
         exec_dir = workdir / "exec"
         exec_dir.mkdir()
         run.fleet = Fleet(
-            PROCESSOR, _fleet_args(run), {DIR_ENV: str(exec_dir)}, workdir / "glidemq-run.log"
+            PROCESSOR,
+            _fleet_args(run) + scenario.fleet_args(run),
+            {DIR_ENV: str(exec_dir)},
+            workdir / "glidemq-run.log",
         )
         run.fleet.start()
         await run.fleet.wait_ready(settings.procs)
@@ -248,8 +251,7 @@ async def run_scenario(scenario: Scenario, args: argparse.Namespace) -> dict[str
             executions,
             in_queue,
             faults=[
-                FaultMark(f.kind, f.at, f.ended, frozenset(() if f.hits_all else f.pids))
-                for f in run.faults
+                FaultMark(f.kind, f.at, f.ended, frozenset(f.pids), f.hits_all) for f in run.faults
             ],
             predictions=scenario.predictions,
             stale=set(_STALE.findall(run.fleet.log_text())),

@@ -79,6 +79,10 @@ class Scenario:
     predictions: ClassVar[tuple[Prediction, ...]] = ()
     in_all: ClassVar[bool] = True
 
+    def fleet_args(self, run: ChaosRun) -> list[str]:
+        """Extra `glidemq-run` flags of this scenario (a memory limit, a metrics port)."""
+        return []
+
     def job_data(self, run: ChaosRun) -> dict[str, dict[str, object]]:
         """Extra data for some jobs, by id (planted behaviours of the fixture processor)."""
         return {}

@@ -100,13 +100,13 @@ def test_a_dropped_result_is_explained_by_a_hurt_process_a_global_fault_or_the_l
     # pid 10's result was dropped: killed, a server fault around then, or logged as refused
     for kw in (
         {"faults": [FaultMark("sigstop-worker", 2.0, pids=frozenset({10}))]},
-        {"faults": [FaultMark("sigkill-server", 2.0, 3.0)]},
+        {"faults": [FaultMark("sigkill-server", 2.0, 3.0, hits_everything=True)]},
         {"stale": {"j0"}},
     ):
         out = classify(["j0"], records, ex, set(), **kw)  # type: ignore[arg-type]
         assert out.by_job == {"j0": "completed_reexecuted"}, kw
     # a server fault long after it does not explain it
-    far = [FaultMark("sigkill-server", 60.0, 61.0)]
+    far = [FaultMark("sigkill-server", 60.0, 61.0, hits_everything=True)]
     assert classify(["j0"], records, ex, set(), faults=far).by_job == {"j0": "completed_twice"}
 
 
