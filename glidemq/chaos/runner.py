@@ -143,7 +143,7 @@ async def _cancel(task: asyncio.Task[Any] | None) -> None:
 
 async def run_scenario(scenario: Scenario, args: argparse.Namespace) -> dict[str, Any]:
     """Run `scenario` once with `args` (common flags plus its own) and return the result."""
-    settings = resolve_settings(scenario.defaults, args)
+    settings = scenario.settings(resolve_settings(scenario.defaults, args), args)
     seed = args.seed if args.seed is not None else random.SystemRandom().randrange(1, 2**31)
     if args.workdir:
         workdir = fresh_run_dir(Path(args.workdir), f"{scenario.name}-{seed}")

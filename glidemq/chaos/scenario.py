@@ -79,6 +79,10 @@ class Scenario:
     predictions: ClassVar[tuple[Prediction, ...]] = ()
     in_all: ClassVar[bool] = True
 
+    def settings(self, settings: FleetSettings, args: argparse.Namespace) -> FleetSettings:
+        """The fleet settings once the flags are applied; may derive one from another."""
+        return settings
+
     def fleet_args(self, run: ChaosRun) -> list[str]:
         """Extra `glidemq-run` flags of this scenario (a memory limit, a metrics port)."""
         return []
