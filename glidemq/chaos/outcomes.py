@@ -106,6 +106,7 @@ class Outcomes:
     unexpected: list[dict[str, Any]] = field(default_factory=list)
     twice: list[dict[str, Any]] = field(default_factory=list)
     stuck_states: dict[str, str] = field(default_factory=dict)
+    lost_states: dict[str, str] = field(default_factory=dict)  # "missing": no hash at all
 
     def counts(self) -> dict[str, int]:
         c = Counter(self.by_job.values())
@@ -174,6 +175,7 @@ def classify(
         state = rec.state if rec is not None else None
         if rec is None or state is None:
             out.by_job[job_id] = LOST
+            out.lost_states[job_id] = "missing"
             continue
         if state == "completed":
             out.by_job[job_id] = _completed(job_id, rec, executions, faults, stale, slack_s, out)
@@ -200,6 +202,7 @@ def classify(
             out.stuck_states[job_id] = state
         else:
             out.by_job[job_id] = LOST
+            out.lost_states[job_id] = state
     for listing in (out.predicted, out.unexpected, out.twice):
         listing.sort(key=lambda e: _natural(str(e["job_id"])))
     return out

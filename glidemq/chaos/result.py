@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import platform
+from collections import Counter
 from collections.abc import Mapping
 from dataclasses import asdict
 from pathlib import Path
@@ -147,6 +148,8 @@ def build_result(
         "failure_reasons": verdict.failure_reasons,
         "problems": problems,
         "lost_ids": outcomes.ids(LOST)[:20],
+        # how the lost jobs were found: "missing" (no hash) or the state their hash claims
+        "lost_states": dict(Counter(outcomes.lost_states.values())),
         "events": None
         if tail is None
         else {

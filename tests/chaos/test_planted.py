@@ -33,3 +33,7 @@ def test_the_verdict_catches_a_planted_fault(chaos: Runner, plant: str, category
     assert r["outcomes"]["completed_once"] == JOBS - 1, out.summary()
     assert any(p.startswith(f"{category}: 1 jobs") and victim in p for p in r["problems"])
     assert f"FAILED planted: {category}: 1 jobs" in out.stderr
+    if plant == "hash-deleted":
+        assert r["lost_states"] == {"missing": 1}
+    elif plant == "stream-entry-deleted":
+        assert r["lost_states"] == {"waiting": 1}  # a hash that nothing will deliver
