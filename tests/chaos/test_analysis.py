@@ -3,6 +3,8 @@ these are pure functions over timestamps and job records)."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from glidemq.chaos.analysis import (
     duplicates,
     max_redelivery,
@@ -111,3 +113,36 @@ def test_an_empty_execution_ledger_while_jobs_completed_is_a_problem() -> None:
     left = QueueLeftovers(0, 0, 2, 0, frozenset({"j0", "j1"}))
     v = check_invariants(["j0", "j1"], records, left, None, Executions())
     assert any("execution ledger is empty" in p and "2 jobs completed" in p for p in v.problems)
+
+
+def test_longest_gap_counts_from_the_storm_start_to_its_end() -> None:
+    from glidemq.chaos.scenarios.kill_storm import longest_gap
+
+    assert longest_gap([11.0, 12.0, 16.5, 17.0], 10.0, 18.0) == (4.5, 12.0)
+    assert longest_gap([], 10.0, 12.0) == (2.0, 10.0)  # nothing completed at all
+    assert longest_gap([5.0, 30.0], 10.0, 12.0) == (2.0, 10.0)  # outside the storm
+
+
+def test_health_percentiles_and_soak_durations() -> None:
+    import argparse
+
+    import pytest
+
+    from glidemq.chaos.scenarios.metrics_flood import percentile
+    from glidemq.chaos.scenarios.soak import parse_duration
+
+    values = [float(i) for i in range(1, 101)]
+    assert (percentile(values, 50), percentile(values, 99), percentile([], 99)) == (50, 99, None)
+    assert [parse_duration(t) for t in ("90", "90s", "2m", "1h", "1.5m")] == [90, 90, 120, 3600, 90]
+    with pytest.raises(argparse.ArgumentTypeError):
+        parse_duration("20 minutes")
+
+
+def test_a_run_directory_is_always_new(tmp_path: Path) -> None:
+    from glidemq.chaos.runner import fresh_run_dir
+
+    first = fresh_run_dir(tmp_path / "w", "kill-workers-4")
+    (first / "exec").mkdir()
+    second = fresh_run_dir(tmp_path / "w", "kill-workers-4")
+    assert (first.name, second.name) == ("kill-workers-4", "kill-workers-4-2")
+    assert list(second.iterdir()) == []
