@@ -13,12 +13,14 @@ import os
 import random
 import signal
 import time
+from pathlib import Path
 from typing import Any
 
 import valkey
 
 from glidemq import Queue
 from glidemq.runtime.config import ExitCode
+from glidemq.runtime.restarts import BOOT_LOOP_LIMIT
 from tests.helpers import wait_for
 
 from .conftest import APP, CLIProcess, Launcher, pending_entries
@@ -122,3 +124,23 @@ async def test_sigterm_after_kills_hands_back_the_dead_workers_jobs(
     assert c.completed + c.waiting == len(ids), c
     assert pending_entries(raw, cli_queue) == 0
     assert "SIGKILL" not in cli.stderr().split("SIGTERM: draining", 1)[1]
+
+
+async def test_boot_crash_loop_after_the_fleet_was_ready_halts_with_exit_3(
+    run_cli: Launcher, cli_queue: Queue[Any, Any], valkey_server: Any, tmp_path: Path
+) -> None:
+    marker = tmp_path / "broken"
+    cli = run_cli(
+        "tests.fixtures.breakable_app:process",
+        *("--queue", cli_queue.name, "--url", valkey_server.url, "--procs", 2),
+        env={"RUNTIME_TEST_BREAK_MARKER": str(marker)},
+    )
+    workers = await cli.wait_workers(2)
+    marker.write_text("broken")
+    for pid in workers:
+        os.kill(pid, signal.SIGKILL)
+    assert await cli.wait_exit(60) == ExitCode.BOOT
+    err = cli.stderr()
+    assert "replacing it now" in err  # the killed ready workers were replaced at once
+    assert f"failed to start {BOOT_LOOP_LIMIT} times in a row" in err
+    assert "breakable_app is broken now" in err
