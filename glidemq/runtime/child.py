@@ -158,6 +158,11 @@ class _Child:
             self.send({"type": ipc.HOLDINGS, "holdings": [h.to_wire() for h in holdings]})
             for worker in self.workers:
                 await worker.start()
+            # --sandbox: ready only once a sandbox child has loaded the processor; if none
+            # can, this is a boot failure (the jobs stay waiting, none is taken).
+            for w in self.workers:
+                if w.sandbox_pool is not None:
+                    await w.sandbox_pool.wait_started()
         except BaseException as exc:
             self.send(
                 {
