@@ -41,6 +41,8 @@ DEFAULT_URL = "valkey://127.0.0.1:6379"
 # valkey-glide's own default (250 ms) would also cut off a slow FCALL that still ran on the
 # server; a command client waits longer and treats the time-out as an error, not a retry.
 DEFAULT_REQUEST_TIMEOUT_MS = 10_000
+# How long the pre-connect check waits for a TCP answer before leaving it to the client.
+_REFUSED_CHECK_TIMEOUT = 1.0
 
 _quiet = False
 
@@ -237,9 +239,38 @@ def resolve_connection(connection: ConnectionLike) -> ConnectionOptions:
     )
 
 
+async def _refused(addresses: tuple[tuple[str, int], ...]) -> str | None:
+    """The addresses, when every one refuses a TCP connection; else None.
+
+    valkey-glide retries a refused connection until its connection timeout and then reports
+    "timed out"; a refusal arrives at once, so checking first names the real cause without
+    the wait. Any other outcome (accepted, unreachable, slow) is left to the client.
+    """
+    refused = []
+    for host, port in addresses:
+        try:
+            _, writer = await asyncio.wait_for(
+                asyncio.open_connection(host, port), _REFUSED_CHECK_TIMEOUT
+            )
+        except ConnectionRefusedError:
+            refused.append(f"[{host}]:{port}" if ":" in host else f"{host}:{port}")
+            continue
+        except (OSError, TimeoutError):
+            return None
+        writer.close()
+        with contextlib.suppress(OSError):
+            await writer.wait_closed()
+        return None
+    return ", ".join(refused)
+
+
 async def create_client(opts: ConnectionOptions, *, name: str | None = None) -> Client:
-    """Connect a new valkey-glide client. Blocking readers must get a client of their own."""
+    """Connect a new valkey-glide client. Blocking readers must get a client of their own.
+    Raises glidemq.ConnectionError (saying "connection refused" when that is the cause)."""
     _quiet_native_logs()
+    refused = await _refused(opts.addresses)
+    if refused is not None:
+        raise ConnectionError(f"cannot connect to {opts.url}: connection refused by {refused}")
     addresses = [NodeAddress(h, p) for h, p in opts.addresses]
     credentials = (
         ServerCredentials(password=opts.password, username=opts.username)

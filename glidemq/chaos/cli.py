@@ -141,14 +141,19 @@ def build_parser() -> argparse.ArgumentParser:
         description="Hurt a glidemq deployment on purpose and check that no job is lost.",
         epilog=_EXAMPLES,
         formatter_class=argparse.RawDescriptionHelpFormatter,
+        allow_abbrev=False,  # no prefix matching of flags, here nor in the subcommands
     )
     p.add_argument("--version", action="version", version=f"glidemq-chaos {__version__}")
     sub = p.add_subparsers(dest="scenario", metavar="SCENARIO", required=True)
     for name, cls in scenarios().items():
-        sp = sub.add_parser(name, help=cls.summary, description=cls.summary)
+        sp = sub.add_parser(name, help=cls.summary, description=cls.summary, allow_abbrev=False)
         add_common_arguments(sp)
         cls().add_arguments(sp)
-    ap = sub.add_parser("all", help="every scenario in turn (one JSON object with all results)")
+    ap = sub.add_parser(
+        "all",
+        help="every scenario in turn (one JSON object with all results)",
+        allow_abbrev=False,
+    )
     add_common_arguments(ap)
     ap.add_argument(
         "--skip",

@@ -1210,11 +1210,31 @@ redis.register_function('glidemq_fail', function(keys, args)
   return 'failed'
 end)
 
+-- Claims in place up to `count` entries held by `owner`, a consumer known to be dead, whatever
+-- their idle time; once it holds nothing more, removes it from the group and the `workers`
+-- registry. Returns XAUTOCLAIM's shape: {cursor ('0-0' when done), entries}.
+local function claimOwned(stream, prefix, owner, count)
+  local ok, pend = pcall(redis.call, 'XPENDING', stream, GROUP, '-', '+', count, owner)
+  if not ok then return {'0-0', {}} end
+  local ids = {}
+  for i, p in ipairs(pend) do ids[i] = p[1] end
+  local entries = {}
+  if #ids > 0 then entries = redis.call('XCLAIM', stream, GROUP, owner, 0, unpack(ids)) end
+  if #ids < count then
+    redis.call('XGROUP', 'DELCONSUMER', stream, GROUP, owner)
+    redis.call('HDEL', prefix .. 'workers', owner)
+    return {'0-0', entries}
+  end
+  return {ids[#ids], entries}
+end
+
 -- KEYS: stream, failed, events, scheduled, meta.
 -- ARGS: now, consumer, minIdleMs, cursor, count, maxStalledCount, emitEvents, keepCount,
---       keepAge, deadLetter.
+--       keepAge, deadLetter, [owner].
 -- Claims entries idle longer than minIdleMs (their worker died or hung) and hands each job back
--- to the stream, or fails it once it stalled more than maxStalledCount times.
+-- to the stream, or fails it once it stalled more than maxStalledCount times. With owner (a
+-- dead consumer, e.g. a killed glidemq-run process), takes only what owner holds, at once
+-- (minIdleMs and cursor unused), then removes owner; call again until the cursor is '0-0'.
 -- Returns {nextCursor, requeued, failed}.
 redis.register_function('glidemq_reclaimStalled', function(keys, args)
   local stream, failedSet, events = keys[1], keys[2], keys[3]
@@ -1224,7 +1244,13 @@ redis.register_function('glidemq_reclaimStalled', function(keys, args)
   local emitEvents = args[7] == '1'
   local keepCount, keepAge = tonumber(args[8]) or -1, tonumber(args[9]) or 0
   local deadLetter = args[10] == '1'
-  local r = redis.call('XAUTOCLAIM', stream, GROUP, args[2], args[3], args[4], 'COUNT', args[5])
+  local owner = args[11]
+  local r
+  if owner and owner ~= '' then
+    r = claimOwned(stream, prefix, owner, tonumber(args[5]))
+  else
+    r = redis.call('XAUTOCLAIM', stream, GROUP, args[2], args[3], args[4], 'COUNT', args[5])
+  end
   local requeued, failed = 0, 0
   for _, e in ipairs(r[2]) do
     local entryId, f = e[1], e[2]

@@ -8,6 +8,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 from ..argtypes import non_negative_float, port, positive_int
+from ..errors import ValidationError
+from ..keys import validate_prefix, validate_queue_name
 
 __all__ = ["ExitCode", "RuntimeConfig", "UsageError", "build_parser", "parse_config"]
 
@@ -89,6 +91,7 @@ def build_parser() -> argparse.ArgumentParser:
         description="Run a glidemq processor in several supervised worker processes.",
         epilog=_EXAMPLES,
         formatter_class=argparse.RawDescriptionHelpFormatter,
+        allow_abbrev=False,  # `--proc` is a typo, not `--procs`
     )
     p.add_argument("target", metavar="MODULE:ATTR", help="the processor, e.g. app.tasks:send")
     p.add_argument("--version", action="version", version=f"glidemq-run {__version__}")
@@ -327,6 +330,15 @@ def parse_config(argv: Sequence[str], env: Mapping[str, str] | None = None) -> R
         if v is not None and v < low:
             flag = name.removesuffix("_ms").replace("_", "-")
             raise UsageError(f"--{flag}: must be >= {low} ms, got {v}")
+    for name in cfg.queues:
+        try:
+            validate_queue_name(name)
+        except ValidationError as exc:
+            raise UsageError(f"--queue {name!r}: {exc.reason}") from None
+    try:
+        validate_prefix(cfg.prefix)
+    except ValidationError as exc:
+        raise UsageError(f"--prefix: {exc.reason}") from None
     if cfg.log_format not in ("text", "json"):
         raise UsageError(f"--log-format: text or json, got {cfg.log_format!r}")
     if cfg.log_level.upper() not in ("DEBUG", "INFO", "WARNING", "ERROR"):
