@@ -722,10 +722,8 @@ local function checkAdd(a, o)
 end
 
 -- a: argument table, o: index of the first of the 17 addJob arguments; a[o + 17] = '1' adds
--- the job LIFO (glidemq's 18th argument).
-local function addJobCore(idKey, events, a, o)
-  local bad, v = checkAdd(a, o)
-  if bad then return bad end
+-- the job LIFO (glidemq's 18th argument); v: what checkAdd returned for them.
+local function addJobCore(idKey, events, a, o, v)
   local prefix = prefixOf(idKey, 'id')
   local name, data, opts = a[o], a[o + 1], a[o + 2]
   local now, delay, priority, ttl, rttl = v.now, v.delay, v.priority, v.ttl, v.rttl
@@ -781,11 +779,11 @@ end
 redis.register_function('glidemq_addJob', function(keys, args)
   local err = shape('glidemq_addJob', keys, args, 4, 17, 18)
   if err then return err end
-  local bad = checkAdd(args, 1)
+  local bad, v = checkAdd(args, 1)
   if bad then return bad end
   local room = waitingRoom(prefixOf(keys[1], 'id'))
   if room and room <= 0 then return QUEUE_FULL end
-  return addJobCore(keys[1], keys[4], args, 1)
+  return addJobCore(keys[1], keys[4], args, 1, v)
 end)
 
 -- KEYS: id, stream, scheduled, events. ARGS: now, then runs of jobs that share everything but
@@ -816,7 +814,7 @@ redis.register_function('glidemq_addBulk', function(keys, args)
   local now = args[1]
   if not int(now, 0, MAX_TIME) then return badCall('ERR:BAD_TIMESTAMP', 'glidemq_addBulk', 'now') end
   -- Check the whole call first (layout, options, sizes): a malformed call writes nothing.
-  local a = {}
+  local a, checked = {}, {}
   local i = 2
   while i <= #args do
     local n = int(args[i], 1, MAX_INT)
@@ -827,8 +825,9 @@ redis.register_function('glidemq_addBulk', function(keys, args)
     end
     local first = bulkRun(args, i, now, a)
     a[2] = ''
-    local bad = checkAdd(a, 1)
+    local bad, v = checkAdd(a, 1)
     if bad then return badCall(bad, 'glidemq_addBulk', 'run at argument ' .. i) end
+    checked[#checked + 1] = v
     for d = first, last do
       if dataTooLarge(args[d]) then
         return badCall('ERR:PAYLOAD_TOO_LARGE', 'glidemq_addBulk', 'argument ' .. d)
@@ -839,15 +838,18 @@ redis.register_function('glidemq_addBulk', function(keys, args)
   local out = {}
   local room = waitingRoom(prefixOf(keys[1], 'id'))
   i = 2
+  local run = 0
   while i <= #args do
     local n = tonumber(args[i])
     local first = bulkRun(args, i, now, a)
+    run = run + 1
+    local v = checked[run] -- the jobs of a run differ only in their data, checked above
     for d = first, first + n - 1 do
       if room and room <= 0 then
         out[#out + 1] = QUEUE_FULL
       else
         a[2] = args[d]
-        local r = addJobCore(keys[1], keys[4], a, 1)
+        local r = addJobCore(keys[1], keys[4], a, 1, v)
         out[#out + 1] = r
         if room and isAdded(r) then room = room - 1 end
       end
@@ -901,7 +903,7 @@ redis.register_function('glidemq_dedup', function(keys, args)
     end
   end
   if room and room <= 0 then return QUEUE_FULL end
-  local jobId = addJobCore(keys[2], keys[5], args, 4)
+  local jobId = addJobCore(keys[2], keys[5], args, 4, v)
   if jobId ~= 'duplicate' and string.sub(jobId, 1, 4) ~= 'ERR:' then
     redis.call('HSET', dedupKey, dedupId, jobId .. ':' .. args[7])
   end
@@ -2397,11 +2399,11 @@ redis.register_function('glidemq_fireScheduler', function(keys, args)
   local err = shape('glidemq_fireScheduler', keys, args, 5, 20, 21)
   if err then return err end
   -- malformed job arguments leave the entry as it is
-  local bad = checkAdd(args, 4)
+  local bad, v = checkAdd(args, 4)
   if bad then return badCall(bad, 'glidemq_fireScheduler', 'job arguments') end
   local cur = redis.call('HGET', keys[1], args[1])
   if not cur or redis.sha1hex(cur) ~= args[2] then return {'skip', ''} end
-  local jobId = addJobCore(keys[2], keys[5], args, 4)
+  local jobId = addJobCore(keys[2], keys[5], args, 4, v)
   setEntry(keys[1], args[1], args[3])
   return {'fired', jobId}
 end)
