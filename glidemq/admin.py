@@ -14,6 +14,7 @@ from .context import QueueContext, now_ms
 from .errors import GlideMQError, ValidationError
 from .job import Job, retry_source
 from .queries import Metrics, WorkerInfo
+from .request import fetch_outcomes
 
 if TYPE_CHECKING:
     from .keys import QueueKeys
@@ -93,6 +94,17 @@ class QueueAdmin(Generic[D, R]):
         ctx = await self._context()
         fields = await ctx.get_fields(job_id)
         return None if fields is None else Job(ctx, fields)
+
+    async def get_result(self, job_id: str) -> R | None:
+        """A completed job's return value: from its record, or from the result cache
+        (`JobOptions.result_ttl`) after the record was removed, until that ttl ends. None
+        when the job has not completed (or failed), or neither record nor cache is left."""
+        ctx = await self._context()
+        outcome = (await fetch_outcomes(ctx, [job_id]))[job_id]
+        if outcome is None or outcome.state != "completed":
+            return None
+        value: R = outcome.value
+        return value
 
     async def _jobs_by_ids(self, ids: Sequence[str]) -> list[Job[D, R]]:
         ctx = await self._context()

@@ -25,6 +25,7 @@ from ..keys import DEFAULT_PREFIX, QueueKeys
 from ..limits import RateLimit
 from ..queries import Metrics, WorkerInfo
 from ..queue import JobCounts, Queue
+from ..request import default_result_ttl, validate_result_ttl
 from ..serialize import decode_json, encode_data
 from ..types import JobOptions, bulk_item
 from . import bulk, limits
@@ -33,7 +34,7 @@ from .job import TestJob, check_reply
 from .schedulers import SchedulerMethods
 from .server import MemoryConnection, MemoryServer, resolve_server
 from .store import QueueStore
-from .support import UNSUPPORTED_QUEUE_METHODS, check_options, install_unsupported, unsupported
+from .support import UNSUPPORTED_QUEUE_METHODS, check_options, install_unsupported
 
 __all__ = ["TestQueue"]
 
@@ -92,14 +93,12 @@ class TestQueue(SchedulerMethods, Generic[D, R]):
         compression: bool = False,
         result_ttl: int | None = None,
     ) -> None:
-        if result_ttl is not None:
-            raise unsupported("result_ttl")
         self.keys = QueueKeys(name, prefix)  # the same name and prefix rules as Queue
         self.name = name
         self.server: MemoryServer = resolve_server(connection)
         self.connection = self.server
         self.compression = compression
-        self.result_ttl = result_ttl
+        self.result_ttl = validate_result_ttl(result_ttl)
         self._closed = False
 
     async def __aenter__(self) -> Self:
@@ -155,7 +154,7 @@ class TestQueue(SchedulerMethods, Generic[D, R]):
         self, name: str, data: D | None = None, opts: JobOptions | Mapping[str, Any] | None = None
     ) -> TestJob[D, R] | None:
         """Add one job. Returns it, or None when a custom id or deduplication skipped it."""
-        options = JobOptions.coerce(opts)
+        options = default_result_ttl(JobOptions.coerce(opts), self.result_ttl)
         check_options(options)
         store = await self._ready()
         job: TestJob[D, R] | None = self._add_now(store, name, data, options, store.clock.now_ms())
@@ -175,7 +174,7 @@ class TestQueue(SchedulerMethods, Generic[D, R]):
             try:
                 if not isinstance(name, str):
                     raise ValidationError("name", "must be a string")
-                options = JobOptions.coerce(raw_opts)
+                options = default_result_ttl(JobOptions.coerce(raw_opts), self.result_ttl)
                 check_options(options)
                 encode_data(data, compress=self.compression)
             except PayloadTooLargeError as exc:
@@ -228,7 +227,11 @@ class TestQueue(SchedulerMethods, Generic[D, R]):
             while True:
                 if self._closed:
                     raise GlideMQError(f"queue {self.name!r} is closed")
-                rec = store.outcomes.get(job_id) or store.jobs.get(job_id)
+                rec = (
+                    store.outcomes.get(job_id)
+                    or store.jobs.get(job_id)
+                    or store.cached_result(job_id)
+                )
                 if rec is None:
                     raise JobNotFoundError(self.name, job_id)
                 if rec.state == "completed":
@@ -296,6 +299,18 @@ class TestQueue(SchedulerMethods, Generic[D, R]):
         store = await self._ready()
         rec = store.jobs.get(job_id)
         return None if rec is None else TestJob.from_record(store, rec)
+
+    async def get_result(self, job_id: str) -> R | None:
+        """A completed job's return value: from its record, or from the result cache
+        (`result_ttl`) once the record is gone; None otherwise."""
+        store = await self._ready()
+        rec = store.jobs.get(job_id)
+        if rec is None:
+            rec = store.cached_result(job_id)
+        if rec is None or rec.state != "completed":
+            return None
+        value: R = decode_json(rec.returnvalue)
+        return value
 
     async def get_jobs(
         self, states: str | Sequence[str] = ("waiting",), start: int = 0, end: int = -1

@@ -70,6 +70,7 @@ class QueueStore:
         self.metrics: dict[str, dict[int, int]] = {"completed": {}, "failed": {}}
         self.watched: dict[str, int] = {}
         self.outcomes: dict[str, JobRecord] = {}
+        self.results: dict[str, tuple[int, JobRecord]] = {}  # result cache: expiry, outcome
         self.events: deque[Event] = deque(maxlen=_EVENTS_MAXLEN)
         # groups, ordering keys and LIFO (groups.py), flows (flows.py), job schedulers
         self.groups: dict[str, groups.GroupState] = {}
@@ -181,6 +182,8 @@ class QueueStore:
         if custom_id:
             if custom_id in self.jobs:
                 return "duplicate"
+            if opts.result_ttl and self.cached_result(custom_id) is not None:
+                return "duplicate"  # its outcome is still cached, as on the server
             job_id = custom_id
         else:
             job_id = self.new_id()
@@ -329,10 +332,23 @@ class QueueStore:
         counts = self.metrics[kind]
         counts[minute] = counts.get(minute, 0) + 1
 
-    def _keep_outcome(self, rec: JobRecord) -> None:
+    def _keep_outcome(self, rec: JobRecord, now: int) -> None:
         # add_and_wait learns the outcome even when retention deletes the job at once.
         if rec.id in self.watched:
             self.outcomes[rec.id] = dataclasses.replace(rec, logs=[])
+        rttl = rec.opts.get("resultTtl")
+        if rttl:  # the result cache (JobOptions.result_ttl), whatever the retention
+            self.results[rec.id] = (now + int(rttl), dataclasses.replace(rec, logs=[]))
+
+    def cached_result(self, job_id: str) -> JobRecord | None:
+        """The outcome kept for `job_id` by its result ttl, or None once it expired."""
+        kept = self.results.get(job_id)
+        if kept is None:
+            return None
+        if kept[0] <= self.clock.now_ms():
+            del self.results[job_id]
+            return None
+        return kept[1]
 
     def complete(
         self, job_id: str, entry: str, rv: bytes, keep: tuple[int, int], now: int, emit: bool
@@ -344,7 +360,7 @@ class QueueStore:
         self.left_active(rec, "completed", now, rv)
         rec.state, rec.returnvalue, rec.finished_on = "completed", rv, now
         self._count("completed", now)
-        self._keep_outcome(rec)
+        self._keep_outcome(rec, now)
         if keep[0] == 0:
             self.delete(job_id)
         else:
@@ -366,7 +382,7 @@ class QueueStore:
     ) -> None:
         rec.state, rec.failed_reason, rec.finished_on = "failed", reason, now
         self._count("failed", now)
-        self._keep_outcome(rec)
+        self._keep_outcome(rec, now)
         if dead_letter:
             rec.dead_letter = True
             self.finished["dlq"].add(rec.id, now)
