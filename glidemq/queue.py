@@ -418,11 +418,14 @@ class Queue(QueueAdmin[D, R], QueueLimits, Generic[D, R]):
         end_date: int | datetime | None = None,
         limit: int | None = None,
         template: JobTemplate | Mapping[str, Any] | None = None,
+        repeat_after_complete: bool = False,
     ) -> JobScheduler:
         """Create or replace the scheduler `name`: running workers add a job from `template`
         (name, data, opts) on the `cron` expression (in time zone `tz`) or every `every_ms`,
         from `start_date` until `end_date` or `limit` jobs. Replacing it keeps its next run
-        when the schedule is unchanged. Returns the stored scheduler."""
+        when the schedule is unchanged. With `repeat_after_complete` the next run is planned
+        when the previous run's job finished, so runs never overlap. Returns the stored
+        scheduler."""
         new = scheduler.build(
             name,
             cron=cron,
@@ -433,6 +436,7 @@ class Queue(QueueAdmin[D, R], QueueLimits, Generic[D, R]):
             limit=limit,
             template=template,
             compress=self.compression,
+            repeat_after_complete=repeat_after_complete,
         )
         return await scheduler.upsert(await self._context(), new, now_ms())
 
