@@ -38,6 +38,7 @@ from .errors import (
 )
 from .events import QueueEvent, QueueEvents
 from .flow import FlowJob, FlowProducer, JobNode
+from .flowview import Dependencies, Flow, FlowNode
 from .job import Job
 from .limits import RateLimit, TokenBucket
 from .processor import ProcessorSpec, processor
@@ -69,8 +70,11 @@ __all__ = [
     "DagNode",
     "Deduplication",
     "DelayedError",
+    "Dependencies",
     "DuplicateJobError",
+    "Flow",
     "FlowJob",
+    "FlowNode",
     "FlowProducer",
     "GlideMQError",
     "GracefulShutdown",

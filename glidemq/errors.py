@@ -191,13 +191,17 @@ class CycleError(ValidationError):
 
 class CrossSlotError(GlideMQError):
     """A flow in a cluster uses queues whose keys hash to different slots; one atomic call
-    cannot reach them. `slots` maps each queue to its slot. Raised before anything is written."""
+    cannot reach them. `slots` maps each queue to its slot. Raised before anything is written.
+    The message names the two ways out (docs/WORKFLOWS.md, "Clusters: one slot per flow")."""
 
     def __init__(self, slots: dict[str, int]) -> None:
         listed = ", ".join(f"{q!r}: {s}" for q, s in sorted(slots.items(), key=lambda x: x[1]))
         super().__init__(
             "a flow's queues must share one cluster slot, these do not: "
-            f"{listed} (pick queue names with the same slot, see glidemq.keys.queue_slot)"
+            f"{listed}. Either pick queue names with the same slot (glidemq.keys.queue_slot), "
+            "or keep the flow in the parent's slot and relay the remote work: a child in the "
+            "parent's queue whose processor calls Queue.add_and_wait on the other queue "
+            "(docs/WORKFLOWS.md, 'Clusters: one slot per flow')"
         )
         self.slots = dict(slots)
 

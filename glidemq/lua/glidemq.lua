@@ -1023,11 +1023,13 @@ local function parentPrefixOf(childPrefix, parentQueue)
 end
 
 -- What a child's final failure does to its parents (BullMQ's option names, in the child's
--- opts): fail them (the default), or drop the dependency, recorded ('ignore') or not ('remove').
+-- opts): fail them (the default), or drop the dependency, recorded ('ignore') or not ('remove'),
+-- or record it and run the parent at once ('continue').
 local function failurePolicy(opts)
   if opts then
     if string.find(opts, '"ignoreDependencyOnFailure":true', 1, true) then return 'ignore' end
     if string.find(opts, '"removeDependencyOnFailure":true', 1, true) then return 'remove' end
+    if string.find(opts, '"continueParentOnFailure":true', 1, true) then return 'continue' end
   end
   return 'fail'
 end
@@ -1058,6 +1060,11 @@ local function settleChild(pPrefix, pid, ref, outcome, value, policy, now)
   elseif outcome == 'failed' then
     if policy == 'ignore' then
       redis.call('HSET', pKey, 'cf:' .. ref, value or '')
+    elseif policy == 'continue' then
+      -- The parent runs now with the failure recorded; children still pending stay its deps.
+      redis.call('HSET', pKey, 'cf:' .. ref, value or '')
+      if pstate == 'waiting-children' then wakeParent(pPrefix, pKey, pid, now) end
+      return nil
     elseif policy == 'fail' then
       local reason = 'child ' .. ref .. ' failed: ' .. tostring(value or '')
       if pstate == 'waiting-children' then

@@ -20,6 +20,7 @@ from ..errors import (
     QueueFullError,
     ValidationError,
 )
+from ..flowview import DEFAULT_MAX_FLOW_NODES, Flow
 from ..job import retry_source
 from ..keys import DEFAULT_PREFIX, QueueKeys
 from ..limits import RateLimit
@@ -28,7 +29,7 @@ from ..queue import JobCounts, Queue
 from ..request import default_result_ttl, validate_result_ttl
 from ..serialize import decode_json, encode_data
 from ..types import JobOptions, bulk_item
-from . import bulk, limits
+from . import bulk, flows, limits
 from .bulk import redis_range
 from .job import TestJob, check_reply
 from .schedulers import SchedulerMethods
@@ -299,6 +300,14 @@ class TestQueue(SchedulerMethods, Generic[D, R]):
         store = await self._ready()
         rec = store.jobs.get(job_id)
         return None if rec is None else TestJob.from_record(store, rec)
+
+    async def get_flow(
+        self, job_id: str, *, max_nodes: int = DEFAULT_MAX_FLOW_NODES
+    ) -> Flow | None:
+        """The flow below this job (pass a root's id for a whole flow): a tree of
+        `FlowNode`s with each job's state, result and children, and the same jobs as a DAG
+        (`nodes`, `edges`). None when the job does not exist. Reads at most `max_nodes` jobs."""
+        return await flows.read_flow(await self._ready(), job_id, max_nodes)
 
     async def get_result(self, job_id: str) -> R | None:
         """A completed job's return value: from its record, or from the result cache

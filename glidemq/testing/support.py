@@ -47,6 +47,7 @@ SUPPORTED_JOB_OPTIONS = frozenset(
         "lifo",
         "ignore_dependency_on_failure",
         "remove_dependency_on_failure",
+        "continue_parent_on_failure",
         "result_ttl",
     }
 )
