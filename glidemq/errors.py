@@ -22,6 +22,7 @@ __all__ = [
     "PayloadTooLargeError",
     "QueueFullError",
     "RateLimitError",
+    "SerializerMismatchError",
     "ServerError",
     "UnrecoverableError",
     "UnsupportedOptionError",
@@ -204,6 +205,22 @@ class CrossSlotError(GlideMQError):
             "(docs/WORKFLOWS.md, 'Clusters: one slot per flow')"
         )
         self.slots = dict(slots)
+
+
+class SerializerMismatchError(GlideMQError):
+    """A Queue or Worker uses another serializer than the one recorded for its queue (in the
+    queue's meta hash by the first non-JSON Queue or Worker). `recorded` and `wanted` name
+    them; nothing was added or run."""
+
+    def __init__(self, queue: str, recorded: str, wanted: str, who: str) -> None:
+        super().__init__(
+            f"queue {queue!r} uses the {recorded!r} serializer, this {who} was given "
+            f"serializer={wanted!r}: give it serializer={recorded!r}, or obliterate the queue "
+            "to start over with another serializer"
+        )
+        self.queue = queue
+        self.recorded = recorded
+        self.wanted = wanted
 
 
 class DuplicateJobError(GlideMQError):

@@ -248,7 +248,13 @@ class Job(Generic[D, R]):
     async def update_data(self, data: D) -> None:
         """Replace the job's data."""
         await self._ctx.update_job(
-            self.id, [("data", encode_data(data, compress=self._ctx.compress))]
+            self.id,
+            [
+                (
+                    "data",
+                    encode_data(data, compress=self._ctx.compress, serializer=self._ctx.serializer),
+                )
+            ],
         )
         self.data = data
 

@@ -359,7 +359,8 @@ class WorkerOptions:
     max_stalled_count: reclaims before the job fails; events: write per-job lifecycle events;
     dead_letter: park jobs that fail for good in the queue's dead-letter set; sandbox: run
     the processor (then a 'module:attr' or file target) in child processes (docs/SANDBOX.md);
-    limiter: at most `max` jobs start per `duration` ms, counted over all workers of the queue.
+    limiter: at most `max` jobs start per `duration` ms, counted over all workers of the queue;
+    serializer: how results are encoded, `"json"` or `"msgpack"`: must be the queue's.
     """
 
     concurrency: int = 1
@@ -379,6 +380,7 @@ class WorkerOptions:
     batch: BatchOptions | None = None
     sandbox: SandboxOptions | None = None
     limiter: RateLimit | None = None
+    serializer: str = "json"
 
     def __post_init__(self) -> None:
         if self.limiter is not None:  # a {"max", "duration"} dict is fine too
@@ -405,6 +407,12 @@ class WorkerOptions:
 
             if not isinstance(self.sandbox, SandboxOptions):
                 raise ValidationError("sandbox", "must be SandboxOptions(...)")
+        if self.serializer != "json":
+            from .serializers import get_serializer  # here: it imports the connection layer
+
+            get_serializer(self.serializer)  # unknown names, msgpack not installed
+            if self.sandbox is not None:
+                raise ValidationError("serializer", "sandboxed processors return JSON only")
 
 
 def worker_options(options: WorkerOptions | None, settings: Mapping[str, Any]) -> WorkerOptions:

@@ -2446,11 +2446,12 @@ end)
 
 -- Do the top-level fields of a job's JSON data hold the wanted values? filters: {field, kind,
 -- value} with kind s (string), n (number), b (boolean, '1' / '0'), z (null). Compressed data
--- cannot be read here and counts as a match: the caller checks it.
+-- and data of another serializer ('<name>:' tagged) cannot be read here and count as a match:
+-- the caller checks them.
 local function dataMatches(raw, filters)
   if #filters == 0 then return true end
   if not raw then return false end
-  if string.sub(raw, 1, 3) == 'gz:' then return true end
+  if string.find(raw, '^%l[%l%d_]*:') then return true end
   local ok, d = pcall(cjson.decode, raw)
   if not ok or type(d) ~= 'table' then return false end
   for _, f in ipairs(filters) do

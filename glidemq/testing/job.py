@@ -27,6 +27,7 @@ from ..job import (
     retry_source,
 )
 from ..serialize import decode_data, decode_json, encode_data, encode_json
+from ..serializers import get_serializer
 from . import flows
 from .bulk import retry_jobs
 from .store import JobRecord, QueueStore
@@ -146,7 +147,8 @@ class TestJob(Job[D, R]):
 
     async def update_data(self, data: D) -> None:
         """Replace the job's data."""
-        if not self._store.update(self.id, data=encode_data(data)):
+        serializer = get_serializer(self._store.serializer)
+        if not self._store.update(self.id, data=encode_data(data, serializer=serializer)):
             raise JobNotFoundError(self._store.name, self.id)
         self.data = data
 

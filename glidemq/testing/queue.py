@@ -28,6 +28,7 @@ from ..queries import Metrics, WorkerInfo
 from ..queue import JobCounts, Queue
 from ..request import default_result_ttl, validate_result_ttl
 from ..serialize import decode_json, encode_data
+from ..serializers import DEFAULT_SERIALIZER, get_serializer
 from ..types import JobOptions, bulk_item
 from . import bulk, flows, limits
 from .bulk import redis_range
@@ -93,6 +94,7 @@ class TestQueue(SchedulerMethods, Generic[D, R]):
         prefix: str = DEFAULT_PREFIX,
         compression: bool = False,
         result_ttl: int | None = None,
+        serializer: str = DEFAULT_SERIALIZER,
     ) -> None:
         self.keys = QueueKeys(name, prefix)  # the same name and prefix rules as Queue
         self.name = name
@@ -100,6 +102,8 @@ class TestQueue(SchedulerMethods, Generic[D, R]):
         self.connection = self.server
         self.compression = compression
         self.result_ttl = validate_result_ttl(result_ttl)
+        self._serializer = get_serializer(serializer)
+        self.serializer = serializer
         self._closed = False
 
     async def __aenter__(self) -> Self:
@@ -114,7 +118,9 @@ class TestQueue(SchedulerMethods, Generic[D, R]):
     def _store(self) -> QueueStore:
         if self._closed:
             raise GlideMQError(f"queue {self.name!r} is closed")
-        return self.server.store(self.name, self.keys.prefix)
+        store = self.server.store(self.name, self.keys.prefix)
+        store.claim_serializer(self.serializer, "Queue")
+        return store
 
     async def _ready(self) -> QueueStore:
         # Every real call goes to the server and back: yield to the loop like it does, so
@@ -131,7 +137,7 @@ class TestQueue(SchedulerMethods, Generic[D, R]):
     def _add_now(self, store: QueueStore, name: str, data: Any, opts: JobOptions, now: int) -> Any:
         if not isinstance(name, str):
             raise ValidationError("name", "must be a string")
-        raw = encode_data(data, compress=self.compression)
+        raw = encode_data(data, compress=self.compression, serializer=self._serializer)
         d = opts.deduplication
         if d is not None:
             verdict = store.dedup_check(d.id, d.ttl, d.mode, now, limits.room(store))
@@ -177,7 +183,7 @@ class TestQueue(SchedulerMethods, Generic[D, R]):
                     raise ValidationError("name", "must be a string")
                 options = default_result_ttl(JobOptions.coerce(raw_opts), self.result_ttl)
                 check_options(options)
-                encode_data(data, compress=self.compression)
+                encode_data(data, compress=self.compression, serializer=self._serializer)
             except PayloadTooLargeError as exc:
                 raise PayloadTooLargeError(exc.size, exc.limit, f"jobs[{i}].data") from None
             except ValidationError as exc:

@@ -14,6 +14,7 @@ from collections import deque
 from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any
 
+from ..errors import SerializerMismatchError
 from ..keys import DEFAULT_PREFIX
 from ..limits import RateLimit
 from ..types import JobOptions
@@ -61,6 +62,7 @@ class QueueStore:
         self.finished = {"completed": ZSet(), "failed": ZSet(), "dlq": ZSet()}
         self.dedup: dict[str, tuple[str, int]] = {}
         self.paused = False
+        self.serializer: str | None = None  # recorded by the first non-JSON queue or worker
         # limits (glidemq/testing/limits.py) and outcomes kept for add_and_wait
         self.max_waiting: int | None = None
         self.concurrency = 0
@@ -81,6 +83,15 @@ class QueueStore:
         self.schedulers: dict[str, JobScheduler] = {}
         self._entry_ms = 0
         self._entry_seq = 0
+
+    def claim_serializer(self, name: str, who: str) -> None:
+        """As glidemq.serializers.claim_serializer: record a non-JSON serializer first come,
+        refuse a different one with SerializerMismatchError."""
+        if name != "json" and self.serializer is None:
+            self.serializer = name
+        recorded = self.serializer or "json"
+        if recorded != name:
+            raise SerializerMismatchError(self.name, recorded, name, who)
 
     # -- change notification -------------------------------------------------------------
 

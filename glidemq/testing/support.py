@@ -72,6 +72,7 @@ SUPPORTED_WORKER_OPTIONS = frozenset(
         "consumer",
         "batch",
         "limiter",
+        "serializer",
     }
 )
 
