@@ -116,6 +116,25 @@ class JobTracing:
                 span.set_status(self._trace.Status(self._trace.StatusCode.ERROR))
             return outcome
 
+    async def child_run(self, job: Any, run: Awaitable[None]) -> None:
+        """A sandbox child's run of one job (`run`), as a span of the job's trace; spans the
+        processor opens in the child nest under it."""
+        opts = job.opts
+        tp = opts.get(TRACEPARENT) if isinstance(opts, dict) else None
+        parent = self._propagator.extract({TRACEPARENT: tp}) if isinstance(tp, str) else None
+        attrs = {
+            "messaging.system": SYSTEM,
+            "messaging.destination.name": job.queue_name,
+            "messaging.message.id": job.id,
+            "glidemq.job.name": job.name,
+            "glidemq.job.attempt": job.attempts_made + 1,
+            "glidemq.sandbox": True,
+        }
+        with self._tracer.start_as_current_span(
+            f"run {job.queue_name}", context=parent, attributes=attrs
+        ):
+            await run
+
     def failed(self, error: BaseException, status: str, reason: str, delay: int) -> None:
         """Record a failed try on the current (consumer) span: a `retry` event when the job
         will run again, a `failed` event when it failed for good."""

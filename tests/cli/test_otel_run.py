@@ -73,6 +73,16 @@ async def test_one_trace_from_the_producer_to_a_glidemq_run_worker(
         assert consumer["attributes"]["glidemq.job.outcome"] == "completed"
         assert consumer["attributes"].get("glidemq.sandbox", False) is sandbox
         assert consumer["pid"] in cli.worker_pids()  # the worker process made the span
+        runs = [s for s in _read(out) if s["name"] == f"run {queue_name}"]
+        if sandbox:  # the sandbox child's run of the job is a span of the same trace
+            await wait_for(lambda: [s for s in _read(out) if s["name"] == f"run {queue_name}"])
+            (run,) = [s for s in _read(out) if s["name"] == f"run {queue_name}"]
+            assert run["trace_id"] == consumer["trace_id"]
+            assert run["parent_id"] == f"{producer.context.span_id:016x}"
+            assert run["attributes"]["glidemq.sandbox"] is True
+            assert run["pid"] not in cli.worker_pids() and run["pid"] != cli.pid
+        else:
+            assert runs == []
         await queue.obliterate(force=True)
     cli.send(signal.SIGTERM)
     assert await cli.wait_exit(30) == 0
