@@ -11,13 +11,21 @@ every try of the job share one trace.
 from __future__ import annotations
 
 import contextlib
+import time
 from collections.abc import Awaitable, Callable, Iterator
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from opentelemetry.trace import Span, Tracer
 
-__all__ = ["TRACEPARENT", "JobTracing", "job_tracing", "stamp_opts", "use_tracer_provider"]
+__all__ = [
+    "TRACEPARENT",
+    "JobTracing",
+    "job_tracing",
+    "stamp_opts",
+    "use_meter_provider",
+    "use_tracer_provider",
+]
 
 TRACEPARENT = "traceparent"
 """The key of the job's `opts` JSON that carries the producer's trace context."""
@@ -25,6 +33,14 @@ TRACEPARENT = "traceparent"
 SYSTEM = "glidemq"
 _NO_STATUS = ("stale", "missing", "error")
 _provider: Any = None  # set by use_tracer_provider; None: OpenTelemetry's global provider
+_meter_provider: Any = None  # set by use_meter_provider; None: the global one
+
+
+def use_meter_provider(provider: Any) -> None:
+    """Record glidemq's job metrics with this `MeterProvider` instead of the global one (None
+    goes back to it). Metrics are recorded by workers that trace (see `job_tracing`)."""
+    global _meter_provider
+    _meter_provider = provider
 
 
 def use_tracer_provider(provider: Any) -> None:
@@ -48,12 +64,22 @@ class JobTracing:
     """The spans of one Queue, Worker or FlowProducer, on the global tracer provider."""
 
     def __init__(self, tracer: Tracer) -> None:
-        from opentelemetry import trace
+        from opentelemetry import metrics, trace
         from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
+
+        from . import __version__
 
         self._trace = trace
         self._tracer = tracer
         self._propagator = TraceContextTextMapPropagator()
+        meters = _meter_provider if _meter_provider is not None else metrics.get_meter_provider()
+        meter = meters.get_meter("glidemq", __version__)
+        self._tries = meter.create_counter(
+            "glidemq.job.tries", unit="{try}", description="Tries of jobs processed, by outcome"
+        )
+        self._duration = meter.create_histogram(
+            "glidemq.job.duration", unit="s", description="Time a try of a job took"
+        )
 
     # -- producers ---------------------------------------------------------------------------
 
@@ -110,10 +136,14 @@ class JobTracing:
             record_exception=False,
             set_status_on_exception=False,
         ) as span:
+            started = time.perf_counter()
             outcome = await run(job)
             span.set_attribute("glidemq.job.outcome", outcome)
             if outcome == "failed":
                 span.set_status(self._trace.Status(self._trace.StatusCode.ERROR))
+            labels = {"messaging.destination.name": job.queue_name, "glidemq.job.outcome": outcome}
+            self._tries.add(1, labels)
+            self._duration.record(time.perf_counter() - started, labels)
             return outcome
 
     async def child_run(self, job: Any, run: Awaitable[None]) -> None:

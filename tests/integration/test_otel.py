@@ -201,3 +201,41 @@ def test_the_core_does_not_import_opentelemetry_when_it_is_absent() -> None:
         [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=False
     )
     assert done.returncode == 0, done.stderr
+
+
+async def test_a_tracing_worker_records_tries_and_durations(
+    spans: InMemorySpanExporter, queue: Queue[Any, Any], conn: ConnectionOptions
+) -> None:
+    from opentelemetry.sdk.metrics import MeterProvider
+    from opentelemetry.sdk.metrics.export import InMemoryMetricReader
+
+    reader = InMemoryMetricReader()
+    meters = MeterProvider(metric_readers=[reader])
+    otel.use_meter_provider(meters)
+    try:
+        await queue.add_bulk([("ok", 1), ("ok", 2), ("bad", 3, {"attempts": 1})])
+
+        async def proc(j: Job[Any, Any]) -> None:
+            if j.name == "bad":
+                raise ValueError("bad")
+
+        async with Worker(queue.name, proc, connection=conn, concurrency=3, **FAST):
+            await _consumers(spans, queue.name, 3)
+    finally:
+        otel.use_meter_provider(None)
+    data = reader.get_metrics_data()
+    metrics = {
+        m.name: m for rm in data.resource_metrics for sm in rm.scope_metrics for m in sm.metrics
+    }
+    tries = {
+        p.attributes["glidemq.job.outcome"]: p.value
+        for p in metrics["glidemq.job.tries"].data.data_points
+    }
+    assert tries == {"completed": 2, "failed": 1}
+    (duration,) = [
+        p
+        for p in metrics["glidemq.job.duration"].data.data_points
+        if p.attributes["glidemq.job.outcome"] == "completed"
+    ]
+    assert duration.count == 2 and duration.sum >= 0
+    meters.shutdown()
