@@ -20,6 +20,7 @@ __all__ = [
     "JobTimeoutError",
     "LibraryError",
     "PayloadTooLargeError",
+    "ProcessorExitError",
     "QueueFullError",
     "RateLimitError",
     "ServerError",
@@ -84,6 +85,20 @@ class RateLimitError(GlideMQError):
 
     def __str__(self) -> str:
         return f"rate limited for {self.delay} ms" if self.delay else "rate limited"
+
+
+class ProcessorExitError(GlideMQError):
+    """A processor raised KeyboardInterrupt, SystemExit or another BaseException that is not
+    an Exception. The job fails with this error (reason `processor raised NAME[: detail]`,
+    the original is its `__cause__`); the worker, its event loop and other jobs go on."""
+
+    def __init__(self, original: BaseException) -> None:
+        name = type(original).__name__
+        detail = str(original)
+        super().__init__(
+            f"processor raised {name}: {detail}" if detail else f"processor raised {name}"
+        )
+        self.original_type = name
 
 
 class ConnectionError(GlideMQError):

@@ -31,7 +31,7 @@ from typing import Any
 import orjson
 
 from ..errors import BatchError
-from ..processor import load_processor
+from ..processor import load_processor, user_exit
 from .channel import Channel, FrameDecoder, encode_frame
 from .job import SandboxJob
 from .protocol import (
@@ -390,7 +390,8 @@ class _Runner:
                 "err": {"type": CANCELLED, "name": "CancelledError", "message": "aborted"},
             }
         except BaseException as exc:
-            message = {"t": ERROR, "i": inv, "err": _describe(exc)}
+            # KeyboardInterrupt, SystemExit: this run's failure, described as in-process
+            message = {"t": ERROR, "i": inv, "err": _describe(user_exit(exc))}
             if isinstance(exc, MemoryError):
                 message["retire"] = "memory"  # the heap may be fragmented or near the cap
         finally:

@@ -7,6 +7,8 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
+import pytest
+
 from glidemq import ConnectionOptions, JobOptions, Queue, Worker
 from glidemq.sandbox import SandboxOptions
 from tests.helpers import wait_for
@@ -214,3 +216,29 @@ async def test_pool_recovers_when_the_import_is_fixed(
         assert added is not None
         job = await finished(queue, added.id)
     assert job.returnvalue == "deployed"
+
+
+@pytest.mark.parametrize("attr", ["raising", "raising_sync"])
+async def test_base_exception_in_a_sandbox_child_fails_only_its_job(
+    queue: Queue[Any, Any], conn: ConnectionOptions, attr: str
+) -> None:
+    raising = [await queue.add("r", {"raise": e}) for e in ("KeyboardInterrupt", "SystemExit")]
+    normal = [await queue.add("n", {"sleep": 0.2}) for _ in range(4)]
+    worker = Worker(
+        queue.name,
+        f"tests.fixtures.base_exception_app:{attr}",
+        connection=conn,
+        sandbox=SandboxOptions(max_children=1),
+        concurrency=2,
+        stalled_interval=60_000,
+    )
+    async with worker:
+        failed = [await finished(queue, j.id) for j in raising if j is not None]
+        done = [await finished(queue, j.id) for j in normal if j is not None]
+        pool = worker.sandbox_pool
+        assert pool is not None
+    assert [j.failed_reason for j in failed] == [
+        "processor raised KeyboardInterrupt",
+        "processor raised SystemExit: 3",
+    ]
+    assert all(j.state == "completed" for j in done)
