@@ -92,6 +92,7 @@ class Worker(WorkerLifecycle, Generic[D, R]):
                 on_error=lambda exc: self.events.emit("error", exc),
                 hand_back=True,
                 on_room=self._wake_up,
+                result_limit=base.max_result_bytes,
             )
             pool = self.sandbox_pool
             call: Callable[[Any], Any] = pool.run_batch if base.batch else pool.run
@@ -278,7 +279,7 @@ class Worker(WorkerLifecycle, Generic[D, R]):
             # A sandbox times out by killing the child.
             timeout = job.opts.get("timeout") if self.sandbox_pool is None else None
             result = await self._proc.job(job, timeout)
-            rv = encode_result(result)
+            rv = encode_result(result, self.opts.max_result_bytes)
         except asyncio.CancelledError:
             self._running -= 1
             if job.id in self._revoked and not self._closing:

@@ -1044,6 +1044,8 @@ local function fetch(prefix, keys, consumer, count, now, emitEvents, out, lim)
   return #entries, 0
 end
 
+local EVENT_VALUE_MAX = 16384 -- bytes of a return value a 'completed' event carries
+
 -- KEYS: stream, completed, events, scheduled, meta.
 -- ARGS: now, consumer, fetchCount, emitEvents, nCompletions,
 --       then per completion: jobId, entryId, returnvalue, keepCount, keepAge,
@@ -1069,7 +1071,14 @@ local function completeOne(prefix, stream, completed, events, now, jobId, entryI
     redis.call('ZADD', completed, now, jobId)
     retain(prefix, completed, now, keepCount, keepAge)
   end
-  if emitEvents then emit(events, 'completed', jobId, 'returnvalue', rv) end
+  if emitEvents then
+    -- events stay small: a larger value is read from the job
+    if #rv <= EVENT_VALUE_MAX then
+      emit(events, 'completed', jobId, 'returnvalue', rv)
+    else
+      emit(events, 'completed', jobId, 'returnvalueBytes', #rv)
+    end
+  end
   return 'ok'
 end
 

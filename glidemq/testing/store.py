@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from ..limits import RateLimit
+from ..serialize import EVENT_VALUE_MAX_BYTES
 from .clock import Clock
 
 __all__ = ["FINISHED", "SHIFT", "Event", "JobRecord", "QueueStore"]
@@ -364,8 +365,10 @@ class QueueStore:
         else:
             self.finished["completed"].add(job_id, now)
             self._retain("completed", now, *keep)
-        if emit:
+        if emit and len(rv) <= EVENT_VALUE_MAX_BYTES:
             self.emit("completed", job_id, returnvalue=rv.decode())
+        elif emit:  # as the library: a large value stays out of the event
+            self.emit("completed", job_id, returnvalueBytes=str(len(rv)))
         self.notify()
         return "ok"
 

@@ -61,6 +61,7 @@ SUPPORTED_WORKER_OPTIONS = frozenset(
         "consumer",
         "batch",
         "limiter",
+        "max_result_bytes",
     }
 )
 

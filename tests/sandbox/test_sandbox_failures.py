@@ -242,3 +242,25 @@ async def test_base_exception_in_a_sandbox_child_fails_only_its_job(
         "processor raised SystemExit: 3",
     ]
     assert all(j.state == "completed" for j in done)
+
+
+async def test_nan_or_oversized_result_fails_in_the_child_as_in_process(
+    queue: Queue[Any, Any], conn: ConnectionOptions
+) -> None:
+    nan = await queue.add("n", {"nan": True})
+    big = await queue.add("b", {"size": 5000})
+    ok = await queue.add("o", {"size": 10})
+    worker = Worker(
+        queue.name,
+        "tests.fixtures.base_exception_app:returning",
+        connection=conn,
+        sandbox=SandboxOptions(max_children=1),
+        max_result_bytes=4096,
+        stalled_interval=60_000,
+    )
+    assert nan is not None and big is not None and ok is not None
+    async with worker:
+        f1, f2, done = [await finished(queue, j.id) for j in (nan, big, ok)]
+    assert f1.failed_reason == "returnvalue: contains NaN or Infinity, which JSON cannot represent"
+    assert f2.failed_reason == "returnvalue: serialized payload is 5002 bytes, the limit is 4096"
+    assert done.returnvalue == "r" * 10
