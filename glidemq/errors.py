@@ -13,6 +13,7 @@ __all__ = [
     "CycleError",
     "DelayedError",
     "DuplicateJobError",
+    "ForeignLibraryError",
     "GlideMQError",
     "JobFailedError",
     "JobNotFoundError",
@@ -111,6 +112,24 @@ class ServerError(GlideMQError):
 
 class LibraryError(ServerError):
     """The glidemq function library could not be loaded or has the wrong version."""
+
+
+class ForeignLibraryError(LibraryError):
+    """The server's function library named `glidemq` belongs to another project (Node
+    glide-mq ships one by that name): glidemq neither replaces it nor runs on it. `functions`
+    and `version` (what its glidemq_version answered, None if nothing) say what was found."""
+
+    def __init__(self, functions: Sequence[str], version: str | None) -> None:
+        names = list(functions)
+        shown = ", ".join(names[:8]) + (f", ... ({len(names)} in all)" if len(names) > 8 else "")
+        found = f"version {version!r}" if version is not None else "no readable version"
+        super().__init__(
+            f"the server's function library 'glidemq' is not glidemq for Python ({found}; "
+            f"functions: {shown or 'none'}): it is left as it is and not used; "
+            "give glidemq a Valkey server of its own"
+        )
+        self.functions = names
+        self.version = version
 
 
 class JobNotFoundError(GlideMQError, LookupError):

@@ -144,7 +144,8 @@ class Worker(WorkerLifecycle, Generic[D, R]):
 
     def on(self, event: str, handler: Callable[..., Any]) -> Callable[..., Any]:
         """Listen to a worker event: active, completed, failed, stalled, drained, error,
-        paused, resumed, closing, closed."""
+        paused, resumed, closing, closed, quarantined (entry_id, reason: a stream entry
+        glidemq did not write was moved to the queue's quarantine stream)."""
         return self.events.on(event, handler)
 
     async def start(self) -> None:
@@ -372,6 +373,8 @@ class Worker(WorkerLifecycle, Generic[D, R]):
                     )
             if reply[1]:
                 self._start_jobs(reply[1])
+            if len(reply) > 4 and reply[4]:
+                self._fetcher.quarantined(reply[4])
         finally:
             self._reserved -= fetch
             self._flushes -= 1

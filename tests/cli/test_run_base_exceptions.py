@@ -1,6 +1,7 @@
 """glidemq-run: KeyboardInterrupt or SystemExit raised by a processor fails that job only
 (the worker process stays, nothing counts as a crash); SIGINT and SIGTERM to the supervisor
-still drain as documented."""
+still drain as documented. A server holding another project's `glidemq` library stops the
+workers at boot (exit 3) and keeps that library."""
 
 from __future__ import annotations
 
@@ -88,3 +89,20 @@ async def test_real_signal_still_drains_running_jobs(
     c = await cli_queue.get_job_counts()
     assert (c.completed, c.failed, c.active) == (4, 0, 0), c
     assert pending_entries(raw, cli_queue) == 0
+
+
+async def test_glidemq_run_refuses_a_foreign_glidemq_library_at_boot(run_cli: Launcher) -> None:
+    from glidemq.server import EmbeddedValkey
+    from tests.integration.test_foreign_library import foreign, library_code
+
+    server = EmbeddedValkey().start()
+    try:
+        src = foreign("93")
+        server.execute("FUNCTION", "LOAD", src)
+        cli = run_cli(f"{APP}:raising", *("--queue", "q", "--url", server.url, "--procs", 1))
+        assert await cli.wait_exit(30) == ExitCode.BOOT
+        assert "not glidemq for Python (version '93'" in cli.stderr()
+        assert library_code(server) == src  # left as it was
+        assert server.execute("DBSIZE") == 0
+    finally:
+        server.stop()
