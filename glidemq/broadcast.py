@@ -8,12 +8,17 @@ letters and retention work per subscription exactly as for any queue.
 
 Entries every subscription is done with are trimmed by the workers; `max_len` caps the
 stream for subscriptions that stop reading.
+
+Subjects (glidemq.subjects): a message may carry a subject (`orders.eu.created`) and a
+subscription a filter of patterns (`orders.*.created`, `orders.>`), stored in the hash
+`<prefix>:broadcast:{name}:subjects`. The forwarding workers apply the filter: a message
+that does not match is acknowledged for that subscription and never becomes a job.
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from types import TracebackType
 from typing import Any, Generic, Self, TypeVar
 from uuid import uuid4
@@ -40,10 +45,11 @@ from .functions import call, connect_with_library
 from .keys import DEFAULT_PREFIX, QueueKeys, validate_prefix, validate_queue_name
 from .limits import addjob_limit_args
 from .serialize import encode_data
+from .subjects import SubjectFilter, check_subject
 from .types import JobOptions, wire_opts
 from .worker import Processor, Worker
 
-__all__ = ["Broadcast", "BroadcastWorker", "broadcast_key", "subscription_queue"]
+__all__ = ["Broadcast", "BroadcastWorker", "broadcast_key", "subjects_key", "subscription_queue"]
 
 D = TypeVar("D")
 R = TypeVar("R")
@@ -57,6 +63,22 @@ _FULL_PAUSE_S = 0.5  # wait after the subscription queue refused jobs (max_waiti
 def broadcast_key(name: str, prefix: str = DEFAULT_PREFIX) -> str:
     """The stream key of broadcast `name`."""
     return f"{validate_prefix(prefix)}:broadcast:{{{validate_queue_name(name)}}}"
+
+
+def subjects_key(name: str, prefix: str = DEFAULT_PREFIX) -> str:
+    """The hash of broadcast `name` holding each subscription's subject patterns."""
+    return broadcast_key(name, prefix) + ":subjects"
+
+
+def _patterns(subjects: str | Iterable[str] | None) -> SubjectFilter | None:
+    return None if subjects is None else SubjectFilter.of(subjects)
+
+
+async def _read_filter(client: Client, key: str, subscription: str) -> SubjectFilter | None:
+    raw = await _command("read subjects", client.hget(key, subscription))
+    if not raw:
+        return None
+    return SubjectFilter(tuple(_s(raw).split("\n")))
 
 
 def subscription_queue(name: str, subscription: str) -> str:
@@ -112,6 +134,7 @@ class Broadcast:
     ) -> None:
         self.name = name
         self.key = broadcast_key(name, prefix)
+        self.subjects_key = subjects_key(name, prefix)
         self.connection = resolve_connection(connection)
         self.compression = compression
         if max_len is not None and (
@@ -144,33 +167,80 @@ class Broadcast:
                 )
         return self._client
 
-    async def publish(self, name: str, data: Any = None) -> str:
-        """Publish one message; returns its id (also the job id in every subscription)."""
+    async def publish(self, name: str, data: Any = None, *, subject: str | None = None) -> str:
+        """Publish one message; returns its id (also the job id in every subscription).
+
+        `subject` (`orders.eu.created`, no wildcards) is what subscriptions with a subject
+        filter match; a message without one reaches only subscriptions without a filter.
+        """
         if not isinstance(name, str):
             raise ValidationError("name", "must be a string")
+        if subject is not None:
+            check_subject(subject)
         payload = encode_data(data, compress=self.compression)
         client = await self._connect()
         trim = TrimByMaxLen(exact=False, threshold=self.max_len) if self.max_len else None
+        fields: list[tuple[str, str | bytes]] = [
+            ("name", name),
+            ("data", payload),
+            ("ts", str(now_ms())),
+        ]
+        if subject is not None:
+            fields.append(("subject", subject))
         entry = await _command(
-            "publish",
-            client.xadd(
-                self.key,
-                [("name", name), ("data", payload), ("ts", str(now_ms()))],
-                StreamAddOptions(trim=trim),
-            ),
+            "publish", client.xadd(self.key, fields, StreamAddOptions(trim=trim))
         )
         return _s(entry)
 
-    async def subscribe(self, subscription: str, *, from_start: bool = False) -> bool:
+    async def subscribe(
+        self,
+        subscription: str,
+        *,
+        from_start: bool = False,
+        subjects: str | Iterable[str] | None = None,
+    ) -> bool:
         """Create a subscription now, so it receives what is published from now on (with
-        `from_start`: every message still in the stream). False if it existed already."""
+        `from_start`: every message still in the stream). False if it existed already.
+
+        `subjects`: one pattern or several (`orders.*.created`, `orders.>`); the
+        subscription then receives only messages whose subject matches one of them (see
+        `set_subjects`). None leaves the subscription's filter as it is.
+        """
         subscription_queue(self.name, subscription)
-        return await _create_group(await self._connect(), self.key, subscription, from_start)
+        wanted = _patterns(subjects)
+        client = await self._connect()
+        created = await _create_group(client, self.key, subscription, from_start)
+        if wanted is not None:
+            await self._store_filter(client, subscription, wanted)
+        return created
+
+    async def _store_filter(
+        self, client: Client, subscription: str, wanted: SubjectFilter | None
+    ) -> None:
+        if wanted is None:
+            await _command("set subjects", client.hdel(self.subjects_key, [subscription]))
+        else:
+            value = "\n".join(wanted.patterns)
+            await _command("set subjects", client.hset(self.subjects_key, {subscription: value}))
+
+    async def set_subjects(self, subscription: str, subjects: str | Iterable[str] | None) -> None:
+        """Set the subject filter of a subscription: it receives only messages whose subject
+        matches one of the patterns (None: every message). Its workers apply a change
+        within a few seconds (they re-read it with their maintenance pass)."""
+        subscription_queue(self.name, subscription)
+        wanted = _patterns(subjects)
+        await self._store_filter(await self._connect(), subscription, wanted)
+
+    async def get_subjects(self, subscription: str) -> tuple[str, ...] | None:
+        """The subject patterns of a subscription, or None when it has no filter."""
+        found = await _read_filter(await self._connect(), self.subjects_key, subscription)
+        return None if found is None else found.patterns
 
     async def unsubscribe(self, subscription: str) -> bool:
         """Delete a subscription: it receives nothing more. Its queue and jobs stay (see
         `subscription_queue`). False if it did not exist."""
         client = await self._connect()
+        await _command("unsubscribe", client.hdel(self.subjects_key, [subscription]))
         try:
             return bool(
                 await _command("unsubscribe", client.xgroup_destroy(self.key, subscription))
@@ -203,9 +273,10 @@ class Broadcast:
         return int(await _command("length", client.xlen(self.key)))
 
     async def delete(self) -> None:
-        """Delete the broadcast: its messages and subscriptions (their queues stay)."""
+        """Delete the broadcast: its messages, subscriptions and their subject filters (their
+        queues stay)."""
         client = await self._connect()
-        await _command("delete", client.delete([self.key]))
+        await _command("delete", client.delete([self.key, self.subjects_key]))
 
     async def close(self) -> None:
         """Close the connection. Idempotent."""
@@ -222,6 +293,10 @@ class BroadcastWorker(Generic[D, R]):
     jobs; the other keywords are `WorkerOptions` for its Worker. Several BroadcastWorkers of
     one subscription share its messages, like Workers of one queue. A message read by a
     worker that died before forwarding it is taken over after `reclaim_idle_ms`.
+    `subjects` (patterns, as in `Broadcast.set_subjects`) sets the subscription's subject
+    filter when the worker starts; without it the worker uses the filter stored for the
+    subscription. Messages that do not match are acknowledged and counted in `skipped`;
+    the processor never sees them.
     """
 
     def __init__(
@@ -235,12 +310,16 @@ class BroadcastWorker(Generic[D, R]):
         job_options: JobOptions | Mapping[str, Any] | None = None,
         from_start: bool = False,
         reclaim_idle_ms: int = 5000,
+        subjects: str | Iterable[str] | None = None,
         **worker_settings: Any,
     ) -> None:
         self.name = name
+        self._wanted = _patterns(subjects)
         self.subscription = subscription
         self.queue_name = subscription_queue(name, subscription)
         self.stream = broadcast_key(name, prefix)
+        self._subjects_key = subjects_key(name, prefix)
+        self._filter: SubjectFilter | None = None
         opts = JobOptions.coerce(job_options)
         if opts.job_id is not None or opts.deduplication is not None:
             raise ValidationError(
@@ -260,6 +339,8 @@ class BroadcastWorker(Generic[D, R]):
         self.connection = self.worker.connection
         self.forwarded = 0
         """Messages this worker forwarded into the subscription's queue."""
+        self.skipped = 0
+        """Messages this worker acknowledged without a job: their subject did not match."""
         self._keys = QueueKeys(self.queue_name, prefix)
         self._opts_json = wire_opts(opts)
         self._consumer = f"fwd-{uuid4().hex}"
@@ -290,6 +371,13 @@ class BroadcastWorker(Generic[D, R]):
                 self.connection, name=f"glidemq-bc-{self.queue_name}"
             )
             await _create_group(self._client, self.stream, self.subscription, self.from_start)
+            if self._wanted is not None:
+                value = "\n".join(self._wanted.patterns)
+                await _command(
+                    "set subjects",
+                    self._client.hset(self._subjects_key, {self.subscription: value}),
+                )
+            await self._refresh_filter(self._client)
             await self.worker.start()
         except BaseException:
             await close_client(self._client)
@@ -327,6 +415,7 @@ class BroadcastWorker(Generic[D, R]):
             try:
                 if loop.time() >= next_maintenance:
                     next_maintenance = loop.time() + _MAINTENANCE_S
+                    await self._refresh_filter(client)
                     await self._reclaim(client)
                     await call(client, "glidemq_bcTrim", [self.stream], [])
                 reply = await _command(
@@ -351,6 +440,11 @@ class BroadcastWorker(Generic[D, R]):
 
     def _closing(self) -> bool:
         return self._client is None
+
+    async def _refresh_filter(self, client: Client) -> None:
+        """Re-read the subscription's subject filter (another worker or `set_subjects` may
+        have changed it)."""
+        self._filter = await _read_filter(client, self._subjects_key, self.subscription)
 
     async def _reclaim(self, client: Client) -> None:
         """Take over entries read but never forwarded (a dead worker, a full queue)."""
@@ -390,6 +484,12 @@ class BroadcastWorker(Generic[D, R]):
                 gone.append(entry_id)
                 continue
             fields: dict[bytes, bytes] = {f: v for f, v in pairs}
+            if self._filter is not None:
+                subject = fields.get(b"subject")
+                if not self._filter.matches(None if subject is None else _s(subject)):
+                    self.skipped += 1  # acknowledged for this subscription, never a job
+                    gone.append(entry_id)
+                    continue
             # addJob's 17 documented arguments and the 18th (lifo); the message id is the
             # custom job id, the job options' group, ordering and LIFO settings apply
             args: list[str | bytes] = [

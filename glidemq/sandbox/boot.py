@@ -51,8 +51,10 @@ class ChildSet:
         on_ready: Callable[[Child], None],
         on_failed: Callable[[SandboxBootError], None],
         result_limit: int | None = None,
+        secrets: tuple[str | None, ...] = (),
     ) -> None:
         self.target = target
+        self._secrets = secrets  # kept out of the children's environment
         self.options = options
         self.size = size
         self.batch = batch
@@ -167,7 +169,9 @@ class ChildSet:
             await self._changed.wait()
 
     async def _start_launcher(self) -> None:
-        launcher = new_launcher(self.options, self.target, self._on_exit, self._on_launcher_lost)
+        launcher = new_launcher(
+            self.options, self.target, self._on_exit, self._on_launcher_lost, self._secrets
+        )
         await launcher.start()
         self._launcher = launcher
 

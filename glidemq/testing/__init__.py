@@ -7,7 +7,8 @@ queue = TestQueue("emails", connection=server)
 worker = TestWorker("emails", send, connection=server)
 
 The in-memory engine keeps the real engine's job states, transitions, options, errors and
-events; what it does not emulate raises UnsupportedOptionError naming the feature.
+events, flows (TestFlowProducer), job schedulers, groups, ordering keys and LIFO; what it
+does not emulate raises UnsupportedOptionError naming the feature.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from ..errors import UnsupportedOptionError
 from .clock import Clock, ManualClock, SystemClock
 from .events import TestQueueEvents
 from .job import TestJob
+from .producer import TestFlowProducer
 from .queue import TestQueue
 from .server import MemoryServer, default_server
 from .support import (
@@ -33,6 +35,7 @@ __all__ = [
     "ManualClock",
     "MemoryServer",
     "SystemClock",
+    "TestFlowProducer",
     "TestJob",
     "TestQueue",
     "TestQueueEvents",

@@ -7,6 +7,8 @@ import fnmatch
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from . import groups
+from .limits import group_waiting
 from .store import SHIFT, QueueStore
 
 __all__ = ["clean", "counts", "drain", "job_ids", "redis_range", "retry_jobs", "search"]
@@ -45,17 +47,27 @@ def retry_jobs(store: QueueStore, source: str, count: int, ids: Iterable[str], n
 
 
 def drain(store: QueueStore, delayed: bool) -> int:
+    now = store.clock.now_ms()
     removed = 0
-    for entry, job_id in list(store.waiting.items()):
+    # LIFO, group-waiting and rate-limited jobs first, so none is woken into the stream
+    for job_id in groups.take_parked(store, now):
+        parked = store.jobs[job_id]
+        if parked.parents:
+            store.forget(parked, "removed", None)
+        store.delete(job_id)
+        removed += 1
+    for job_id in list(store.waiting.values()):
         rec = store.jobs.get(job_id)
         if rec is not None and rec.state == "waiting":
-            del store.waiting[entry]
+            store.forget(rec, "removed", None)
             store.delete(job_id)
             removed += 1
     for job_id in store.scheduled.ordered():
         rec = store.jobs.get(job_id)
         if rec is None or rec.state == "prioritized" or (delayed and rec.state == "delayed"):
             store.scheduled.remove(job_id)
+            if rec is not None:
+                store.forget(rec, "removed", None)
             store.delete(job_id)
             removed += 1
     store.emit("drained", None)
@@ -81,7 +93,7 @@ def clean(store: QueueStore, state: str, older_than: int, limit: int) -> list[st
                 break
             rec = store.jobs.get(job_id)
             if rec is not None and rec.state == state and rec.timestamp < older_than:
-                store.unlink_waiting(rec)
+                store.forget(rec, "removed", None)
                 store.delete(job_id)
                 removed.append(job_id)
     if removed:
@@ -90,19 +102,25 @@ def clean(store: QueueStore, state: str, older_than: int, limit: int) -> list[st
     return removed
 
 
-def counts(store: QueueStore, now: int) -> tuple[int, int, int, int, int, int, int, bool]:
+def counts(store: QueueStore, now: int) -> dict[str, Any]:
+    """The fields of JobCounts: LIFO and group-waiting jobs count as waiting, rate-limited
+    ones as delayed, as on the server."""
     prioritized = sum(1 for s in store.scheduled.scores.values() if s >= SHIFT and s % SHIFT <= now)
     f = store.finished
-    return (
-        len(store.waiting),
-        len(store.active),
-        len(store.scheduled) - prioritized,
-        prioritized,
-        len(f["completed"]),
-        len(f["failed"]),
-        len(f["dlq"]),
-        store.paused,
-    )
+    parked = group_waiting(store)
+    return {
+        "waiting": len(store.waiting) + len(store.lifo) + parked,
+        "active": len(store.active),
+        "delayed": len(store.scheduled) - prioritized + len(store.ratelimited),
+        "prioritized": prioritized,
+        "completed": len(f["completed"]),
+        "failed": len(f["failed"]),
+        "dead_letter": len(f["dlq"]),
+        "paused": store.paused,
+        "waiting_children": len(store.waiting_children),
+        "group_waiting": parked,
+        "rate_limited": len(store.ratelimited),
+    }
 
 
 def job_ids(store: QueueStore, state: str, start: int, stop: int) -> list[str]:
@@ -113,7 +131,13 @@ def job_ids(store: QueueStore, state: str, start: int, stop: int) -> list[str]:
     if state == "active":
         candidates = list(store.active.values())
     elif state == "waiting":
-        candidates = list(store.waiting.values())
+        candidates = list(store.waiting.values()) + store.lifo[::-1]
+    elif state == "group-waiting":
+        candidates = [i for g in store.groups.values() for i in g.parked.ordered()]
+    elif state == "rate-limited":
+        candidates = store.ratelimited.ordered()
+    elif state == "waiting-children":
+        candidates = store.waiting_children.ordered()
     else:
         candidates = store.scheduled.ordered()
     out: list[str] = []

@@ -8,7 +8,13 @@ import time
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from ..errors import JobNotFoundError, JobStateError, JobTimeoutError
+from ..errors import (
+    JobNotFoundError,
+    JobStateError,
+    JobTimeoutError,
+    UnrecoverableError,
+    WaitingChildrenError,
+)
 from ..job import (
     FINISHED,
     Job,
@@ -20,6 +26,7 @@ from ..job import (
     retry_source,
 )
 from ..serialize import decode_data, decode_json, encode_data, encode_progress
+from . import flows
 from .bulk import retry_jobs
 from .store import JobRecord, QueueStore
 from .support import UNSUPPORTED_JOB_METHODS, install_unsupported
@@ -92,6 +99,9 @@ class TestJob(Job[D, R]):
         self.parent_id, self.expire_at = rec.parent_id, rec.expire_at
         self.revoked, self.stalled_count, self.entry_id = rec.revoked, rec.stalled_count, rec.sid
         self.step = rec.step
+        self.group_key = rec.group_key
+        self.ordering_key = rec.group_key if rec.ordering else None
+        self.cost = rec.cost / 1000 if rec.cost else None
 
     def __repr__(self) -> str:
         return f"<TestJob {self._store.name}:{self.id} {self.name!r} {self.state}>"
@@ -160,6 +170,38 @@ class TestJob(Job[D, R]):
             raise JobStateError(self.id, "move to failed", "only a running job can be failed")
         await self._runner._fail_now(self, error)
         self._moved = True
+
+    async def move_to_waiting_children(self) -> None:
+        """From inside a processor: stop running until this job's pending children finished;
+        it runs again after the last one. Returns when none is pending (go on); otherwise
+        raises WaitingChildrenError, which the processor should let propagate."""
+        if self.entry_id is None or self._runner is None:
+            raise JobStateError(
+                self.id, "move to waiting-children", "only a running job can wait for children"
+            )
+        status, detail = flows.move_to_waiting_children(
+            self._store, self.id, self.entry_id, self._now()
+        )
+        if status == "continue":
+            return
+        if status == "failed":
+            raise UnrecoverableError(detail)
+        if status != "waiting-children":
+            raise JobStateError(self.id, "move to waiting-children", "the worker no longer owns it")
+        self._moved = True
+        self.state = "waiting-children"
+        raise WaitingChildrenError(f"job {self.id} waits for its children")
+
+    async def get_children_values(self) -> dict[str, Any]:
+        """Return values of this job's completed children, by `"<queue>:<id>"`."""
+        await asyncio.sleep(0)
+        return {k: decode_json(v) for k, v in self._record().children_values.items()}
+
+    async def get_ignored_children_failures(self) -> dict[str, str]:
+        """Failure reasons of children failed with `ignore_dependency_on_failure`, by
+        `"<queue>:<id>"`."""
+        await asyncio.sleep(0)
+        return dict(self._record().ignored_failures)
 
     async def remove(self) -> None:
         """Delete the job; refused while a worker runs it."""

@@ -7,7 +7,7 @@ from __future__ import annotations
 from ..limits import RateLimit
 from .store import SHIFT, QueueStore
 
-__all__ = ["allowance", "charge", "hand_back", "idle", "limit_for", "room"]
+__all__ = ["allowance", "charge", "group_waiting", "hand_back", "idle", "limit_for", "room"]
 
 _CONCURRENCY_POLL_MS = 50  # as the server: ask again after this when concurrency is used up
 
@@ -16,7 +16,13 @@ def room(store: QueueStore) -> int | None:
     """Places left under `set_max_waiting` for jobs not started yet; None without a limit."""
     if store.max_waiting is None:
         return None
-    return store.max_waiting - len(store.waiting) - len(store.scheduled)
+    parked = len(store.lifo) + len(store.ratelimited) + group_waiting(store)
+    return store.max_waiting - len(store.waiting) - len(store.scheduled) - parked
+
+
+def group_waiting(store: QueueStore) -> int:
+    """Jobs parked while their group is busy or their ordering key's turn has not come."""
+    return sum(len(g.parked) for g in store.groups.values())
 
 
 def allowance(
@@ -69,6 +75,7 @@ def hand_back(store: QueueStore, job_id: str, entry: str, delay: int, now: int) 
     rec = store.leave_active(job_id, entry)
     if isinstance(rec, str):
         return rec
+    store.left_active(rec, "requeued", now)
     store.to_stream(rec, now)
     store.emit("waiting", job_id, reason="rate-limited")
     store.notify()
@@ -85,6 +92,10 @@ def idle(store: QueueStore, now: int) -> bool:
     takers = [w for w in store.workers if w._accepting()]
     if not any(allowance(store, 1, now, w.opts.limiter)[0] > 0 for w in takers):
         return True
-    if store.waiting:
+    if store.waiting or store.lifo:
+        return False
+    if any(s.next_run <= now for s in store.schedulers.values()):
+        return False
+    if any(s <= now for s in store.ratelimited.scores.values()):
         return False
     return not any(s % SHIFT <= now for s in store.scheduled.scores.values())

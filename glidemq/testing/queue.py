@@ -30,6 +30,7 @@ from ..types import JobOptions, bulk_item
 from . import bulk, limits
 from .bulk import redis_range
 from .job import TestJob, check_reply
+from .schedulers import SchedulerMethods
 from .server import MemoryConnection, MemoryServer, resolve_server
 from .store import QueueStore
 from .support import UNSUPPORTED_QUEUE_METHODS, check_options, install_unsupported, unsupported
@@ -39,7 +40,6 @@ __all__ = ["TestQueue"]
 D = TypeVar("D")
 R = TypeVar("R")
 
-# The in-memory engine has no flows, groups or LIFO: their states list nothing and count 0.
 _STATES = JOB_STATES
 _CLEANABLE = ("completed", "failed", "dead_letter", "waiting", "delayed", "prioritized")
 
@@ -73,7 +73,7 @@ def _wire_state(state: str) -> str:
     return "dlq" if state == "dead_letter" else state
 
 
-class TestQueue(Generic[D, R]):
+class TestQueue(SchedulerMethods, Generic[D, R]):
     """A Queue held in memory: same methods, options, errors and job states as
     `glidemq.Queue`, no server.
 
@@ -142,17 +142,7 @@ class TestQueue(Generic[D, R]):
         left = limits.room(store)
         if left is not None and left <= 0:
             raise QueueFullError(self.name)
-        job_id = store.add(
-            name,
-            raw,
-            opts.to_wire(),
-            now,
-            opts.delay,
-            opts.priority,
-            opts.attempts,
-            opts.ttl,
-            opts.job_id,
-        )
+        job_id = store.add(name, raw, opts, now)
         if job_id == "duplicate":
             return None
         if d is not None:
@@ -383,8 +373,7 @@ class TestQueue(Generic[D, R]):
     async def get_job_counts(self) -> JobCounts:
         """Counts of jobs by state."""
         store = await self._ready()
-        w, a, d, p, c, f, dl, paused = bulk.counts(store, store.clock.now_ms())
-        return JobCounts(w, a, d, p, c, f, dl, paused=paused)
+        return JobCounts(**bulk.counts(store, store.clock.now_ms()))
 
     async def count(self) -> int:
         """Jobs not yet started: waiting, prioritized and delayed."""

@@ -31,7 +31,9 @@ class MemoryServer:
         key = (prefix, name)
         store = self._stores.get(key)
         if store is None:
-            store = self._stores[key] = QueueStore(name, self.clock)
+            store = self._stores[key] = QueueStore(
+                name, self.clock, prefix, lambda other: self.store(other, prefix)
+            )
         return store
 
     def queue_names(self, prefix: str = DEFAULT_PREFIX) -> list[str]:

@@ -12,102 +12,40 @@ import contextlib
 import dataclasses
 from collections import deque
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any
 
+from ..keys import DEFAULT_PREFIX
 from ..limits import RateLimit
 from ..serialize import EVENT_VALUE_MAX_BYTES
+from ..types import JobOptions
+from . import flows, groups
 from .clock import Clock
+from .records import FINISHED, SHIFT, Event, JobRecord, Owner, ZSet
+
+if TYPE_CHECKING:
+    from ..scheduler import JobScheduler
 
 __all__ = ["FINISHED", "SHIFT", "Event", "JobRecord", "QueueStore"]
 
-SHIFT = 2**42  # priority band width of the scheduled set, as on the server
 _EVENTS_MAXLEN = 1000
-FINISHED = ("completed", "failed")
-
-Event = tuple[str, str, str | None, dict[str, str]]
-"""An event as the events stream holds it: (entry id, event name, job id, other fields)."""
-
-
-class Owner(Protocol):
-    """A worker running jobs of this store."""
-
-    _started_at: int
-
-    @property
-    def opts(self) -> Any: ...
-
-    @property
-    def consumer(self) -> str: ...
-
-    def _accepting(self) -> bool: ...
-
-    def _on_revoked(self, job_id: str) -> None: ...
-
-
-@dataclass(slots=True, eq=False)
-class JobRecord:
-    """A job as stored: the fields of the job hash plus its log."""
-
-    id: str
-    name: str
-    data: bytes
-    opts: dict[str, Any]
-    timestamp: int
-    max_attempts: int
-    delay: int
-    priority: int
-    state: str
-    attempts_made: int = 0
-    processed_on: int | None = None
-    finished_on: int | None = None
-    returnvalue: bytes | None = None
-    failed_reason: str | None = None
-    stacktrace: str | None = None
-    progress: bytes | None = None
-    parent_id: str | None = None
-    expire_at: int | None = None
-    revoked: bool = False
-    stalled_count: int = 0
-    dead_letter: bool = False
-    step: str | None = None
-    sid: str | None = None
-    owner: Owner | None = None
-    logs: list[str] = field(default_factory=list)
-
-
-class _ZSet:
-    """A sorted set: members ordered by (score, member), as Valkey orders them."""
-
-    def __init__(self) -> None:
-        self.scores: dict[str, int] = {}
-
-    def __len__(self) -> int:
-        return len(self.scores)
-
-    def __contains__(self, member: str) -> bool:
-        return member in self.scores
-
-    def add(self, member: str, score: int) -> None:
-        self.scores[member] = score
-
-    def remove(self, member: str) -> bool:
-        return self.scores.pop(member, None) is not None
-
-    def ordered(self) -> list[str]:
-        return sorted(self.scores, key=lambda m: (self.scores[m], m))
-
-    def by_score(self, low: int, high: int) -> list[str]:
-        return [m for m in self.ordered() if low <= self.scores[m] <= high]
 
 
 class QueueStore:
     """One queue held in memory: jobs, the stream of waiting jobs, the scheduled set,
     the finished sets, deduplication entries, the pause flag and the events."""
 
-    def __init__(self, name: str, clock: Clock) -> None:
+    def __init__(
+        self,
+        name: str,
+        clock: Clock,
+        prefix: str = DEFAULT_PREFIX,
+        peers: Callable[[str], QueueStore] | None = None,
+    ) -> None:
         self.name = name
         self.clock = clock
+        self.prefix = prefix
+        # the other queues of the same server and prefix (flows cross queues)
+        self.peer: Callable[[str], QueueStore] = peers or (lambda other: self)
         self._waiters: list[asyncio.Future[None]] = []
         self.event_listeners: list[Callable[[Event], None]] = []
         self.workers: set[Owner] = set()  # started workers of this queue
@@ -120,8 +58,8 @@ class QueueStore:
         self.last_id = 0
         self.waiting: dict[str, str] = {}  # entry id -> job id, in stream order
         self.active: dict[str, str] = {}  # entry id -> job id, jobs held by workers
-        self.scheduled = _ZSet()
-        self.finished = {"completed": _ZSet(), "failed": _ZSet(), "dlq": _ZSet()}
+        self.scheduled = ZSet()
+        self.finished = {"completed": ZSet(), "failed": ZSet(), "dlq": ZSet()}
         self.dedup: dict[str, tuple[str, int]] = {}
         self.paused = False
         # limits (glidemq/testing/limits.py) and outcomes kept for add_and_wait
@@ -134,6 +72,13 @@ class QueueStore:
         self.watched: dict[str, int] = {}
         self.outcomes: dict[str, JobRecord] = {}
         self.events: deque[Event] = deque(maxlen=_EVENTS_MAXLEN)
+        # groups, ordering keys and LIFO (groups.py), flows (flows.py), job schedulers
+        self.groups: dict[str, groups.GroupState] = {}
+        self.ordering: dict[str, int] = {}  # last sequence number of each ordering key
+        self.ratelimited = ZSet()
+        self.lifo: list[str] = []  # newest at the end
+        self.waiting_children = ZSet()
+        self.schedulers: dict[str, JobScheduler] = {}
         self._entry_ms = 0
         self._entry_seq = 0
 
@@ -202,6 +147,18 @@ class QueueStore:
                 self.waiting.pop(rec.sid, None)
         elif rec.state in ("delayed", "prioritized"):
             self.scheduled.remove(rec.id)
+        elif rec.state == "waiting-children":
+            self.waiting_children.remove(rec.id)
+
+    def forget(self, rec: JobRecord, outcome: str, reason: str | None) -> None:
+        """A job that is not running leaves the queue (removed, revoked, drained, cleaned):
+        its flow parents learn it ('removed', or 'failed' with `reason`), its group claim
+        and its place in any wait set are given back."""
+        now = self.clock.now_ms()
+        if rec.parents and rec.state not in FINISHED:
+            flows.notify(self, rec, outcome, reason, now)
+        groups.forget(self, rec, now)
+        self.unlink_waiting(rec)
 
     def delete(self, job_id: str) -> None:
         """Delete the job and its log (its place in any set is the caller's to clear)."""
@@ -209,34 +166,40 @@ class QueueStore:
 
     # -- adding --------------------------------------------------------------------------
 
+    def new_id(self, taken: Callable[[str], bool] = lambda i: False) -> str:
+        """The next counter id not used by a job (nor `taken`, ids reserved by a flow)."""
+        self.last_id += 1
+        while str(self.last_id) in self.jobs or taken(str(self.last_id)):
+            self.last_id += 1
+        return str(self.last_id)
+
     def add(
-        self,
-        name: str,
-        data: bytes,
-        opts: dict[str, Any],
-        now: int,
-        delay: int,
-        priority: int,
-        attempts: int,
-        ttl: int,
-        custom_id: str | None,
+        self, name: str, data: bytes, opts: JobOptions, now: int, custom_id: str | None = None
     ) -> str:
-        """Add a job; returns its id, or 'duplicate' when the custom id exists."""
+        """Add a job; returns its id, or 'duplicate' when the custom id exists.
+        `custom_id` overrides `opts.job_id` (job schedulers)."""
+        custom_id = custom_id or opts.job_id
         if custom_id:
             if custom_id in self.jobs:
                 return "duplicate"
             job_id = custom_id
         else:
-            self.last_id += 1
-            while str(self.last_id) in self.jobs:  # skip ids a custom id already took
-                self.last_id += 1
-            job_id = str(self.last_id)
-        rec = JobRecord(job_id, name, data, opts, now, attempts, delay, priority, "waiting")
-        if ttl > 0:
-            rec.expire_at = now + ttl
+            job_id = self.new_id()
+        wire = opts.to_wire()
+        rec = JobRecord(
+            job_id, name, data, wire, now, opts.attempts, opts.delay, opts.priority, "waiting"
+        )
+        if opts.ttl > 0:
+            rec.expire_at = now + opts.ttl
         self.jobs[job_id] = rec
-        self.enqueue(rec, now + delay, now)
-        if not opts.get("skipEvents"):
+        groups.join(self, rec, opts, now)
+        if opts.lifo and not opts.delay and not opts.priority:
+            rec.lifo = True
+            self.lifo.append(job_id)
+            self.notify()
+        else:
+            self.enqueue(rec, now + opts.delay, now)
+        if not wire.get("skipEvents"):
             self.emit("added", job_id, name=name)
         return job_id
 
@@ -258,6 +221,7 @@ class QueueStore:
             if room is not None and room + 1 <= 0:
                 return "full"
             self.scheduled.remove(prev_id)
+            groups.forget(self, prev, now)
             self.delete(prev_id)
             self.emit("removed", prev_id, reason="debounced")
             busy = False
@@ -268,9 +232,10 @@ class QueueStore:
     # -- taking and finishing ------------------------------------------------------------
 
     def promote(self, now: int) -> None:
-        """Move due delayed jobs of priority 0 to the stream."""
+        """Move due delayed jobs of priority 0 and due rate-limited jobs to run."""
         for job_id in self.scheduled.by_score(0, now):
             self._move_to_stream(job_id, now)
+        groups.promote_rate_limited(self, now)
 
     def _move_to_stream(self, job_id: str, now: int) -> None:
         self.scheduled.remove(job_id)
@@ -290,8 +255,11 @@ class QueueStore:
         return out
 
     def next_due(self, now: int) -> int | None:
-        """When the next scheduled job not yet due becomes due, if any."""
+        """When the next scheduled job, rate-limited job or job scheduler not yet due
+        becomes due, if any."""
         later = [s % SHIFT for s in self.scheduled.scores.values() if s % SHIFT > now]
+        later += [s for s in self.ratelimited.scores.values() if s > now]
+        later += [s.next_run for s in self.schedulers.values() if s.next_run > now]
         return min(later) if later else None
 
     def take(self, n: int, owner: Owner, now: int, emit: bool) -> list[JobRecord] | None:
@@ -300,16 +268,21 @@ class QueueStore:
         if self.paused:
             return None
         out: list[JobRecord] = []
-        if n <= 0:
-            return out
-        if len(self.waiting) < n:
-            for job_id in self._due_bands(now, n - len(self.waiting)):
-                self._move_to_stream(job_id, now)
-        for entry in list(self.waiting)[:n]:
+        while len(out) < n:
+            short = n - len(out) - len(self.waiting)
+            if short > 0:  # the stream runs short: LIFO jobs newest first, then priorities
+                short -= groups.admit_lifo(self, short, now)
+                for job_id in self._due_bands(now, short):
+                    self._move_to_stream(job_id, now)
+            if not self.waiting:
+                break
+            entry = next(iter(self.waiting))
             job_id = self.waiting.pop(entry)
             rec = self.jobs.get(job_id)
             if rec is None or rec.state != "waiting":
                 continue
+            if rec.group_key is not None and not groups.admit(self, rec, entry, now, emit):
+                continue  # parked by its group (or dead-lettered)
             self.active[entry] = job_id
             rec.state, rec.processed_on, rec.sid, rec.owner = "active", now, entry, owner
             out.append(rec)
@@ -319,7 +292,8 @@ class QueueStore:
 
     def leave_active(self, job_id: str, entry: str) -> JobRecord | str:
         """Take a job out of the active state: its record, or 'stale' when `entry` no longer
-        holds it, or 'missing' when it was deleted meanwhile."""
+        holds it, or 'missing' when it was deleted meanwhile. The caller then calls
+        `left_active` with the outcome."""
         if self.active.get(entry) != job_id:
             return "stale"
         del self.active[entry]
@@ -328,6 +302,17 @@ class QueueStore:
             return "missing"
         rec.owner = None
         return rec
+
+    def left_active(
+        self, rec: JobRecord, outcome: str, now: int, value: bytes | str | None = None
+    ) -> None:
+        """What a job leaving the active state gives back: its group slot or turn, and
+        (finished for good) the news to its flow parents. outcome: 'completed', 'failed',
+        'retry', 'requeued', 'delayed' or 'waiting-children'."""
+        if rec.group_key is not None:
+            groups.release_on_leave(self, rec, outcome, now)
+        if rec.parents and outcome in FINISHED:
+            flows.notify(self, rec, outcome, value, now)
 
     def _retain(self, kind: str, now: int, keep_count: int, keep_age: int) -> None:
         zset = self.finished[kind]
@@ -357,6 +342,7 @@ class QueueStore:
         rec = self.leave_active(job_id, entry)
         if isinstance(rec, str):
             return rec
+        self.left_active(rec, "completed", now, rv)
         rec.state, rec.returnvalue, rec.finished_on = "completed", rv, now
         self._count("completed", now)
         self._keep_outcome(rec)
@@ -416,10 +402,12 @@ class QueueStore:
             rec.stacktrace = stack
         if retry_delay >= 0 and rec.attempts_made < rec.max_attempts and not rec.revoked:
             rec.failed_reason = reason
+            self.left_active(rec, "retry", now)
             self.enqueue(rec, now + retry_delay, now)
             if emit:
                 self.emit("retrying", job_id, failedReason=reason, attemptsMade=rec.attempts_made)
             return "retry"
+        self.left_active(rec, "failed", now, reason)
         self._final_fail(rec, reason, now, keep, emit, dead_letter)
         self.notify()
         return "failed"
@@ -429,6 +417,7 @@ class QueueStore:
         rec = self.leave_active(job_id, entry)
         if isinstance(rec, str) or rec.state != "active":
             return False
+        self.left_active(rec, "requeued", self.clock.now_ms())
         self.to_stream(rec, self.clock.now_ms())
         self.emit("waiting", job_id, reason="deferred")
         self.notify()
@@ -442,6 +431,7 @@ class QueueStore:
         rec = self.leave_active(job_id, entry)
         if isinstance(rec, str):
             return rec
+        self.left_active(rec, "delayed", now)
         if step:
             rec.step = step
         state = self.enqueue(rec, run_at, now)
@@ -457,7 +447,7 @@ class QueueStore:
             return "0"
         if rec.state == "active":
             return "ERR:ACTIVE"
-        self.unlink_waiting(rec)
+        self.forget(rec, "removed", None)
         for zset in self.finished.values():
             zset.remove(job_id)
         self.delete(job_id)
@@ -478,7 +468,7 @@ class QueueStore:
             if rec.owner is not None:
                 rec.owner._on_revoked(job_id)
             return "flagged"
-        self.unlink_waiting(rec)
+        self.forget(rec, "failed", "revoked")
         self._final_fail(rec, "revoked", now, (-1, 0), True, False)
         self.notify()
         return "revoked"

@@ -38,6 +38,15 @@ SUPPORTED_JOB_OPTIONS = frozenset(
         "deduplication",
         "job_id",
         "ttl",
+        "ordering_key",
+        "group_key",
+        "group_concurrency",
+        "group_rate_limit",
+        "token_bucket",
+        "cost",
+        "lifo",
+        "ignore_dependency_on_failure",
+        "remove_dependency_on_failure",
     }
 )
 
@@ -67,18 +76,9 @@ SUPPORTED_WORKER_OPTIONS = frozenset(
 
 # Public methods of Queue / Worker / Job the in-memory classes do not emulate: each exists
 # with the real signature and raises UnsupportedOptionError naming itself when called.
-UNSUPPORTED_QUEUE_METHODS = frozenset(
-    {
-        "get_job_scheduler",
-        "get_job_schedulers",
-        "remove_job_scheduler",
-        "upsert_job_scheduler",
-    }
-)
+UNSUPPORTED_QUEUE_METHODS: frozenset[str] = frozenset()
 UNSUPPORTED_WORKER_METHODS: frozenset[str] = frozenset()
-UNSUPPORTED_JOB_METHODS = frozenset(
-    {"move_to_waiting_children", "get_children_values", "get_ignored_children_failures"}
-)
+UNSUPPORTED_JOB_METHODS: frozenset[str] = frozenset()
 
 
 def unsupported(feature: str) -> UnsupportedOptionError:

@@ -19,6 +19,7 @@ from ..worker import Processor, Worker
 from . import limits
 from .batch import BatchRunner
 from .job import TestJob
+from .schedulers import fire_due
 from .server import MemoryConnection, MemoryServer, resolve_server
 from .store import JobRecord
 from .support import UNSUPPORTED_WORKER_METHODS, check_options, install_unsupported
@@ -145,6 +146,8 @@ class TestWorker(WorkerLifecycle, Generic[D, R]):
             await store.changed(None)
             return
         now = clock.now_ms()
+        if store.schedulers:
+            fire_due(store, now, lambda exc: self.events.emit("error", exc))
         store.promote(now)
         if store.paused:
             await store.changed(None)

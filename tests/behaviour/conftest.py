@@ -14,8 +14,16 @@ from typing import Any
 
 import pytest
 
-from glidemq import ConnectionOptions, Queue, QueueEvents, Worker
-from glidemq.testing import ManualClock, MemoryServer, TestQueue, TestQueueEvents, TestWorker
+from glidemq import ConnectionOptions, FlowProducer, Queue, QueueEvents, Worker
+from glidemq.keys import queue_slot
+from glidemq.testing import (
+    ManualClock,
+    MemoryServer,
+    TestFlowProducer,
+    TestQueue,
+    TestQueueEvents,
+    TestWorker,
+)
 from tests.helpers import FAST
 
 
@@ -34,12 +42,38 @@ class Backend:
         )
         self.workers: list[Any] = []
         self.readers: list[Any] = []
+        self.others: list[Any] = []
+        self.producers: list[Any] = []
+
+    def other_queue(self) -> Any:
+        """A second queue whose name shares the cluster slot of `queue` (flows may span
+        queues of one slot); cleaned up with the backend."""
+        slot = queue_slot(self.name)
+        k = 1
+        while queue_slot(f"{self.name}-{k}") != slot:
+            k += 1
+        name = f"{self.name}-{k}"
+        cls: Any = TestQueue if self.kind == "memory" else Queue
+        other = cls(name, connection=self.connection)
+        self.others.append(other)
+        return other
+
+    def flow_producer(self) -> Any:
+        """A FlowProducer on this backend (TestFlowProducer in memory)."""
+        cls: Any = TestFlowProducer if self.kind == "memory" else FlowProducer
+        producer = cls(connection=self.connection)
+        self.producers.append(producer)
+        return producer
 
     def worker(self, processor: Callable[..., Any], **settings: Any) -> Any:
         """A worker of this queue, not started; real ones use the fast test timings."""
+        return self.worker_of(self.name, processor, **settings)
+
+    def worker_of(self, name: str, processor: Callable[..., Any], **settings: Any) -> Any:
+        """A worker of queue `name` on this backend (not started)."""
         merged = {**FAST, **settings}
         cls: Any = TestWorker if self.kind == "memory" else Worker
-        worker = cls(self.name, processor, connection=self.connection, **merged)
+        worker = cls(name, processor, connection=self.connection, **merged)
         self.workers.append(worker)
         return worker
 
@@ -67,7 +101,12 @@ class Backend:
             await worker.close(force=True)
         for reader in self.readers:
             await reader.close()
+        for producer in self.producers:
+            await producer.close()
         try:
+            for other in self.others:
+                await other.obliterate(force=True)
+                await other.close()
             await self.queue.obliterate(force=True)
         finally:
             await self.queue.close()

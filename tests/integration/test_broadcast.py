@@ -194,3 +194,90 @@ async def test_bad_arguments_are_refused(conn: ConnectionOptions) -> None:
         Broadcast("b", connection=conn, max_len=0)
     with pytest.raises(ValidationError):
         BroadcastWorker("b", "s", noop, connection=conn, no_such_option=1)
+
+
+async def test_subject_filters_deliver_only_matching_messages(
+    bc: Broadcast, conn: ConnectionOptions
+) -> None:
+    await bc.subscribe("created", subjects="orders.*.created")
+    await bc.subscribe("eu", subjects=["orders.eu.>"])
+    await bc.subscribe("all")
+    assert await bc.get_subjects("created") == ("orders.*.created",)
+    assert await bc.get_subjects("all") is None
+    published = {
+        subject: await bc.publish("order", subject, subject=subject)
+        for subject in ("orders.eu.created", "orders.us.created", "orders.eu.paid.late", "x.y")
+    }
+    bare = await bc.publish("order", "no subject")
+    seen: dict[str, list[tuple[str, Any]]] = {"created": [], "eu": [], "all": []}
+    workers = [
+        BroadcastWorker(bc.name, sub, _recorder(sink), connection=conn, **FAST)
+        for sub, sink in seen.items()
+    ]
+    async with workers[0], workers[1], workers[2]:
+        await wait_for(
+            lambda: (len(seen["created"]), len(seen["eu"]), len(seen["all"])) == (2, 2, 5)
+        )
+        await wait_for(lambda: sum(w.skipped for w in workers) == 3 + 3)
+    assert sorted(seen["created"]) == sorted(
+        (published[s], s) for s in ("orders.eu.created", "orders.us.created")
+    )
+    assert sorted(seen["eu"]) == sorted(
+        (published[s], s) for s in ("orders.eu.created", "orders.eu.paid.late")
+    )
+    assert sorted(i for i, _ in seen["all"]) == sorted([*published.values(), bare])
+    assert [w.skipped for w in workers] == [3, 3, 0]
+    # the skipped messages were acknowledged: nothing is pending, every message is trimmable
+    client = await create_client(conn)
+    try:
+        for sub in seen:
+            pending = await client.xpending(bc.key, sub)
+            assert pending[0] == 0, sub
+    finally:
+        await close_client(client)
+    async with Queue(subscription_queue(bc.name, "created"), connection=conn) as q:
+        assert (await q.get_job_counts()).completed == 2  # no job for a skipped message
+    assert await bc.trim() == 5
+    assert await bc.length() == 0
+
+
+async def test_a_worker_sets_the_filter_and_set_subjects_changes_it(
+    bc: Broadcast, conn: ConnectionOptions
+) -> None:
+    seen: list[tuple[str, Any]] = []
+    async with BroadcastWorker(
+        bc.name, "s", _recorder(seen), connection=conn, subjects=["a.>"], **FAST
+    ) as worker:
+        assert await bc.get_subjects("s") == ("a.>",)
+        first = await bc.publish("m", 1, subject="a.b")
+        await bc.publish("m", 2, subject="b.a")
+        await wait_for(lambda: len(seen) == 1 and worker.skipped == 1)
+    assert seen == [(first, 1)]
+    await bc.set_subjects("s", None)  # no filter: every message again
+    assert await bc.get_subjects("s") is None
+    later = await bc.publish("m", 3, subject="b.a")
+    async with BroadcastWorker(bc.name, "s", _recorder(seen), connection=conn, **FAST):
+        await wait_for(lambda: len(seen) == 2)
+    assert seen[-1] == (later, 3)
+    assert await bc.unsubscribe("s") is True
+    assert await bc.get_subjects("s") is None  # the filter goes with the subscription
+
+
+async def test_bad_subjects_and_patterns_are_refused(
+    bc: Broadcast, conn: ConnectionOptions
+) -> None:
+    async def noop(job: Job[Any, Any]) -> None:
+        return None
+
+    for subject in ("", "a..b", "orders.*", "orders.>", "a b"):
+        with pytest.raises(ValidationError) as err:
+            await bc.publish("m", 1, subject=subject)
+        assert err.value.field == "subject"
+    for pattern in ("", "a.>.b", "a.b*", [], "x..y"):
+        with pytest.raises(ValidationError) as err:
+            await bc.subscribe("s", subjects=pattern)
+        assert err.value.field == "subjects"
+        with pytest.raises(ValidationError):
+            BroadcastWorker(bc.name, "s", noop, connection=conn, subjects=pattern)
+    assert await bc.subscriptions() == []  # nothing was created by a refused call
+    assert await bc.length() == 0

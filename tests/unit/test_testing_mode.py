@@ -192,3 +192,72 @@ async def test_move_to_delayed_with_next_step(clock: ManualClock, server: Memory
         await queue.settle()
     assert steps == [None, "second"]
     assert (await job.refresh()).state == "completed" and job.step == "second"
+
+
+async def test_flows_may_mix_queues_of_any_slot_in_memory(server: MemoryServer) -> None:
+    from glidemq import FlowJob
+    from glidemq.keys import queue_slot
+    from glidemq.testing import TestFlowProducer
+
+    assert queue_slot("reports") != queue_slot("words")  # CrossSlotError on a cluster
+    reports = TestQueue("reports", connection=server)
+
+    async def process(job: Job[Any, Any]) -> Any:
+        if job.name == "report":
+            return sorted((await job.get_children_values()).items())
+        return job.data * 2
+
+    async with TestFlowProducer(connection=server) as flows:
+        node = await flows.add(
+            FlowJob("report", "reports", children=[FlowJob("double", "words", 21)])
+        )
+    async with (
+        TestWorker("reports", process, connection=server),
+        TestWorker("words", process, connection=server),
+    ):
+        await reports.settle()
+        await TestQueue("words", connection=server).settle()
+        await reports.settle()
+    done = await reports.get_job(node.job.id)
+    assert done is not None and done.returnvalue == [[f"words:{node.children[0].job.id}", 42]]
+    await flows.close()
+    with pytest.raises(GlideMQError):
+        await flows.add(FlowJob("late", "reports"))
+
+
+async def test_schedulers_fire_on_the_manual_clock_only(
+    clock: ManualClock, server: MemoryServer
+) -> None:
+    queue = TestQueue("jobs", connection=server)
+    ran: list[int] = []
+
+    async def record(job: Job[Any, Any]) -> None:
+        ran.append(clock.now_ms())
+
+    s = await queue.upsert_job_scheduler("tick", every_ms=60_000, start_date=clock.now_ms())
+    async with TestWorker("jobs", record, connection=server):
+        await queue.settle()
+        assert ran == [s.next_run]
+        clock.advance(59_999)
+        await queue.settle()
+        assert len(ran) == 1  # not due yet
+        clock.advance(1)
+        await queue.settle()
+        clock.advance(10 * 60_000)  # ten missed runs fire once, not ten times
+        await queue.settle()
+    assert len(ran) == 3
+    later = await queue.get_job_scheduler("tick")
+    assert later is not None and later.count == 3
+    assert later.next_run == s.next_run + 12 * 60_000  # still on the grid
+
+
+async def test_a_scheduler_template_with_an_unemulated_option_is_refused(
+    server: MemoryServer,
+) -> None:
+    queue = TestQueue("jobs", connection=server)
+    with pytest.raises(UnsupportedOptionError) as info:
+        await queue.upsert_job_scheduler(
+            "cached", every_ms=1000, template={"opts": {"result_ttl": 5000}}
+        )
+    assert info.value.field == "result_ttl"
+    assert await queue.get_job_schedulers() == []
