@@ -684,6 +684,8 @@ end, flags = {'no-writes'}}
 -- The mark of this project's library (from version 11): its clients replace an older version of
 -- it, but never another project's library that is also named glidemq, nor run on one.
 redis.register_function{function_name = 'glidemq_library', callback = function(keys, args)
+  if #keys > 1 then return badCall('ERR:BAD_KEYS', 'glidemq_library', 'takes at most 1 key') end
+  if #args > 0 then return badCall('ERR:BAD_ARGS', 'glidemq_library', 'takes no arguments') end
   return 'glidemq-python'
 end, flags = {'no-writes'}}
 
