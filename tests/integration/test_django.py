@@ -101,8 +101,9 @@ async def test_add_and_aadd_reach_the_queue(orders: Queue[Any, Any]) -> None:
     assert (await orders.get_job_counts()).waiting == 3
     with pytest.raises(GlideMQError, match="use `await aadd"):
         glidemq_django.add("orders", "confirm", {})  # inside a running loop
-    # The sync helper keeps one Producer (one connection) per queue and process.
-    assert len(glidemq_django._sync_producers) == 1
+    # One Producer (one connection) per queue and process, for sync and async adds alike.
+    assert list(glidemq_django._producers) == ["orders"]
+    assert glidemq_django._producers["orders"].reconnects == 0
 
 
 async def test_example_views_enqueue(orders: Queue[Any, Any]) -> None:

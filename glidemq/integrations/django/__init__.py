@@ -15,8 +15,8 @@
     await glidemq_django.aadd("emails", "welcome", {"to": user.email})   # async views
 
 Adds go through `glidemq.Producer`: one lazily opened connection per queue and process.
-Sync calls run on one event loop of the process, in a thread of its own, so the connection
-is reused across requests and threads. Needs Django.
+Every add, sync or async, runs on one event loop of the process in a thread of its own, so
+that connection is reused across requests, threads and event loops. Needs Django.
 """
 
 from __future__ import annotations
@@ -37,7 +37,7 @@ from ...keys import DEFAULT_PREFIX
 from ...producer import Producer
 from ...types import JobOptions
 
-__all__ = ["Settings", "aadd", "add", "connection", "producer", "settings"]
+__all__ = ["Settings", "aadd", "add", "connection", "settings"]
 
 _KEYS = frozenset({"url", "url_file", "prefix", "compression", "processor", "queues", "run"})
 
@@ -99,53 +99,46 @@ def connection() -> ConnectionOptions:
     return resolve_connection(s.url)
 
 
-_producers: dict[str, Producer[Any, Any]] = {}
-_sync_producers: dict[str, Producer[Any, Any]] = {}
+_producers: dict[str, Producer[Any, Any]] = {}  # used only on the helper loop's thread
 _pid = os.getpid()
 _lock = threading.Lock()
 _loop: asyncio.AbstractEventLoop | None = None
 
 
-def _forked() -> None:
-    """Forget what a parent process made: its clients and loop thread do not survive fork."""
-    global _pid, _loop
-    if os.getpid() != _pid:
-        _pid, _loop = os.getpid(), None
-        _producers.clear()
-        _sync_producers.clear()
-
-
-def _make(queue: str) -> Producer[Any, Any]:
-    s = settings()
-    return Producer(queue, connection=connection(), prefix=s.prefix, compression=s.compression)
-
-
-def producer(queue: str) -> Producer[Any, Any]:
-    """This process's Producer for `queue`, for async code (`await producer(q).add(...)`)."""
-    with _lock:
-        _forked()
-        found = _producers.get(queue)
-        if found is None:
-            found = _producers[queue] = _make(queue)
-        return found
-
-
-async def aadd(
-    queue: str, name: str, data: Any = None, opts: JobOptions | Mapping[str, Any] | None = None
-) -> Job[Any, Any] | None:
-    """Add a job from async code; as `Producer.add`."""
-    return await producer(queue).add(name, data, opts)
-
-
 def _helper_loop() -> asyncio.AbstractEventLoop:
-    global _loop
+    """This process's event loop for adds, running in a daemon thread. Every add (sync or
+    async) runs there, so each queue has one connection however the views run: WSGI threads,
+    an ASGI loop, or a new loop per request (async views under a WSGI server)."""
+    global _loop, _pid
     with _lock:
-        _forked()
+        if os.getpid() != _pid:  # forked: the parent's thread and clients are not ours
+            _pid, _loop = os.getpid(), None
+            _producers.clear()
         if _loop is None:
             loop = asyncio.new_event_loop()
             threading.Thread(target=loop.run_forever, name="glidemq-django", daemon=True).start()
             _loop = loop
         return _loop
+
+
+async def _add(
+    queue: str, name: str, data: Any, opts: JobOptions | Mapping[str, Any] | None
+) -> Job[Any, Any] | None:
+    found = _producers.get(queue)
+    if found is None:
+        s = settings()
+        found = _producers[queue] = Producer(
+            queue, connection=connection(), prefix=s.prefix, compression=s.compression
+        )
+    return await found.add(name, data, opts)
+
+
+async def aadd(
+    queue: str, name: str, data: Any = None, opts: JobOptions | Mapping[str, Any] | None = None
+) -> Job[Any, Any] | None:
+    """Add a job from async code (an async view); as `Producer.add`."""
+    done = asyncio.run_coroutine_threadsafe(_add(queue, name, data, opts), _helper_loop())
+    return await asyncio.wrap_future(done)
 
 
 def add(
@@ -165,13 +158,7 @@ def add(
         pass
     else:
         raise GlideMQError("glidemq add() called inside an event loop: use `await aadd(...)`")
-    loop = _helper_loop()
-
-    async def run() -> Job[Any, Any] | None:
-        found = _sync_producers.get(queue)  # touched only on the helper loop's thread
-        if found is None:
-            found = _sync_producers[queue] = _make(queue)
-        return await found.add(name, data, opts)
-
-    done: Future[Job[Any, Any] | None] = asyncio.run_coroutine_threadsafe(run(), loop)
+    done: Future[Job[Any, Any] | None] = asyncio.run_coroutine_threadsafe(
+        _add(queue, name, data, opts), _helper_loop()
+    )
     return done.result(timeout)
