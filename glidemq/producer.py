@@ -103,7 +103,7 @@ class Producer(Generic[D, R]):
     a serverless function) and call `close()` when the process ends, if it ever does.
     `verify_after` (seconds, None: never) and `ping_timeout` govern the check of an idle
     connection described in the module doc. `reconnects` counts connections made after
-    the first.
+    the first. Use it from one event loop at a time (it is not thread-safe).
     """
 
     def __init__(

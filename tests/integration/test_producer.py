@@ -109,9 +109,14 @@ producer = Producer(sys.argv[1])
 async def invocation(n):
     job = await producer.add("call", {"n": n})
     return job.id
+def clients():  # the producer's connections the server sees
+    import os, valkey
+    listed = valkey.Valkey.from_url(os.environ["GLIDEMQ_URL"].replace("valkey", "redis", 1))
+    return sum(c.get("name") == "glidemq-producer-" + sys.argv[1] for c in listed.client_list())
 first = asyncio.run(invocation(1))
 second = asyncio.run(invocation(2))
-print(first, second, producer.reconnects, producer.connected)
+third = asyncio.run(invocation(3))
+print(first, second, third, producer.reconnects, producer.connected, clients())
 asyncio.run(producer.close())
 """
 
@@ -130,10 +135,11 @@ def test_two_event_loops_in_one_process(valkey_server: Any, queue_name: str) -> 
         check=False,
     )
     assert done.returncode == 0, done.stderr
-    first, second, reconnects, connected = done.stdout.split()
-    assert first != second
-    assert (reconnects, connected) == ("1", "True")
-    assert stream_length(valkey_server, queue_name) == 2
+    first, second, third, reconnects, connected, clients = done.stdout.split()
+    assert len({first, second, third}) == 3
+    # One new connection per new loop, and the old ones closed: no pile-up on the server.
+    assert (reconnects, connected, clients) == ("2", "True", "1")
+    assert stream_length(valkey_server, queue_name) == 3
 
 
 async def test_connection_killed_between_calls(valkey_server: Any, queue_name: str) -> None:
