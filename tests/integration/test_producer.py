@@ -206,8 +206,16 @@ async def test_connection_lost_during_an_add(valkey_server: Any, queue_name: str
         assert custom is None or custom.id == "order-7"
         assert await producer.add("custom", {}, {"job_id": "order-7"}) is None
         assert valkey_server.cli("HGET", f"glide:{{{queue_name}}}:job:order-7", "name") == "custom"
-        # warm-up, next, order-7; the killed plain add never ran (the server was paused)
-        assert stream_length(valkey_server, queue_name) == 3
+
+        # A flow is one atomic call and is not resent: a typed error, and (the server was
+        # paused) nothing of it written.
+        flow = FlowJob("root", queue_name, {}, children=[FlowJob("leaf", queue_name, {})])
+        (lost_flow,) = await kill_during(producer.add_flow(flow))
+        assert isinstance(lost_flow, glidemq.ConnectionError), lost_flow
+        assert (await producer.add_flow(flow)).job.state == "waiting-children"
+        # warm-up, next, order-7 and the second flow's leaf; the killed plain add and the
+        # killed flow never ran (the server was paused)
+        assert stream_length(valkey_server, queue_name) == 4
     finally:
         await producer.close()
 
