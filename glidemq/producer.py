@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any, Generic, Literal, Self, TypeVar
 
 from .connection import Client, ConnectionLike, close_client, create_client, resolve_connection
 from .context import QueueContext
-from .errors import ConnectionError, GlideMQError
+from .errors import ConnectionError, GlideMQError, ValidationError
 from .flow import FlowJob, FlowProducer, JobNode, JobRef
 from .functions import connect_with_library
 from .job import Job
@@ -123,6 +123,10 @@ class Producer(Generic[D, R]):
         self.connection = resolve_connection(connection)
         self.compression = compression
         self.result_ttl = validate_result_ttl(result_ttl)
+        if verify_after is not None and not verify_after >= 0:
+            raise ValidationError("verify_after", "must be a number of seconds >= 0, or None")
+        if not ping_timeout > 0:
+            raise ValidationError("ping_timeout", "must be a number of seconds > 0")
         self.verify_after = verify_after
         self.ping_timeout = ping_timeout
         self.reconnects = 0
@@ -166,7 +170,7 @@ class Producer(Generic[D, R]):
         idempotent. Either way the next call uses a new connection.
         """
         link = await self._open()
-        job: Job[D, R] | None = await self._guard(link.adds.add(name, data, opts))
+        job: Job[D, R] | None = await self._guard(link, link.adds.add(name, data, opts))
         return job
 
     async def add_bulk(
@@ -176,7 +180,7 @@ class Producer(Generic[D, R]):
         as in `add`; then any part of the jobs may have been added, and only jobs with
         custom ids can be sent again safely."""
         link = await self._open()
-        added: list[Job[D, R] | None] = await self._guard(link.adds.add_bulk(jobs))
+        added: list[Job[D, R] | None] = await self._guard(link, link.adds.add_bulk(jobs))
         return added
 
     async def add_flow(self, flow: FlowJob, *, parent: JobRef | None = None) -> JobNode:
@@ -184,19 +188,19 @@ class Producer(Generic[D, R]):
         `FlowProducer.add` does. A lost connection is reported as in `add`; the flow was
         then added whole or not at all."""
         link = await self._open()
-        return await self._guard(link.flows.add(flow, parent=parent))
+        return await self._guard(link, link.flows.add(flow, parent=parent))
 
     async def add_dag(
         self, dag: Dag | Iterable[DagNode], *, parent: JobRef | None = None
     ) -> dict[str, Job[Any, Any]]:
         """Add a DAG in one atomic call, as `FlowProducer.add_dag` does."""
         link = await self._open()
-        return await self._guard(link.flows.add_dag(dag, parent=parent))
+        return await self._guard(link, link.flows.add_dag(dag, parent=parent))
 
     async def add_flows(self, flows: Iterable[FlowJob]) -> list[JobNode | None]:
         """Add independent flows, pipelined, as `FlowProducer.add_bulk` does."""
         link = await self._open()
-        return await self._guard(link.flows.add_bulk(flows))
+        return await self._guard(link, link.flows.add_bulk(flows))
 
     async def add_dependency(
         self, parent: JobRef, child: JobRef
@@ -204,7 +208,7 @@ class Producer(Generic[D, R]):
         """Make an existing job also wait for an existing child, as
         `FlowProducer.add_dependency` does."""
         link = await self._open()
-        return await self._guard(link.flows.add_dependency(parent, child))
+        return await self._guard(link, link.flows.add_dependency(parent, child))
 
     # -- the connection ----------------------------------------------------------------------
 
@@ -278,20 +282,24 @@ class Producer(Generic[D, R]):
         self._link = _Link(loop, client, adds, _Flows(self, client))
         return self._link
 
-    async def _drop(self) -> None:
-        link, self._link = self._link, None
+    async def _drop(self, only: _Link | None = None) -> None:
+        """Close the current link (only if it is `only`, when given)."""
+        link = self._link
+        if only is not None and link is not only:
+            return  # another call already replaced it
+        self._link = None
         if link is not None:
             # valkey-glide closes without awaiting the loop, so a client of a finished loop
             # can be closed from a new one.
             with contextlib.suppress(Exception):
                 await close_client(link.client)
 
-    async def _guard(self, call: Awaitable[T]) -> T:
+    async def _guard(self, link: _Link, call: Awaitable[T]) -> T:
         """Await an add; after a lost connection, drop it so the next call connects anew."""
         try:
             result = await call
         except ConnectionError:
-            await self._drop()
+            await self._drop(link)
             raise
         self._used_at = time.monotonic()
         return result

@@ -47,9 +47,13 @@ async def test_no_connection_until_the_first_add(valkey_server: Any, queue_name:
     await wait_for(lambda: producer_clients(valkey_server, queue_name) == 0)
 
 
-def test_bad_queue_name_fails_at_construction_without_connecting() -> None:
+def test_bad_arguments_fail_at_construction_without_connecting() -> None:
     with pytest.raises(ValidationError):
         Producer("bad{name}", connection="valkey://127.0.0.1:1")
+    with pytest.raises(ValidationError, match="verify_after"):
+        Producer("q", connection="valkey://127.0.0.1:1", verify_after=-1)
+    with pytest.raises(ValidationError, match="ping_timeout"):
+        Producer("q", connection="valkey://127.0.0.1:1", ping_timeout=0)
 
 
 async def test_add_add_bulk_and_flows_reach_the_queue(
