@@ -24,7 +24,7 @@ from collections.abc import Awaitable, Iterable, Mapping
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Generic, Literal, Self, TypeVar
 
-from .connection import Client, ConnectionLike, close_client, create_client, resolve_connection
+from .connection import Client, ConnectionLike, close_client, resolve_connection
 from .context import QueueContext
 from .errors import ConnectionError, GlideMQError, ValidationError
 from .flow import FlowJob, FlowProducer, JobNode, JobRef
@@ -134,7 +134,7 @@ class Producer(Generic[D, R]):
         self._contexts: dict[str, QueueContext] = {}
         self._lock: tuple[asyncio.AbstractEventLoop, asyncio.Lock] | None = None
         self._used_at = float("-inf")
-        self._library_checked = False
+        self._connected_once = False
         self._closed = False
 
     async def __aenter__(self) -> Self:
@@ -267,15 +267,12 @@ class Producer(Generic[D, R]):
         return True
 
     async def _connect(self, loop: asyncio.AbstractEventLoop) -> _Link:
-        name = f"glidemq-producer-{self.name}"
-        if self._library_checked:
-            # The library was there; a server that lost it since gets it back from the
-            # retry path (QueueContext.fcall reloads it), so skip the version round trip.
-            client = await create_client(self.connection, name=name)
+        # The library is checked on every new connection (one round trip): a server that
+        # restarted without persistence in the meantime lost it.
+        client = await connect_with_library(self.connection, name=f"glidemq-producer-{self.name}")
+        if self._connected_once:
             self.reconnects += 1
-        else:
-            client = await connect_with_library(self.connection, name=name)
-            self._library_checked = True
+        self._connected_once = True
         for ctx in self._contexts.values():
             ctx.client = client
         adds = _Adds(self, self._context(self.name, client))

@@ -181,6 +181,27 @@ async def test_idle_connection_is_checked_before_the_add(
         await producer.close()
 
 
+async def test_a_new_connection_loads_a_library_the_server_lost(
+    valkey_server: Any, queue_name: str
+) -> None:
+    """As after a restart without persistence: add_bulk (a pipeline, which does not reload
+    the library itself) works on the next connection."""
+    producer: Producer[Any, Any] = Producer(
+        queue_name, connection=valkey_server.url, verify_after=0.0
+    )
+    try:
+        await producer.add("a", {})
+        assert producer._link is not None
+        await producer._link.client.close()  # the next call must connect anew
+        valkey_server.cli("FUNCTION", "DELETE", "glidemq")
+        added = await producer.add_bulk([("b", {}), ("c", {})])
+        assert all(j is not None for j in added)
+        assert producer.reconnects == 1
+        assert stream_length(valkey_server, queue_name) == 3
+    finally:
+        await producer.close()
+
+
 async def test_connection_lost_during_an_add(valkey_server: Any, queue_name: str) -> None:
     """The documented outcome: without a custom id a typed ConnectionError (the add may have
     run, nothing is resent); with one the add is retried, and a retry by the caller finds
