@@ -11,6 +11,7 @@ ROOT_URLCONF = "mysite.urls"
 INSTALLED_APPS = ["glidemq.integrations.django", "shop"]
 DATABASES: dict[str, dict[str, str]] = {}  # the example keeps no data of its own
 USE_TZ = True
+TIME_ZONE = "UTC"  # Django exports it as TZ, which glidemq_run passes on to the workers
 
 SHOP_NAME = "Example Shop"
 
