@@ -114,6 +114,25 @@ async def test_lifespan_opens_once_wraps_the_apps_own_and_closes(
         await queue.obliterate(force=True)
 
 
+async def test_plain_starlette_app_reaches_its_queue(valkey_server: Any, queue_name: str) -> None:
+    from starlette.applications import Starlette
+    from starlette.requests import Request
+    from starlette.responses import JSONResponse
+    from starlette.routing import Route
+
+    async def add(request: Request) -> JSONResponse:
+        job = await GlideMQ.of(request.app).queue(queue_name).add("x", {"n": 1})
+        return JSONResponse({"id": job.id if job else None})
+
+    queues = GlideMQ([queue_name], connection=valkey_server.url)
+    app = Starlette(routes=[Route("/add", add, methods=["POST"])], lifespan=queues.lifespan)
+    async with serving(app) as http:
+        job_id = (await http.post("/add")).json()["id"]
+        assert job_id is not None
+        assert (await queues.queue(queue_name).get_job(job_id)) is not None
+        await queues.queue(queue_name).obliterate(force=True)
+
+
 def test_misuse_is_a_clear_error() -> None:
     with pytest.raises(ValidationError, match="not one string"):
         GlideMQ("emails")  # type: ignore[arg-type]
