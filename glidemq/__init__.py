@@ -44,6 +44,7 @@ from .flow import FlowJob, FlowProducer, JobNode
 from .job import Job
 from .limits import RateLimit, TokenBucket
 from .processor import ProcessorSpec, processor
+from .producer import Producer
 from .queries import Metrics, WorkerInfo
 from .queue import JobCounts, Queue
 from .retry import RetryPolicy
@@ -95,6 +96,7 @@ __all__ = [
     "Processor",
     "ProcessorExitError",
     "ProcessorSpec",
+    "Producer",
     "Queue",
     "QueueEvent",
     "QueueEvents",
