@@ -21,6 +21,7 @@ __all__ = [
     "LibraryError",
     "PayloadTooLargeError",
     "QueueFullError",
+    "QueueNotFoundError",
     "RateLimitError",
     "ServerError",
     "UnrecoverableError",
@@ -105,6 +106,15 @@ class JobNotFoundError(GlideMQError, LookupError):
         super().__init__(f"job {job_id!r} not found in queue {queue!r}")
         self.queue = queue
         self.job_id = job_id
+
+
+class QueueNotFoundError(GlideMQError, LookupError):
+    """No key of this queue exists under the prefix (admin reads of an unknown queue)."""
+
+    def __init__(self, queue: str, prefix: str) -> None:
+        super().__init__(f"no queue {queue!r} under prefix {prefix!r}")
+        self.queue = queue
+        self.prefix = prefix
 
 
 class JobStateError(GlideMQError):

@@ -494,11 +494,17 @@ class FlowProducer:
 # -- the job side: used by Job's flow methods ------------------------------------------------
 
 
+def parse_ref(ref: str) -> tuple[str, str] | None:
+    """A job reference 'glide:{images}:42' as (queue, id); None if it is not one."""
+    m = _REF.search(ref)
+    return (m.group(1), m.group(2)) if m else None
+
+
 def _child_key(ref: bytes) -> str:
     """'glide:{images}:42' -> 'images:42'."""
     text = ref.decode()
-    m = _REF.search(text)
-    return f"{m.group(1)}:{m.group(2)}" if m else text
+    parsed = parse_ref(text)
+    return f"{parsed[0]}:{parsed[1]}" if parsed else text
 
 
 async def children_values(ctx: QueueContext, job_id: str) -> dict[str, Any]:

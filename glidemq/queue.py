@@ -1,6 +1,6 @@
 """Queue: the producer side of one queue (adding jobs, waiting for results, backpressure,
 job schedulers) and its lifecycle; reading and maintenance come from `QueueAdmin`
-(glidemq/admin.py), queue-wide limits from `QueueLimits` (glidemq/limiting.py)."""
+(glidemq/admin/base.py), queue-wide limits from `QueueLimits` (glidemq/limiting.py)."""
 
 from __future__ import annotations
 

@@ -38,6 +38,7 @@ class RuntimeConfig:
     url: str | None = None
     cluster: str | None = None
     embedded: bool = False
+    embedded_port: int | None = None
     prefix: str = "glide"
     prefetch: int | None = None
     batch_size: int | None = None
@@ -62,6 +63,7 @@ _EXAMPLES = """examples:
   glidemq-run app:process --queue a --queue b --url valkey://10.0.0.5:6379
   glidemq-run app:process --queue q --cluster 10.0.0.5:7000,10.0.0.6:7000
   glidemq-run app:process --queue q --embedded          # local try-out, prints the address
+  glidemq-run app:process --queue q --embedded --embedded-port 6400
   GLIDEMQ_PROCS=8 GLIDEMQ_URL=valkey://cache:6379 glidemq-run app:process --queue q
 
 signals: TERM/INT drain (second INT: immediate), QUIT immediate, HUP rolling restart,
@@ -97,6 +99,12 @@ def build_parser() -> argparse.ArgumentParser:
         "--embedded",
         action="store_true",
         help="start an embedded Valkey for local use and print its address",
+    )
+    p.add_argument(
+        "--embedded-port",
+        type=port,
+        metavar="PORT",
+        help="port of the --embedded Valkey (default: a free one)",
     )
     p.add_argument("--prefix", help="key prefix (default: glide)")
     p.add_argument("--prefetch", type=positive_int, help="most jobs taken per fetch")
@@ -178,6 +186,7 @@ _ENV_FIELDS: dict[str, tuple[str, str]] = {
     "URL": ("url", "str"),
     "CLUSTER": ("cluster", "str"),
     "EMBEDDED": ("embedded", "bool"),
+    "EMBEDDED_PORT": ("embedded_port", "int"),
     "PREFIX": ("prefix", "str"),
     "PREFETCH": ("prefetch", "int"),
     "BATCH_SIZE": ("batch_size", "int"),
@@ -204,6 +213,7 @@ _ARG_FIELDS = {
     "url": "url",
     "cluster": "cluster",
     "embedded": "embedded",
+    "embedded_port": "embedded_port",
     "prefix": "prefix",
     "prefetch": "prefetch",
     "batch_size": "batch_size",
@@ -256,6 +266,8 @@ def parse_config(argv: Sequence[str], env: Mapping[str, str] | None = None) -> R
     if any(getattr(args, a) for a in ("url", "cluster", "embedded")):
         for key in ("url", "cluster", "embedded"):
             values.pop(key, None)  # a flag chooses the server; the environment does not mix in
+        if not args.embedded:
+            values.pop("embedded_port", None)
     for attr, fld in _ARG_FIELDS.items():
         value = getattr(args, attr)
         if value is None or value is False:
@@ -264,6 +276,8 @@ def parse_config(argv: Sequence[str], env: Mapping[str, str] | None = None) -> R
     chosen = [k for k in ("url", "cluster", "embedded") if values.get(k)]
     if len(chosen) > 1:
         raise UsageError(f"choose one of --url, --cluster, --embedded (got {', '.join(chosen)})")
+    if values.get("embedded_port") is not None and not values.get("embedded"):
+        raise UsageError("--embedded-port needs --embedded")
     cfg = RuntimeConfig(target=args.target, **values)  # type: ignore[arg-type]
     for name in (
         "procs",

@@ -9,14 +9,14 @@ from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 from glide import Batch, ClusterBatch, GlideClusterClient
 
-from . import queries
-from .context import QueueContext, now_ms
-from .errors import GlideMQError, ValidationError
-from .job import Job, retry_source
-from .queries import Metrics, WorkerInfo
+from .. import queries
+from ..context import QueueContext, now_ms
+from ..errors import GlideMQError, ValidationError
+from ..job import Job, retry_source
+from ..queries import Metrics, WorkerInfo
 
 if TYPE_CHECKING:
-    from .keys import QueueKeys
+    from ..keys import QueueKeys
 
 __all__ = ["JOB_STATES", "JobCounts", "QueueAdmin"]
 
