@@ -1,0 +1,130 @@
+"""Fixtures for the dashboard tests: a queue with jobs in every state under a prefix of the
+test's own, and an httpx client talking to the dashboard app in this process (ASGI)."""
+
+from __future__ import annotations
+
+import re
+import uuid
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import httpx
+import pytest
+
+from glidemq import FlowJob, FlowProducer, Job, Queue, UnrecoverableError, Worker
+from tests.conftest import ValkeyAddress
+from tests.helpers import FAST, wait_for
+
+XSS_DATA = "<script>alert(1)</script>"
+XSS_NAME = '"><img src=x onerror=alert(2)>'
+
+
+def _ids(jobs: list[Any]) -> list[str]:
+    return [j.id for j in jobs if j is not None]
+
+
+@dataclass
+class Populated:
+    """What `populate` made: the prefix, the queue's name, and job ids by kind."""
+
+    url: str
+    prefix: str
+    name: str
+    ids: dict[str, list[str]] = field(default_factory=dict)
+
+
+async def populate(url: str, prefix: str, name: str = "emails") -> Populated:
+    """A queue with completed, failed, dead-letter, waiting, delayed, prioritized and
+    waiting-children jobs, logs and progress, a scheduler, and a job whose name and data
+    are HTML."""
+    out = Populated(url, prefix, name)
+    ids = out.ids
+    async with Queue(name, connection=url, prefix=prefix) as q:
+        good = await q.add_bulk([("welcome", {"to": f"user{i}@example.com"}) for i in range(3)])
+        bad = await q.add_bulk([("bad", {"to": "nobody@example.com"}, {"attempts": 1})] * 2)
+        ids["completed"] = _ids(good)
+        ids["failed"] = _ids(bad)
+
+        async def proc(job: Job[Any, Any]) -> Any:
+            await job.log(f"sending to {job.data['to']}")
+            await job.update_progress(40)
+            if job.name == "bad":
+                raise ValueError("mailbox unavailable")
+            if job.name == "dead":
+                raise UnrecoverableError("address rejected")
+            await job.update_progress(100)
+            return {"sent": job.data["to"]}
+
+        async def finished(total: int) -> bool:
+            c = await q.get_job_counts()
+            return c.completed + c.failed + c.dead_letter >= total
+
+        async with Worker(name, proc, connection=url, prefix=prefix, **FAST):
+            await wait_for(lambda: finished(5), timeout=30)
+        dead = await q.add("dead", {"to": "gone@example.com"})
+        ids["dead_letter"] = [dead.id]
+        async with Worker(name, proc, connection=url, prefix=prefix, dead_letter=True, **FAST):
+            await wait_for(lambda: finished(6), timeout=30)
+        waiting = await q.add_bulk([("welcome", {"to": f"later{i}@example.com"}) for i in range(2)])
+        xss = await q.add(XSS_NAME, {"note": XSS_DATA, "attr": XSS_NAME})
+        ids["waiting"] = [*_ids(waiting), xss.id]
+        ids["xss"] = [xss.id]
+        delayed = await q.add("reminder", {"to": "soon@example.com"}, {"delay": 3_600_000})
+        ids["delayed"] = [delayed.id]
+        prio = await q.add("digest", {"to": "weekly@example.com"}, {"priority": 5})
+        ids["prioritized"] = [prio.id]
+        await q.upsert_job_scheduler(
+            "nightly-report", cron="0 3 * * *", template={"name": "report", "data": {}}
+        )
+    async with FlowProducer(connection=url, prefix=prefix) as flows:
+        node = await flows.add(
+            FlowJob("bundle", name, {"part": "parent"}, children=[FlowJob("part", name, {"n": 1})])
+        )
+        ids["parent"] = [node.job.id]
+        ids["child"] = [node.children[0].job.id]
+        ids["waiting"].append(ids["child"][0])
+    return out
+
+
+@pytest.fixture
+async def populated(valkey_server: ValkeyAddress) -> Populated:
+    """A freshly populated queue under a prefix no other test uses."""
+    return await populate(valkey_server.url, f"dash{uuid.uuid4().hex[:10]}")
+
+
+@pytest.fixture
+async def client_for(
+    valkey_server: ValkeyAddress,
+) -> AsyncIterator[Any]:
+    """`client_for(populated, **create_app options)`: an httpx client on a new dashboard."""
+    from glidemq.dashboard import create_app
+
+    apps: list[Any] = []
+    clients: list[httpx.AsyncClient] = []
+
+    async def make(p: Populated, **options: Any) -> httpx.AsyncClient:
+        options.setdefault("names_ttl", 0)
+        app = create_app(p.url, prefix=p.prefix, **options)
+        apps.append(app)
+        client = httpx.AsyncClient(
+            transport=httpx.ASGITransport(app=app), base_url="http://testserver"
+        )
+        clients.append(client)
+        return client
+
+    yield make
+    for client in clients:
+        await client.aclose()
+    for app in apps:
+        await app.state.dashboard.close()
+
+
+_CSRF = re.compile(r'name="csrf" value="([^"]+)"')
+
+
+def csrf_of(html: str) -> str:
+    """The CSRF token a page put in its forms."""
+    found = _CSRF.search(html)
+    assert found is not None, "the page has no action form"
+    return found.group(1)
