@@ -99,7 +99,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(hash_password(password))
         return OK
     try:
-        conn = resolve_connection(args.url)
+        try:
+            conn = resolve_connection(args.url)
+        except ValidationError as exc:
+            raise ValidationError("--url", exc.reason) from None
         prefix = validate_prefix(args.prefix)
         basic = BasicAuth.from_file(args.basic_auth_file) if args.basic_auth_file else None
         if args.refresh <= 0:

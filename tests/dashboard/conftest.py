@@ -3,10 +3,18 @@ test's own, and an httpx client talking to the dashboard app in this process (AS
 
 from __future__ import annotations
 
+import contextlib
+import os
 import re
+import signal
+import socket
+import subprocess
+import sys
+import time
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -128,3 +136,61 @@ def csrf_of(html: str) -> str:
     found = _CSRF.search(html)
     assert found is not None, "the page has no action form"
     return found.group(1)
+
+
+# -- the real console script -------------------------------------------------------------------
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+SCRIPT = REPO_ROOT / ".venv" / "bin" / "glidemq-dashboard"
+
+
+def dashboard_argv() -> list[str]:
+    """How to run `glidemq-dashboard` here: the installed script, else the module."""
+    if SCRIPT.exists():
+        return [str(SCRIPT)]
+    return [sys.executable, "-m", "glidemq.dashboard.cli"]
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@contextlib.contextmanager
+def running_dashboard(url: str, *args: str) -> Iterator[tuple[str, subprocess.Popen[str]]]:
+    """`glidemq-dashboard --url URL --port P ARGS` running; yields its base URL and process."""
+    port = free_port()
+    env = {k: v for k, v in os.environ.items() if not k.startswith("GLIDEMQ_")}
+    proc = subprocess.Popen(
+        [*dashboard_argv(), "--url", url, "--port", str(port), *args],
+        cwd=REPO_ROOT,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        deadline = time.monotonic() + 30
+        while True:
+            if proc.poll() is not None:
+                raise AssertionError(f"glidemq-dashboard exited: {proc.communicate()}")
+            try:
+                with socket.create_connection(("127.0.0.1", port), timeout=1):
+                    break
+            except OSError:
+                if time.monotonic() > deadline:
+                    raise AssertionError("glidemq-dashboard did not listen within 30 s") from None
+                time.sleep(0.1)
+        yield f"http://127.0.0.1:{port}", proc
+    finally:
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGTERM)
+            try:
+                proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+        for stream in (proc.stdout, proc.stderr):
+            if stream is not None:
+                stream.close()
