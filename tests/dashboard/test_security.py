@@ -13,7 +13,7 @@ from starlette.requests import Request
 from glidemq.errors import ValidationError
 from glidemq.web.auth import BasicAuth, hash_password
 
-from .conftest import XSS_DATA, XSS_NAME, Populated
+from .conftest import Populated
 
 
 def _basic(user: str, password: str) -> dict[str, str]:
