@@ -2201,8 +2201,23 @@ redis.register_function{function_name = 'glidemq_getCounts', callback = function
     groupWaiting, rateLimited}
 end, flags = {'no-writes'}}
 
+-- Calls visit(member) on a sorted set's members in order, reading 1000 at a time, until visit
+-- returns true (then returns true). A page near the front never reads the whole set.
+local function eachMember(key, visit)
+  local pos = 0
+  while true do
+    local ids = redis.call('ZRANGE', key, pos, pos + 999)
+    for _, id in ipairs(ids) do
+      if visit(id) then return true end
+    end
+    if #ids < 1000 then return false end
+    pos = pos + 1000
+  end
+end
+
 -- KEYS: stream, scheduled. ARGS: state, start, stop (inclusive indices). Returns job ids:
--- finished sets newest first, others in the order they would run.
+-- finished sets newest first, others in the order they would run. Reads the stream and the
+-- sets in chunks, so the cost grows with start + count, not with the size of the queue.
 redis.register_function{function_name = 'glidemq_getJobIds', callback = function(keys, args)
   local stream, scheduled = keys[1], keys[2]
   local prefix = prefixOf(stream, 'stream')
@@ -2230,14 +2245,25 @@ redis.register_function{function_name = 'glidemq_getJobIds', callback = function
       end
     end
   elseif state == 'waiting' then
-    local entries = redis.call('XRANGE', stream, '-', '+')
-    for _, e in ipairs(entries) do
-      local jobId = entryJobId(e[2])
-      if jobId and consider(jobId) then return out end
+    local from = '-'
+    while true do
+      local entries = redis.call('XRANGE', stream, from, '+', 'COUNT', 1000)
+      for _, e in ipairs(entries) do
+        local jobId = entryJobId(e[2])
+        if jobId and consider(jobId) then return out end
+      end
+      if #entries < 1000 then break end
+      from = '(' .. entries[#entries][1]
     end
-    local lifo = redis.call('LRANGE', prefix .. 'list', 0, -1)
-    for x = #lifo, 1, -1 do
-      if consider(lifo[x]) then return out end
+    local list = prefix .. 'list'
+    local hi = redis.call('LLEN', list) - 1
+    while hi >= 0 do
+      local lo = math.max(0, hi - 999)
+      local part = redis.call('LRANGE', list, lo, hi)
+      for x = #part, 1, -1 do
+        if consider(part[x]) then return out end
+      end
+      hi = lo - 1
     end
   elseif state == 'group-waiting' or state == 'rate-limited' then
     local sets = {prefix .. 'ratelimited'}
@@ -2248,18 +2274,12 @@ redis.register_function{function_name = 'glidemq_getJobIds', callback = function
       end
     end
     for _, key in ipairs(sets) do
-      for _, jobId in ipairs(redis.call('ZRANGE', key, 0, -1)) do
-        if consider(jobId) then return out end
-      end
+      if eachMember(key, consider) then return out end
     end
   elseif state == 'delayed' or state == 'prioritized' then
-    for _, jobId in ipairs(redis.call('ZRANGE', scheduled, 0, -1)) do
-      if consider(jobId) then return out end
-    end
+    if eachMember(scheduled, consider) then return out end
   elseif state == 'waiting-children' then
-    for _, jobId in ipairs(redis.call('ZRANGE', prefix .. 'waiting-children', 0, -1)) do
-      if consider(jobId) then return out end
-    end
+    if eachMember(prefix .. 'waiting-children', consider) then return out end
   else
     return redis.error_reply('ERR glidemq: getJobIds: unknown state ' .. tostring(state))
   end
