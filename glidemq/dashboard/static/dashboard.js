@@ -23,7 +23,9 @@
     while (svg.firstChild) svg.removeChild(svg.firstChild);
     var done = data.completed || [], failed = data.failed || [];
     var n = Math.max(done.length, failed.length);
-    var W = 720, H = 160, left = 34, bottom = 18, top = 8;
+    var W = Math.max(320, Math.round(svg.getBoundingClientRect().width) || 720);
+    var H = 160, left = 34, bottom = 18, top = 8;
+    svg.setAttribute("viewBox", "0 0 " + W + " " + H);
     var max = 1;
     for (var i = 0; i < n; i++) max = Math.max(max, (done[i] || 0) + (failed[i] || 0));
     var plotH = H - bottom - top, step = (W - left) / Math.max(n, 1), barW = Math.max(1, step - 2);
