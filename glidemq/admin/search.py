@@ -1,14 +1,12 @@
 """Finding jobs by what a person remembers of them: the id, part of the name, or a piece of
-text in the data. Bounded: an id is one read, names are matched on the server among the
-first `scan` jobs of each state, and data text among the first `scan` jobs of each state
-(their hashes are read in one pipelined round trip per state), however large the queue."""
+text in the data. Bounded: an id is one read; names and data text are matched on the server
+among the first `scan` jobs of each state (one call per state for each), however large the
+queue."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from typing import Any
-
-import orjson
 
 from ..errors import ValidationError
 from ..job import Job
@@ -23,13 +21,6 @@ __all__ = ["DEFAULT_SCAN", "find_jobs"]
 DEFAULT_SCAN = 1000
 
 
-def _data_text(job: Job[Any, Any]) -> str:
-    try:
-        return orjson.dumps(job.data).decode()
-    except TypeError:
-        return str(job.data)
-
-
 async def find_jobs(
     view: QueueView,
     text: str,
@@ -40,8 +31,8 @@ async def find_jobs(
     scan: int = DEFAULT_SCAN,
 ) -> JobPage:
     """Jobs in `states` (default: every searchable state) whose id is `text`, whose name
-    contains it (or matches it, for a glob), or whose data's JSON text contains it (ignoring
-    case): the id match first, then name matches, then data matches, each job once."""
+    contains it (or matches it, for a glob), or whose data's JSON text contains it (ASCII
+    case ignored): the id match first, then name matches, then data matches, each job once."""
     if not isinstance(text, str) or not text.strip():
         raise ValidationError("search", "must be non-empty text")
     chosen = tuple(dict.fromkeys(states)) or SEARCH_STATES
@@ -73,15 +64,10 @@ async def find_jobs(
         )
         for job in named:
             found.setdefault(job.id, job)
-    needle = text.casefold()
-    for state in chosen:
-        if len(found) >= want:
-            break
-        for listed in await view.get_jobs(state, 0, scan - 1):
-            if listed.id not in found and needle in _data_text(listed).casefold():
-                found[listed.id] = listed
-                if len(found) >= want:
-                    break
+    if len(found) < want:
+        matched = await view.search_jobs(state=list(chosen), text=text, limit=want, scan=scan)
+        for job in matched:
+            found.setdefault(job.id, job)
     jobs = list(found.values())
     rows = [JobRow.of(j) for j in jobs[offset : offset + limit]]
     return JobPage(view.name, chosen, text, offset, limit, None, len(jobs) > offset + limit, rows)

@@ -2093,11 +2093,23 @@ local function dataMatches(raw, filters)
   if #filters == 0 then return true end
   if not raw then return false end
   if string.sub(raw, 1, 3) == 'gz:' then return true end
-  local ok, d = pcall(cjson.decode, raw)
-  if not ok or type(d) ~= 'table' then return false end
+  local d
   for _, f in ipairs(filters) do
-    local v, kind, want = d[f[1]], f[2], f[3]
-    if kind == 's' then
+    local kind, want = f[2], f[3]
+    if kind == 't' then
+      -- text anywhere in the stored JSON, ASCII case ignored (want comes lowercased)
+      if not string.find(string.lower(raw), want, 1, true) then return false end
+    elseif d == nil then
+      local ok, decoded = pcall(cjson.decode, raw)
+      if not ok or type(decoded) ~= 'table' then return false end
+      d = decoded
+    end
+  end
+  for _, f in ipairs(filters) do
+    local v, kind, want = d and d[f[1]], f[2], f[3]
+    if kind == 't' then
+      -- matched above
+    elseif kind == 's' then
       if v ~= want then return false end
     elseif kind == 'n' then
       if type(v) ~= 'number' or v ~= tonumber(want) then return false end
@@ -2112,7 +2124,8 @@ end
 
 -- KEYS: stream, scheduled. ARGS: state (waiting, active, delayed, prioritized, completed,
 -- failed, dlq), namePattern (a Lua pattern; '' matches every name), limit, scanMax, then
--- field/kind/value triples for dataMatches. Looks at no more than scanMax jobs of the state
+-- field/kind/value triples for dataMatches (kind 't': the lowercased value appears anywhere
+-- in the data's JSON text, field ignored). Looks at no more than scanMax jobs of the state
 -- (finished ones newest first). Returns up to limit matching job ids.
 redis.register_function{function_name = 'glidemq_searchByName', callback = function(keys, args)
   local stream, scheduled = keys[1], keys[2]
@@ -2138,8 +2151,14 @@ redis.register_function{function_name = 'glidemq_searchByName', callback = funct
     for _, jobId in ipairs(redis.call('ZREVRANGE', prefix .. state, 0, scanMax - 1)) do
       if consider(jobId) then break end
     end
-  elseif state == 'delayed' or state == 'prioritized' then
+  elseif state == 'delayed' then
     for _, jobId in ipairs(redis.call('ZRANGE', scheduled, 0, scanMax - 1)) do
+      if consider(jobId) then break end
+    end
+  elseif state == 'prioritized' then
+    -- prioritized jobs live in the bands >= 1, after every delayed job of band 0
+    local ids = redis.call('ZRANGEBYSCORE', scheduled, SHIFT, '+inf', 'LIMIT', 0, scanMax)
+    for _, jobId in ipairs(ids) do
       if consider(jobId) then break end
     end
   elseif state == 'waiting' then

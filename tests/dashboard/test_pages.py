@@ -192,3 +192,40 @@ async def test_assets_ship_in_the_package_and_pages_carry_security_headers(
     assert "https://" not in r.text
     js = (await client.get("/static/dashboard.js")).text
     assert "innerHTML = html" in js and "EventSource" in js
+
+
+async def test_mounted_under_a_path_every_link_asset_and_action_stays_under_it(
+    populated: Populated,
+) -> None:
+    import httpx
+    from starlette.applications import Starlette
+    from starlette.routing import Mount
+
+    from glidemq.dashboard import create_app
+
+    from .conftest import csrf_of
+
+    dashboard = create_app(populated.url, prefix=populated.prefix, names_ttl=0)
+    host = Starlette(routes=[Mount("/ops/queues", app=dashboard)])
+    transport = httpx.ASGITransport(app=host)
+    try:
+        async with httpx.AsyncClient(transport=transport, base_url="http://svc") as client:
+            home = await client.get("/ops/queues/")
+            assert home.status_code == 200
+            links = re.findall(r'(?:href|src|action)="([^"#]+)"', home.text)
+            assert links and all(u.startswith("/ops/queues/") for u in links), links
+            page = await client.get(
+                "/ops/queues/queue", params={"name": populated.name, "state": "failed"}
+            )
+            assert "/ops/queues/static/dashboard.js" in page.text
+            assert (await client.get("/ops/queues/static/dashboard.js")).status_code == 200
+            r = await client.post(
+                "/ops/queues/action",
+                data={"csrf": csrf_of(page.text), "queue": populated.name, "action": "pause"},
+            )
+            assert r.status_code == 303
+            assert r.headers["location"] == f"/ops/queues/queue?name={populated.name}"
+    finally:
+        await dashboard.state.dashboard.close()
+    async with Queue(populated.name, connection=populated.url, prefix=populated.prefix) as q:
+        assert await q.is_paused()
