@@ -79,6 +79,7 @@ def create_app(
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
+        dash.warm_up()
         yield
         if owned:
             await dash.close()

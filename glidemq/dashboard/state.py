@@ -76,6 +76,8 @@ class Dashboard:
         kept for `names_ttl` seconds and refreshed in the background after that."""
         if self.fixed_queues is not None:
             return self.fixed_queues
+        if self._refreshing is not None and self._names is None:
+            await asyncio.shield(self._refreshing)  # the start-up scan is still running
         if self._names is None or self.names_ttl <= 0:
             self._names = await self.admin.queue_names()
             self._names_at = time.monotonic()
@@ -91,6 +93,12 @@ class Dashboard:
             pass  # keep the last list; the next page view tries again
         finally:
             self._refreshing = None
+
+    def warm_up(self) -> None:
+        """Start finding the queue names now, so the first page view need not wait for the
+        keyspace scan (the standalone server calls this at start-up)."""
+        if self.fixed_queues is None and self._refreshing is None:
+            self._refreshing = asyncio.create_task(self._refresh_names())
 
     def forget_names(self) -> None:
         """Read the names afresh next time (after an action that can delete a queue)."""
