@@ -36,13 +36,13 @@ def _ids(jobs: list[Any]) -> list[str]:
 class Populated:
     """What `populate` made: the prefix, the queue's name, and job ids by kind."""
 
-    url: str
+    url: Any  # a URL, or ConnectionOptions for a cluster
     prefix: str
     name: str
     ids: dict[str, list[str]] = field(default_factory=dict)
 
 
-async def populate(url: str, prefix: str, name: str = "emails") -> Populated:
+async def populate(url: Any, prefix: str, name: str = "emails") -> Populated:
     """A queue with completed, failed, dead-letter, waiting, delayed, prioritized and
     waiting-children jobs, logs and progress, a scheduler, and a job whose name and data
     are HTML."""

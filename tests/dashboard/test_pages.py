@@ -229,3 +229,24 @@ async def test_mounted_under_a_path_every_link_asset_and_action_stays_under_it(
         await dashboard.state.dashboard.close()
     async with Queue(populated.name, connection=populated.url, prefix=populated.prefix) as q:
         assert await q.is_paused()
+
+
+@pytest.mark.cluster
+async def test_overview_queue_and_job_pages_on_a_cluster(
+    valkey_cluster: Any, client_for: Any
+) -> None:
+    import uuid
+
+    from glidemq import ConnectionOptions
+
+    from .conftest import populate
+
+    conn = ConnectionOptions(addresses=tuple(valkey_cluster.addresses), cluster=True)
+    p = await populate(conn, f"dashc{uuid.uuid4().hex[:8]}")
+    client = await client_for(p)
+    html = (await client.get("/")).text
+    assert _count(html, p.name, "failed") == 2 and _count(html, p.name, "completed") == 3
+    r = await client.get("/queue", params={"name": p.name, "state": "failed"})
+    assert set(re.findall(r'data-job-id="([^"]+)"', r.text)) == set(p.ids["failed"])
+    r = await client.get("/job", params={"queue": p.name, "id": p.ids["failed"][0]})
+    assert 'id="job-state">failed<' in r.text
