@@ -99,3 +99,31 @@ async def test_the_live_feed_sends_a_snapshot_when_the_queue_changes(
             finally:
                 reader.cancel()
                 await asyncio.gather(reader, return_exceptions=True)
+
+
+def test_hash_password_prints_a_line_basic_auth_accepts() -> None:
+    import base64
+
+    from starlette.requests import Request
+
+    from glidemq.web.auth import BasicAuth
+
+    done = subprocess.run(
+        [*dashboard_argv(), "--hash-password"],
+        input="correct horse\n",
+        cwd=REPO_ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 0, done.stderr
+    line = done.stdout.strip()
+    assert line.startswith("pbkdf2_sha256$") and "correct horse" not in line
+    auth = BasicAuth({"ann": line})
+
+    def request(password: str) -> Request:
+        token = base64.b64encode(f"ann:{password}".encode())
+        return Request({"type": "http", "headers": [(b"authorization", b"Basic " + token)]})
+
+    assert auth.user(request("correct horse")) == "ann"
+    assert auth.user(request("correct horse!")) is None

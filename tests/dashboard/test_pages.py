@@ -250,3 +250,66 @@ async def test_overview_queue_and_job_pages_on_a_cluster(
     assert set(re.findall(r'data-job-id="([^"]+)"', r.text)) == set(p.ids["failed"])
     r = await client.get("/job", params={"queue": p.name, "id": p.ids["failed"][0]})
     assert 'id="job-state">failed<' in r.text
+
+
+async def test_a_running_job_shows_as_active_with_no_action_that_would_touch_it(
+    populated: Populated, client_for: Any
+) -> None:
+    import asyncio
+
+    release = asyncio.Event()
+    started: list[str] = []
+
+    async def hold(job: Job[Any, Any]) -> None:
+        started.append(job.id)
+        await job.update_progress({"step": "render", "of": 3})
+        await release.wait()
+
+    client = await client_for(populated)
+    async with Worker(
+        populated.name, hold, connection=populated.url, prefix=populated.prefix, **FAST
+    ):
+        await wait_for(lambda: started, timeout=20)
+        job_id = started[0]
+        html = (await client.get("/")).text
+        assert _count(html, populated.name, "active") == 1
+        r = await client.get("/queue", params={"name": populated.name, "state": "active"})
+        assert re.findall(r'data-job-id="([^"]+)"', r.text) == [job_id]
+        r = await client.get("/job", params={"queue": populated.name, "id": job_id})
+        assert 'id="job-state">active<' in r.text
+        assert "&#34;step&#34;: &#34;render&#34;" in r.text  # a progress object, as JSON text
+        for action in ("job-retry", "job-remove", "job-promote", "job-priority"):
+            assert f'id="{action}"' not in r.text
+        release.set()
+
+
+async def test_fragments_render_only_the_parts_live_updates_replace(
+    populated: Populated, client_for: Any
+) -> None:
+    client = await client_for(populated)
+    r = await client.get(
+        "/queue", params={"name": populated.name, "state": "failed", "fragment": "jobs"}
+    )
+    assert r.status_code == 200 and "<html" not in r.text and 'id="job-table"' in r.text
+    r = await client.get(
+        "/job",
+        params={"queue": populated.name, "id": populated.ids["failed"][0], "fragment": "detail"},
+    )
+    assert r.status_code == 200 and "<html" not in r.text and 'id="job-state"' in r.text
+
+
+async def test_the_live_snapshot_of_a_job_page_carries_the_job(
+    populated: Populated, client_for: Any
+) -> None:
+    from glidemq.dashboard.live import snapshot
+
+    client = await client_for(populated)
+    await client.get("/")  # the dashboard connects on first use
+    dash = client._transport.app.state.dashboard  # type: ignore[attr-defined]
+    snap = await snapshot(dash, populated.name, populated.ids["failed"][0])
+    assert snap["job"]["state"] == "failed" and snap["job"]["attempts_made"] == 1
+    assert snap["queues"][populated.name]["counts"]["failed"] == 2
+    gone = await snapshot(dash, populated.name, "no-such-job")
+    assert gone["job"] is None
+    everything = await snapshot(dash, None, None)
+    assert populated.name in everything["queues"] and "job" not in everything
