@@ -239,6 +239,8 @@ async def _run(args: argparse.Namespace, conn: ConnectionOptions) -> int:
         elif cmd == "retry":
             if args.ids and args.state:
                 raise _Usage("retry: name job IDs or --state, not both")
+            if args.limit is not None and not args.state:
+                raise _Usage("retry: --limit goes with --state")
             if args.state:
                 bulk = await admin.retry_state(args.queue, args.state, args.limit)
                 _emit(args, bulk, fmt.bulk_result(bulk))

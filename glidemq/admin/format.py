@@ -180,7 +180,7 @@ def job_page(page: JobPage, now: int) -> str:
         where = ", ".join(page.states)
         return f"no jobs ({where}" + (f", name matching {page.search!r})" if page.search else ")")
     body = table(
-        ["ID", "NAME", "STATE", "ATTEMPTS", "ADDED", "FINISHED", "REASON"],
+        ["ID", "NAME", "STATE", "FAILED TRIES", "ADDED", "FINISHED", "REASON"],
         [
             [
                 j.id,
@@ -210,7 +210,7 @@ def job_detail(d: JobDetail, now: int) -> str:
         ("id", d.id),
         ("name", d.name),
         ("state", state),
-        ("attempts", f"{d.attempts_made} of {d.max_attempts}"),
+        ("failed tries", f"{d.attempts_made} of {d.max_attempts} allowed"),
         ("added", f"{clock(d.timestamp)} ({ago(d.timestamp, now)})"),
         ("started", clock(d.processed_on)),
         ("finished", clock(d.finished_on)),

@@ -30,6 +30,7 @@ from typing import Any
 
 import orjson
 
+from .. import otel
 from ..errors import BatchError
 from ..processor import load_processor
 from .channel import Channel, FrameDecoder, encode_frame
@@ -233,6 +234,8 @@ class _Runner:
         self.loop: asyncio.AbstractEventLoop | None = None  # (get_running_loop costs a getpid)
         self.done: asyncio.Future[None] | None = None
         self.early: list[dict[str, Any]] = []
+        # Asked once, after the processor's module (which may set up a provider) loaded.
+        self.tracing = otel.job_tracing()
         # A sync processor runs on a thread of its own, as in-process: the loop stays free
         # for heartbeats, aborts and proxied calls, and the code may call asyncio.run().
         self.thread: ThreadPoolExecutor | None = None
@@ -364,7 +367,10 @@ class _Runner:
         batch = bool(m.get("batch"))
         jobs: list[SandboxJob[Any, Any]] = [SandboxJob(j, self) for j in m["jobs"]]
         assert self.loop is not None
-        task = self.loop.create_task(self.invoke(inv, jobs, batch))
+        run = self.invoke(inv, jobs, batch)
+        if self.tracing is not None and not batch:
+            run = self.tracing.child_run(jobs[0], run)
+        task = self.loop.create_task(run)
         self.tasks[inv] = task
 
     async def invoke(self, inv: int, jobs: list[SandboxJob[Any, Any]], batch: bool) -> None:
