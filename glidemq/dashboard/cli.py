@@ -85,6 +85,16 @@ def _port_free(host: str, number: int) -> str | None:
     return None
 
 
+def _reachable(addresses: Sequence[tuple[str, int]], timeout: float = 2.0) -> bool:
+    for host, number in addresses:
+        try:
+            with socket.create_connection((host, number), timeout=timeout):
+                return True
+        except OSError:
+            continue
+    return False
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of `glidemq-dashboard`; returns the exit code."""
     prog = "glidemq-dashboard"
@@ -137,6 +147,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.bind not in ("127.0.0.1", "localhost", "::1") and basic is None:
         print(
             f"{prog}: warning: listening on {args.bind} without --basic-auth-file",
+            file=sys.stderr,
+            flush=True,
+        )
+    if not _reachable(conn.addresses):
+        print(
+            f"{prog}: warning: cannot reach Valkey at {conn.url} now; pages answer 503 "
+            "until it is up",
             file=sys.stderr,
             flush=True,
         )

@@ -127,3 +127,17 @@ def test_hash_password_prints_a_line_basic_auth_accepts() -> None:
 
     assert auth.user(request("correct horse")) == "ann"
     assert auth.user(request("correct horse!")) is None
+
+
+async def test_with_valkey_down_it_warns_and_pages_answer_503() -> None:
+    from .conftest import free_port
+
+    nowhere = f"valkey://127.0.0.1:{free_port()}"
+    with running_dashboard(nowhere) as (base, proc):
+        async with httpx.AsyncClient(base_url=base, timeout=60) as client:
+            r = await client.get("/")
+            assert r.status_code == 503
+            assert 'id="error"' in r.text
+        proc.terminate()
+        _, err = proc.communicate(timeout=30)
+    assert f"cannot reach Valkey at {nowhere}" in err
