@@ -57,4 +57,4 @@ async def stream(request: Request) -> Response:
     raw_job = request.query_params.get("job") or None
     queue = validate_queue_name(raw_queue) if raw_queue else None
     job_id = validate_job_id(raw_job, "job") if raw_job and queue else None
-    return event_stream(request, _changes(dash, queue, job_id))
+    return event_stream(_changes(dash, queue, job_id))

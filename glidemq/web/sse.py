@@ -8,7 +8,6 @@ import asyncio
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 
-from starlette.requests import Request
 from starlette.responses import StreamingResponse
 
 __all__ = ["Event", "event_stream", "format_event"]
@@ -28,10 +27,9 @@ def format_event(ev: Event) -> bytes:
     return f"event: {ev.event}\n{lines}\n".encode()
 
 
-def event_stream(
-    request: Request, source: AsyncIterator[Event], *, keepalive: float = 15.0
-) -> StreamingResponse:
-    """Stream `source` to the client."""
+def event_stream(source: AsyncIterator[Event], *, keepalive: float = 15.0) -> StreamingResponse:
+    """A response streaming `source` to the client, with a keep-alive comment after
+    `keepalive` seconds without an event."""
 
     async def frames() -> AsyncIterator[bytes]:
         yield b"retry: 3000\n\n"
@@ -52,11 +50,10 @@ def event_stream(
                     pending = None
                 yield format_event(ev)
         finally:
+            # No awaiting here: this may run inside a cancelled scope. The event loop
+            # finalizes `source` once it is unreferenced.
             if pending is not None:
                 pending.cancel()
-            aclose = getattr(source, "aclose", None)
-            if aclose is not None:
-                await aclose()
 
     return StreamingResponse(
         frames(),
