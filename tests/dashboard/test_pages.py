@@ -313,3 +313,40 @@ async def test_the_live_snapshot_of_a_job_page_carries_the_job(
     assert gone["job"] is None
     everything = await snapshot(dash, None, None)
     assert populated.name in everything["queues"] and "job" not in everything
+
+
+async def test_jobs_waiting_for_their_group_are_listed_under_group_waiting(
+    populated: Populated, client_for: Any
+) -> None:
+    import asyncio
+
+    from glidemq import JobOptions
+
+    release = asyncio.Event()
+
+    async def hold(job: Job[Any, Any]) -> None:
+        await release.wait()
+
+    name = "grouped"
+    client = await client_for(populated)
+    async with Queue(name, connection=populated.url, prefix=populated.prefix) as q:
+        opts = JobOptions(group_key="acme", group_concurrency=1)
+        await q.add_bulk([("sync", n, opts) for n in range(3)])
+        async with Worker(
+            name, hold, connection=populated.url, prefix=populated.prefix, concurrency=5, **FAST
+        ):
+            counts = await wait_for(
+                lambda: _when(q.get_job_counts(), lambda c: c.group_waiting >= 1), timeout=20
+            )
+            html = (await client.get("/")).text
+            assert _count(html, name, "group-waiting") == counts.group_waiting
+            r = await client.get("/queue", params={"name": name, "state": "group-waiting"})
+            rows = re.findall(r'data-job-id="([^"]+)"', r.text)
+            assert len(rows) == counts.group_waiting
+            assert r.text.count('<span class="badge state-group-waiting">') == len(rows)
+            release.set()
+
+
+async def _when(value: Any, test: Any) -> Any:
+    got = await value
+    return got if test(got) else None
