@@ -350,3 +350,18 @@ async def test_jobs_waiting_for_their_group_are_listed_under_group_waiting(
 async def _when(value: Any, test: Any) -> Any:
     got = await value
     return got if test(got) else None
+
+
+async def test_a_job_id_with_slashes_spaces_and_url_characters_links_to_its_page(
+    populated: Populated, client_for: Any
+) -> None:
+    odd = "report/2026 Q4?x=1&y=#2"
+    async with Queue(populated.name, connection=populated.url, prefix=populated.prefix) as q:
+        await q.add("report", {"q": 4}, {"job_id": odd})
+    client = await client_for(populated)
+    r = await client.get("/queue", params={"name": populated.name, "state": "waiting"})
+    links = re.findall(r'<a class="job-link" href="([^"]+)">([^<]+)</a>', r.text)
+    href = next(h for h, text in links if html_module.unescape(text) == odd)
+    page = await client.get(html_module.unescape(href))
+    assert page.status_code == 200
+    assert f'id="job-id">{html_module.escape(odd, quote=False)}<' in page.text
