@@ -13,6 +13,7 @@ from .context import now_ms
 from .errors import BatchError, UnrecoverableError, ValidationError
 from .failure import expired_error
 from .job import Job
+from .sandbox.errors import SandboxHandBack
 from .serialize import encode_result
 from .types import BatchOptions
 
@@ -126,6 +127,10 @@ class BatchRunner(BatchCollector[Job[D, R]]):
             if not w._closing:  # some job of the batch was revoked or lost
                 await self.settle_cancelled(jobs)
             return  # closing: the jobs are handed back by deferActive
+        except SandboxHandBack:  # no sandbox child can run it now: back to the queue
+            w._running -= n
+            await w._defer(jobs)
+            return
         failures: list[tuple[Job[D, R], BaseException]] = []
         for job, result in zip(jobs, results, strict=True):
             outcome = encoded_outcome(result)

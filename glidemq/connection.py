@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import os
 from dataclasses import dataclass, field, fields
@@ -19,14 +20,20 @@ from glide import (
     NodeAddress,
     ServerCredentials,
 )
-from glide import ClosingError as _GlideClosing
-from glide import ConnectionError as _GlideConnectionError
 from glide import GlideError as _GlideError
 
-from .errors import ConnectionError, ValidationError
+from .errors import ConnectionError, UnsupportedOptionError, ValidationError
 from .retry import DEFAULT_RETRY, RetryPolicy
+from .tls import diagnose, glide_tls_settings
 
-__all__ = ["Client", "ConnectionOptions", "create_client", "resolve_connection"]
+__all__ = [
+    "Client",
+    "ConnectionOptions",
+    "create_client",
+    "has_password",
+    "redact_url",
+    "resolve_connection",
+]
 
 Client: TypeAlias = GlideClient | GlideClusterClient
 
@@ -34,6 +41,8 @@ DEFAULT_URL = "valkey://127.0.0.1:6379"
 # valkey-glide's own default (250 ms) would also cut off a slow FCALL that still ran on the
 # server; a command client waits longer and treats the time-out as an error, not a retry.
 DEFAULT_REQUEST_TIMEOUT_MS = 10_000
+# How long the pre-connect check waits for a TCP answer before leaving it to the client.
+_REFUSED_CHECK_TIMEOUT = 1.0
 
 _quiet = False
 
@@ -54,6 +63,12 @@ class ConnectionOptions:
     `valkey://[user:password@]host:port[/db]`, `valkeys://` for TLS, several `host:port`
     separated by commas (or `?cluster=1`) for a cluster. `retry` says how failed calls are
     retried (`glidemq.retry`).
+
+    TLS (`tls=True`): `ca_file` is a PEM file of the CAs to trust instead of the system's;
+    `cert_file` and `key_file` a client certificate and its key (mutual TLS, re-read when
+    the files change); `tls_insecure=True` skips certificate verification (tests only).
+    `server_name` is accepted only when it equals every host: valkey-glide 2.6 verifies the
+    certificate against the host it connects to and cannot be given another name.
     """
 
     addresses: tuple[tuple[str, int], ...] = (("127.0.0.1", 6379),)
@@ -66,6 +81,11 @@ class ConnectionOptions:
     client_name: str | None = None
     retry: RetryPolicy = field(default=DEFAULT_RETRY, compare=False, repr=False)
     extra: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
+    ca_file: str | None = None
+    cert_file: str | None = None
+    key_file: str | None = None
+    server_name: str | None = None
+    tls_insecure: bool = False
 
     def __post_init__(self) -> None:
         if not self.addresses:
@@ -81,13 +101,37 @@ class ConnectionOptions:
             raise ValidationError("database", "a cluster has only database 0")
         if not isinstance(self.retry, RetryPolicy):
             raise ValidationError("retry", "must be a glidemq.RetryPolicy")
+        self._check_tls()
+
+    def _check_tls(self) -> None:
+        settings = ("ca_file", "cert_file", "key_file", "server_name", "tls_insecure")
+        for name in settings:
+            if getattr(self, name) and not self.tls:
+                raise ValidationError(name, "needs TLS: use a valkeys:// URL or tls=True")
+        if bool(self.cert_file) != bool(self.key_file):
+            missing = "key_file" if self.cert_file else "cert_file"
+            raise ValidationError(
+                missing, "cert_file and key_file go together (a client certificate and its key)"
+            )
+        if self.tls_insecure and self.ca_file:
+            raise ValidationError(
+                "tls_insecure", "skips certificate verification, so ca_file would be ignored"
+            )
+        if self.server_name and any(host != self.server_name for host, _ in self.addresses):
+            raise UnsupportedOptionError(
+                "server_name",
+                "valkey-glide 2.6 verifies the certificate against the host it connects to "
+                "and cannot be given another name: connect by the certificate's name "
+                f"(valkeys://{self.server_name}:PORT)",
+            )
 
     @classmethod
     def from_url(cls, url: str, **overrides: Any) -> ConnectionOptions:
         """Parse a `valkey://` or `valkeys://` URL (also `redis://`, `rediss://`)."""
         parts = urlsplit(url)
+        shown = redact_url(url)  # error messages never repeat the password
         if parts.scheme not in ("valkey", "valkeys", "redis", "rediss"):
-            raise ValidationError("url", f"unsupported scheme {parts.scheme!r} in {url!r}")
+            raise ValidationError("url", f"unsupported scheme {parts.scheme!r} in {shown!r}")
         netloc = parts.netloc
         username = password = None
         if "@" in netloc:
@@ -105,7 +149,7 @@ class ConnectionOptions:
             except ValueError:
                 raise ValidationError("url", f"bad port in {hostport!r}") from None
         if not addresses:
-            raise ValidationError("url", f"no host in {url!r}")
+            raise ValidationError("url", f"no host in {shown!r}")
         query = parse_qs(parts.query)
         cluster = len(addresses) > 1 or query.get("cluster", ["0"])[0] in ("1", "true", "yes")
         path = parts.path.strip("/")
@@ -125,7 +169,17 @@ class ConnectionOptions:
             try:
                 kwargs["request_timeout_ms"] = int(query["timeout_ms"][0])
             except ValueError:
-                raise ValidationError("url", f"bad timeout_ms in {url!r}") from None
+                raise ValidationError("url", f"bad timeout_ms in {shown!r}") from None
+        for key in ("ca_file", "cert_file", "key_file", "server_name"):
+            if key in query:
+                kwargs[key] = query[key][0]
+        if "tls_insecure" in query:
+            flag = query["tls_insecure"][0].lower()
+            if flag not in ("1", "true", "yes", "0", "false", "no"):
+                raise ValidationError(
+                    "tls_insecure", f"expected 1/true/yes or 0/false/no in {shown!r}"
+                )
+            kwargs["tls_insecure"] = flag in ("1", "true", "yes")
         known = {f.name for f in fields(cls)}
         for key in overrides:
             if key not in known:
@@ -144,9 +198,29 @@ class ConnectionOptions:
             query.append("cluster=1")
         if self.request_timeout_ms != DEFAULT_REQUEST_TIMEOUT_MS:
             query.append(f"timeout_ms={self.request_timeout_ms}")
+        for key in ("ca_file", "cert_file", "key_file", "server_name"):
+            value = getattr(self, key)
+            if value:
+                query.append(f"{key}={quote(value, safe='/')}")
+        if self.tls_insecure:
+            query.append("tls_insecure=1")
         db = f"/{self.database}" if self.database else ""
         suffix = f"?{'&'.join(query)}" if query else ""
         return f"{scheme}://{user}{hosts}{db}{suffix}"
+
+
+def redact_url(url: str) -> str:
+    """`url` with its password (if any) replaced by `***`, for messages and logs."""
+    netloc = urlsplit(url).netloc
+    cred, at, hosts = netloc.rpartition("@")
+    if not at or ":" not in cred:
+        return url
+    return url.replace(netloc, f"{cred.split(':', 1)[0]}:***@{hosts}", 1)
+
+
+def has_password(url: str) -> bool:
+    """Whether a connection URL carries a password."""
+    return redact_url(url) != url
 
 
 ConnectionLike: TypeAlias = ConnectionOptions | str | None
@@ -165,9 +239,38 @@ def resolve_connection(connection: ConnectionLike) -> ConnectionOptions:
     )
 
 
+async def _refused(addresses: tuple[tuple[str, int], ...]) -> str | None:
+    """The addresses, when every one refuses a TCP connection; else None.
+
+    valkey-glide retries a refused connection until its connection timeout and then reports
+    "timed out"; a refusal arrives at once, so checking first names the real cause without
+    the wait. Any other outcome (accepted, unreachable, slow) is left to the client.
+    """
+    refused = []
+    for host, port in addresses:
+        try:
+            _, writer = await asyncio.wait_for(
+                asyncio.open_connection(host, port), _REFUSED_CHECK_TIMEOUT
+            )
+        except ConnectionRefusedError:
+            refused.append(f"[{host}]:{port}" if ":" in host else f"{host}:{port}")
+            continue
+        except (OSError, TimeoutError):
+            return None
+        writer.close()
+        with contextlib.suppress(OSError):
+            await writer.wait_closed()
+        return None
+    return ", ".join(refused)
+
+
 async def create_client(opts: ConnectionOptions, *, name: str | None = None) -> Client:
-    """Connect a new valkey-glide client. Blocking readers must get a client of their own."""
+    """Connect a new valkey-glide client. Blocking readers must get a client of their own.
+    Raises glidemq.ConnectionError (saying "connection refused" when that is the cause)."""
     _quiet_native_logs()
+    refused = await _refused(opts.addresses)
+    if refused is not None:
+        raise ConnectionError(f"cannot connect to {opts.url}: connection refused by {refused}")
     addresses = [NodeAddress(h, p) for h, p in opts.addresses]
     credentials = (
         ServerCredentials(password=opts.password, username=opts.username)
@@ -177,6 +280,7 @@ async def create_client(opts: ConnectionOptions, *, name: str | None = None) -> 
     client_name = name or opts.client_name
     # Reconnect forever with capped backoff: a server restart must not kill a worker.
     reconnect = BackoffStrategy(num_of_retries=12, factor=50, exponent_base=2)
+    settings = {**opts.extra, **glide_tls_settings(opts)}
     try:
         if opts.cluster:
             return await GlideClusterClient.create(
@@ -187,7 +291,7 @@ async def create_client(opts: ConnectionOptions, *, name: str | None = None) -> 
                     request_timeout=opts.request_timeout_ms,
                     reconnect_strategy=reconnect,
                     client_name=client_name,
-                    **opts.extra,
+                    **settings,
                 )
             )
         return await GlideClient.create(
@@ -199,13 +303,16 @@ async def create_client(opts: ConnectionOptions, *, name: str | None = None) -> 
                 reconnect_strategy=reconnect,
                 database_id=opts.database or None,
                 client_name=client_name,
-                **opts.extra,
+                **settings,
             )
         )
-    except (_GlideConnectionError, _GlideClosing) as exc:
-        raise ConnectionError(f"cannot connect to {opts.url}: {exc}") from exc
-    except _GlideError as exc:
-        raise ConnectionError(f"cannot connect to {opts.url}: {exc}") from exc
+    except _GlideError as exc:  # ConnectionError, ClosingError and the rest
+        why = str(exc).strip()
+        if opts.tls:
+            found = await asyncio.to_thread(diagnose, opts)
+            if found is not None:
+                why = f"{found}; the client said: {why}"
+        raise ConnectionError(f"cannot connect to {opts.url}: {why}") from exc
 
 
 async def close_client(client: Client | None) -> None:

@@ -13,7 +13,7 @@ from typing import Any
 from glide import GlideError as _GlideError
 
 from .connection import Client
-from .errors import JobNotFoundError, JobStateError, ServerError
+from .errors import JobNotFoundError, JobStateError, ServerError, ValidationError
 from .functions import ensure_library
 from .keys import QueueKeys
 from .retry import DEFAULT_RETRY, RETRY_SAFE_FUNCTIONS, RetryPolicy, retrying, to_glidemq_error
@@ -153,6 +153,8 @@ class QueueContext:
             raise JobStateError(job_id, op, "not possible in its current state")
         if reply == "ERR:FINISHED":
             raise JobStateError(job_id, op, "it already finished")
+        if reply == "ERR:BAD_OPTION":  # "change priority" -> field "priority"
+            raise ValidationError(op.rsplit(" ", 1)[-1], "rejected by the server")
         if reply.startswith("ERR:"):
             raise ServerError(f"{function}: {reply}")
         return reply

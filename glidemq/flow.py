@@ -346,6 +346,10 @@ class FlowProducer:
             raise ValidationError("job_id", "rejected by the server")
         if code == "ERR:BAD_OPTION":
             raise ValidationError("opts", "delay or priority rejected by the server")
+        if code == "ERR:BAD_TIMESTAMP":
+            raise ValidationError("timestamp", "rejected by the server (is the clock right?)")
+        if code == "ERR:PAYLOAD_TOO_LARGE":
+            raise ValidationError("data", "larger than the server accepts")
         raise ServerError(f"flow: {code}")
 
     def _jobs(

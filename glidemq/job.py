@@ -75,9 +75,21 @@ def check_priority(priority: object) -> None:
 
 
 def check_delay(delay: object) -> None:
-    """ValidationError unless `delay` is an integer >= 0."""
-    if isinstance(delay, bool) or not isinstance(delay, int) or delay < 0:
-        raise ValidationError("delay", "must be an integer >= 0")
+    """ValidationError unless `delay` is an integer from 0 to MAX_DELAY (ms)."""
+    from .types import MAX_DELAY
+
+    if isinstance(delay, bool) or not isinstance(delay, int) or not 0 <= delay <= MAX_DELAY:
+        raise ValidationError("delay", f"must be an integer from 0 to {MAX_DELAY} (ms)")
+
+
+def check_run_at(timestamp_ms: object, now: int) -> None:
+    """ValidationError unless `timestamp_ms` is an integer time no later than now + MAX_DELAY."""
+    from .types import MAX_DELAY
+
+    if isinstance(timestamp_ms, bool) or not isinstance(timestamp_ms, int):
+        raise ValidationError("timestamp_ms", "must be an integer time in ms")
+    if not 0 <= timestamp_ms <= now + MAX_DELAY:
+        raise ValidationError("timestamp_ms", f"must be from 0 to now + {MAX_DELAY} ms")
 
 
 def check_next_step(next_step: object) -> None:
@@ -251,6 +263,7 @@ class Job(Generic[D, R]):
         Always raises DelayedError, which the processor should let propagate.
         """
         check_next_step(next_step)
+        check_run_at(timestamp_ms, now_ms())
         if self.entry_id is None or self._worker is None:
             raise JobStateError(self.id, "move to delayed", "only a running job can be delayed")
         state = await self._ctx.move_active_to_delayed(
@@ -263,6 +276,8 @@ class Job(Generic[D, R]):
         raise DelayedError for the processor to let propagate."""
         if state in ("stale", "missing"):
             raise JobStateError(self.id, "move to delayed", "the worker no longer owns it")
+        if state == "ERR:BAD_OPTION":
+            raise ValidationError("timestamp_ms", "beyond the longest delay the server accepts")
         self._moved = True
         self.state = state
         if next_step is not None:

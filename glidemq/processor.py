@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .errors import JobTimeoutError, ValidationError
+from .keys import validate_queue_name
 
 __all__ = ["ProcessorSpec", "load_processor", "processor"]
 
@@ -127,6 +128,8 @@ def processor(
         queues = (queue,)
     else:
         queues = tuple(queue)
+    for name in queues:
+        validate_queue_name(name)  # a bad name fails at import, like a bad option
 
     def wrap(fn: Callable[..., Any]) -> ProcessorSpec:
         if not callable(fn):

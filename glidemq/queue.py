@@ -212,6 +212,12 @@ class Queue(QueueAdmin[D, R], QueueLimits, Generic[D, R]):
                 raise CostExceedsCapacityError(opts.cost or 1.0, bucket.capacity if bucket else 0)
             if job_id == backpressure.QUEUE_FULL:
                 raise QueueFullError(self.name)
+            if job_id == "ERR:BAD_OPTION":
+                raise ValidationError("opts", "delay, priority or attempts rejected by the server")
+            if job_id == "ERR:BAD_TIMESTAMP":
+                raise ValidationError("timestamp", "rejected by the server (is the clock right?)")
+            if job_id == "ERR:PAYLOAD_TOO_LARGE":
+                raise ValidationError("data", "larger than the server accepts")
             raise ServerError(f"add: {job_id}")
         assert self._ctx is not None
         return Job._created(

@@ -22,6 +22,8 @@ if TYPE_CHECKING:
     from .sandbox.types import SandboxOptions
 
 __all__ = [
+    "MAX_DELAY",
+    "MAX_PRIORITY",
     "Backoff",
     "BackoffStrategy",
     "BatchOptions",
@@ -34,7 +36,10 @@ __all__ = [
     "from_mapping",
 ]
 
-MAX_PRIORITY = 2**21
+MAX_PRIORITY = 2047
+"""Highest priority number: the scheduled set's score (priority * 2^42 + offset) stays exact."""
+MAX_DELAY = 10 * 365 * 86_400_000
+"""Longest delay in ms (10 years of 365 days); the library refuses longer ones too."""
 
 T = TypeVar("T")
 
@@ -196,7 +201,7 @@ class JobOptions:
     lifo: bool = False
 
     def __post_init__(self) -> None:
-        _int("delay", self.delay)
+        _int("delay", self.delay, high=MAX_DELAY)
         _int("priority", self.priority, high=MAX_PRIORITY)
         _int("attempts", self.attempts, low=1)
         _int("ttl", self.ttl)

@@ -77,6 +77,7 @@ class Worker(WorkerLifecycle, Generic[D, R]):
         **settings: Any,
     ) -> None:
         base = worker_options(options, settings)
+        self.connection = resolve_connection(connection)
         self.sandbox_pool: SandboxPool | None = None
         """The sandbox pool running the processor in child processes (with `sandbox=`)."""
         if base.sandbox is not None:
@@ -92,6 +93,7 @@ class Worker(WorkerLifecycle, Generic[D, R]):
                 on_error=lambda exc: self.events.emit("error", exc),
                 hand_back=True,
                 on_room=self._wake_up,
+                secrets=(self.connection.password,),
             )
             pool = self.sandbox_pool
             call: Callable[[Any], Any] = pool.run_batch if base.batch else pool.run
@@ -100,7 +102,6 @@ class Worker(WorkerLifecycle, Generic[D, R]):
         self.opts = base
         self.name = name
         self.keys = QueueKeys(name, prefix)
-        self.connection = resolve_connection(connection)
         self.consumer = base.consumer or f"worker-{uuid4().hex}"
         self.events = Emitter()
         self._proc = ProcessorCall(call, base.concurrency, f"glidemq-{name}")
@@ -218,8 +219,10 @@ class Worker(WorkerLifecycle, Generic[D, R]):
     def _free(self) -> int:
         """Slots neither running a job nor promised to a fetch in flight."""
         free = self._concurrency - self._running - self._reserved
-        if self.sandbox_pool is not None:  # runs it would queue in children now
-            free += self.sandbox_pool.pipeline_slots
+        if self.sandbox_pool is not None:
+            if not self.sandbox_pool.accepting:
+                return 0  # no child has loaded the processor: jobs stay in the queue
+            free += self.sandbox_pool.pipeline_slots  # runs it would queue in children now
         return free
 
     def _start_jobs(self, flat: list[Any]) -> None:

@@ -16,6 +16,7 @@ import statistics
 import sys
 import time
 from collections.abc import Sequence
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -266,8 +267,10 @@ def build_parser() -> argparse.ArgumentParser:
         prog="glidemq-bench",
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
+        allow_abbrev=False,
     )
     sub = p.add_subparsers(dest="command", required=True)
+    add = partial(sub.add_parser, allow_abbrev=False)  # no prefix matching of flags
 
     def common(sp: argparse.ArgumentParser, reps: int) -> None:
         sp.add_argument("--reps", type=int, default=reps, help=f"repetitions (default {reps})")
@@ -288,8 +291,8 @@ def build_parser() -> argparse.ArgumentParser:
         # Test hook: a deliberate per-job slowdown of glidemq, to prove the gate trips.
         sp.add_argument("--plant-delay-us", type=int, default=0, help=argparse.SUPPRESS)
 
-    common(sub.add_parser("quick", help="add / process / latency side by side"), 3)
-    run = sub.add_parser("run", help="run a profile")
+    common(add("quick", help="add / process / latency side by side"), 3)
+    run = add("run", help="run a profile")
     run.add_argument("--profile", choices=sorted(PROFILES), default="full")
     run.add_argument(
         "--raw", action="store_true", help="also write per-job records as Parquet (OUT/jobs)"
@@ -300,7 +303,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="run only these scenarios of the profile, comma-separated (e.g. sandbox,process)",
     )
     common(run, 3)
-    gate = sub.add_parser("gate", help="fail when ratios regress against a baseline")
+    gate = add("gate", help="fail when ratios regress against a baseline")
     gate.add_argument(
         "--baseline",
         help="baseline JSON written by --write-baseline (default, for the ci "
@@ -311,12 +314,12 @@ def build_parser() -> argparse.ArgumentParser:
     gate.add_argument("--results", help="judge these records instead of running")
     gate.add_argument("--profile", choices=sorted(PROFILES), default="ci")
     common(gate, 3)
-    report = sub.add_parser("report", help="markdown report from a results directory")
+    report = add("report", help="markdown report from a results directory")
     report.add_argument("results")
     report.add_argument("--output", help="report directory (default RESULTS/report)")
     report.add_argument("--master", default="local[*]", help="Spark master (default local[*])")
     report.add_argument("--plain", action="store_true", help="a plain table, without Spark")
-    loadtest.add_arguments(sub.add_parser("locust", help="Locust load test, headless"))
+    loadtest.add_arguments(add("locust", help="Locust load test, headless"))
     return p
 
 

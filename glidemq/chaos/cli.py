@@ -39,6 +39,17 @@ _EXAMPLES = """examples:
 The result (one JSON object) goes to stdout, progress to stderr. See docs/CHAOS.md."""
 
 
+def non_negative_int(text: str) -> int:
+    """An integer >= 0 (argparse `type=`)."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be >= 0, got {value}")
+    return value
+
+
 def add_common_arguments(p: argparse.ArgumentParser) -> None:
     """The flags every scenario takes; unset ones fall back to the scenario's defaults."""
     p.add_argument("--jobs", type=positive_int, default=5000, help="jobs to run (default 5000)")
@@ -80,6 +91,14 @@ def add_common_arguments(p: argparse.ArgumentParser) -> None:
         help="after the faults, how long every job gets to finish (default 120)",
     )
     p.add_argument(
+        "--settle",
+        type=non_negative_float,
+        default=30.0,
+        metavar="SECONDS",
+        help="the drain also ends when no job finished for this long; what is left then is "
+        "stuck or lost (default 30)",
+    )
+    p.add_argument(
         "--timeout",
         type=non_negative_float,
         default=600.0,
@@ -95,7 +114,20 @@ def add_common_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--workdir",
         metavar="DIR",
-        help="keep logs and ledgers under DIR (default: a temp dir, removed unless the run failed)",
+        help="keep logs, ledgers and the verdict under DIR, one new directory per run "
+        "(default: a temp dir, removed unless the run failed); DIR must be empty or new",
+    )
+    p.add_argument(
+        "--resume",
+        action="store_true",
+        help="allow a --workdir that holds earlier runs (this run still gets a new directory)",
+    )
+    p.add_argument(
+        "--max-reexecutions",
+        type=non_negative_int,
+        metavar="N",
+        help="fail above N re-executions (default: the bound the scenario derives from the "
+        "faults it injected)",
     )
     p.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
 
@@ -109,14 +141,19 @@ def build_parser() -> argparse.ArgumentParser:
         description="Hurt a glidemq deployment on purpose and check that no job is lost.",
         epilog=_EXAMPLES,
         formatter_class=argparse.RawDescriptionHelpFormatter,
+        allow_abbrev=False,  # no prefix matching of flags, here nor in the subcommands
     )
     p.add_argument("--version", action="version", version=f"glidemq-chaos {__version__}")
     sub = p.add_subparsers(dest="scenario", metavar="SCENARIO", required=True)
     for name, cls in scenarios().items():
-        sp = sub.add_parser(name, help=cls.summary, description=cls.summary)
+        sp = sub.add_parser(name, help=cls.summary, description=cls.summary, allow_abbrev=False)
         add_common_arguments(sp)
         cls().add_arguments(sp)
-    ap = sub.add_parser("all", help="every scenario in turn (one JSON object with all results)")
+    ap = sub.add_parser(
+        "all",
+        help="every scenario in turn (one JSON object with all results)",
+        allow_abbrev=False,
+    )
     add_common_arguments(ap)
     ap.add_argument(
         "--skip",
@@ -165,6 +202,8 @@ async def _run_all(args: argparse.Namespace, argv: Sequence[str]) -> dict[str, A
     results, skipped = [], []
     started = time.time()
     for name, cls in scenarios().items():
+        if not cls.in_all:
+            continue
         if name in args.skip:
             skipped.append({"scenario": name, "reason": "left out with --skip"})
             continue
@@ -202,6 +241,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         )
     parser = build_parser()
     args = parser.parse_args(raw)
+    refused = _refuse_workdir(args)
+    if refused:
+        print(f"glidemq-chaos: error: {refused}", file=sys.stderr)
+        return EXIT_USAGE
     if args.scenario == "all":
         result = asyncio.run(_run_all(args, raw[1:]))
     else:
@@ -221,7 +264,26 @@ def main(argv: Sequence[str] | None = None) -> int:
     if "error" in result:
         print(f"glidemq-chaos: error: {result['error']}", file=sys.stderr)
         return EXIT_USAGE
+    for run in result.get("runs", [result]):
+        for problem in run.get("problems", []):
+            print(f"glidemq-chaos: FAILED {run.get('scenario')}: {problem}", file=sys.stderr)
     return EXIT_OK if result.get("ok") else EXIT_FAILED
+
+
+def _refuse_workdir(args: argparse.Namespace) -> str | None:
+    """Why `--workdir` cannot be used, or None: a directory holding anything is refused
+    unless `--resume` (earlier runs' ledgers must never mix into this one's)."""
+    if not args.workdir:
+        return None
+    path = Path(args.workdir)
+    if path.exists() and not path.is_dir():
+        return f"--workdir {path} is not a directory"
+    if path.is_dir() and any(path.iterdir()) and not args.resume:
+        return (
+            f"--workdir {path} is not empty (it holds earlier runs); use a new directory, "
+            "or --resume to add this run next to them"
+        )
+    return None
 
 
 if __name__ == "__main__":

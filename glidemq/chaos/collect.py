@@ -16,7 +16,14 @@ from glide import Batch, ClusterBatch, GlideClusterClient, StreamReadOptions
 from ..connection import Client
 from ..keys import QueueKeys
 
-__all__ = ["EventsTail", "JobRecord", "QueueLeftovers", "read_jobs", "read_leftovers"]
+__all__ = [
+    "EventsTail",
+    "JobRecord",
+    "QueueLeftovers",
+    "read_in_queue",
+    "read_jobs",
+    "read_leftovers",
+]
 
 _FIELDS = (
     "state",
@@ -118,6 +125,29 @@ async def read_leftovers(client: Client, keys: QueueKeys) -> QueueLeftovers:
     failed = int(await client.zcard(keys.failed))
     ids = frozenset(x.decode() if isinstance(x, bytes) else str(x) for x in completed)
     return QueueLeftovers(pending, length, len(ids), failed, ids)
+
+
+async def read_in_queue(client: Client, keys: QueueKeys) -> set[str]:
+    """Ids the queue can still deliver: named by an entry of its stream (waiting, or
+    pending with a worker) or in its scheduled set (delayed, prioritized)."""
+    from glide import ExclusiveIdBound, IdBound, MaxId, MinId
+
+    out: set[str] = set()
+    start: IdBound | ExclusiveIdBound | MinId = MinId()
+    while True:
+        page = await client.xrange(keys.stream, start, MaxId(), 5000)
+        if not page:
+            break
+        for entry_id, fields in page.items():
+            start = ExclusiveIdBound(_s(entry_id) or "0-0")
+            for name, value in fields:
+                if name in (b"id", "id"):
+                    out.add(_s(value) or "")
+        if len(page) < 5000:
+            break
+    members = await client.zrange(keys.scheduled, _all())
+    out.update(_s(m) or "" for m in members)
+    return out
 
 
 def _all() -> Any:

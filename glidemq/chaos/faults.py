@@ -8,7 +8,7 @@ import time
 
 import psutil
 
-__all__ = ["kill_process", "wait_gone"]
+__all__ = ["kill_process", "process_tree", "wait_gone"]
 
 
 def kill_process(proc: psutil.Process, sig: int) -> bool:
@@ -19,6 +19,15 @@ def kill_process(proc: psutil.Process, sig: int) -> bool:
     except psutil.NoSuchProcess:
         return False
     return True
+
+
+def process_tree(proc: psutil.Process) -> tuple[int, ...]:
+    """`proc`'s pid and its descendants' (a worker's sandbox children): the processes a
+    fault on `proc` hurts."""
+    pids = [proc.pid]
+    with contextlib.suppress(psutil.Error):
+        pids += [p.pid for p in proc.children(recursive=True)]
+    return tuple(pids)
 
 
 async def wait_gone(proc: psutil.Process, timeout: float) -> float | None:

@@ -1,11 +1,10 @@
 """The end-of-run invariants: nothing lost, nothing stuck, nothing completed twice.
 
-For every enqueued job the hash must say `completed` (with the processor's return value for
-that very job, and a `finishedOn`) or `failed` with a reason. Anything else after the drain
-deadline is *lost* (no hash, or stuck in waiting/active/delayed). Separately, the queue's
-structures must be clean (no pending entries, no stream entries left), the events stream
-must not show a job completed twice, and the processors' own ledger must show every
-completed job was run by the process its result names.
+Queue-wide checks next to the per-job outcomes (`glidemq.chaos.outcomes`): the queue's
+structures must be clean at the end (no pending entries, no stream entries left), the
+completed set must agree with the hashes, a failed job must say why, and the execution
+ledger must not be empty while jobs completed (an empty ledger would make every check of
+the results vacuous).
 """
 
 from __future__ import annotations
@@ -46,23 +45,15 @@ def check_invariants(
     tail: EventsTail | None,
     executions: Executions | None,
 ) -> Verdict:
-    """Check every invariant; the verdict lists each broken one in words."""
+    """Check the queue-wide invariants (the per-job outcomes are `glidemq.chaos.outcomes`);
+    the verdict lists each broken one in words."""
     v = Verdict()
-    bad_result: list[str] = []
     no_reason: list[str] = []
-    wrong_pid: list[str] = []
     for job_id in enqueued:
         rec = records.get(job_id)
         state = rec.state if rec else None
         if rec is not None and state == "completed":
             v.completed += 1
-            rv = rec.returnvalue
-            if not (isinstance(rv, dict) and rv.get("id") == job_id) or rec.finished_on is None:
-                bad_result.append(job_id)
-            elif executions is not None and executions.started:
-                runs = executions.started.get(job_id, [])
-                if rec.result_pid not in {pid for _, pid in runs}:
-                    wrong_pid.append(job_id)
         elif rec is not None and state == "failed":
             v.failed += 1
             reason = rec.failed_reason or ""
@@ -74,19 +65,13 @@ def check_invariants(
             v.lost_ids.append(job_id)
             label = state or "missing"
             v.stuck[label] = v.stuck.get(label, 0) + 1
-    if v.lost_ids:
-        where = ", ".join(f"{n} {s}" for s, n in sorted(v.stuck.items()))
-        v.problems.append(f"{len(v.lost_ids)} jobs lost ({where}): {_examples(v.lost_ids)}")
-    if bad_result:
-        v.problems.append(
-            f"{len(bad_result)} jobs completed without their own result: {_examples(bad_result)}"
-        )
     if no_reason:
         v.problems.append(f"{len(no_reason)} jobs failed without a reason: {_examples(no_reason)}")
-    if wrong_pid:
+    if executions is not None and v.completed and not executions.ends:
+        # no evidence of any execution: the check of the results cannot be skipped
         v.problems.append(
-            f"{len(wrong_pid)} jobs completed with a result from a process the ledger never "
-            f"saw run them: {_examples(wrong_pid)}"
+            f"the execution ledger is empty ({executions.files} files) while {v.completed} "
+            "jobs completed: nothing shows they ran"
         )
     if leftovers is not None:
         if leftovers.pending:
@@ -107,9 +92,8 @@ def check_invariants(
                 f"{v.completed}"
             )
     if tail is not None:
-        twice = [j for j, n in tail.completed.items() if n > 1]
-        if twice:
-            v.problems.append(f"{len(twice)} jobs completed twice (events): {_examples(twice)}")
+        # The events stream is capped and may have been trimmed before it was read, so it
+        # only reports; "completed twice" is judged from the ledgers (outcomes.py).
         not_done = [j for j in tail.completed if (r := records.get(j)) and r.state != "completed"]
         if not_done:
             v.problems.append(

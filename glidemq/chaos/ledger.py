@@ -5,7 +5,9 @@ One JSON object per event, the schema the Spark pipeline reads (docs/SPARK.md):
 
 - `enqueued`: the producer's add returned (pid: the producer);
 - `started` / `processed`: the fixture processor began / finished running the job (pid:
-  the process that ran it; read from the processors' own files, see `glidemq.chaos.app`);
+  the process that ran it; `run`: the execution's token; `processed` carries `digest`, the
+  digest of the result it returned; read from the processors' own append-only files, see
+  `glidemq.chaos.app`); `raised`: a planted failure was raised;
 - `completed` / `failed`: the job's final state, read from its hash at the end of the run
   (ts: `finishedOn`; pid: the process that returned the result, for `completed`);
 - `fault`: a fault was injected (`job_id` null; `kind` and `detail` say what; pid: the
@@ -25,7 +27,7 @@ from typing import Any
 
 import orjson
 
-__all__ = ["Executions", "Ledger", "read_executions"]
+__all__ = ["End", "Executions", "Ledger", "read_executions"]
 
 
 @dataclass
@@ -57,14 +59,27 @@ class Ledger:
                 fh.write(orjson.dumps(e) + b"\n")
 
 
+@dataclass(frozen=True)
+class End:
+    """One execution that ran to the end: when, where, its token and its result's digest."""
+
+    ts: float
+    pid: int
+    run: str | None
+    digest: str | None
+
+
 @dataclass
 class Executions:
-    """What the processors wrote: per job, the (ts, pid) of each start and of each finish."""
+    """What the processors wrote: per job, the (ts, pid) of each start and of each finish,
+    and each finish with its token and digest (`ends`)."""
 
     started: dict[str, list[tuple[float, int]]] = field(default_factory=lambda: defaultdict(list))
     processed: dict[str, list[tuple[float, int]]] = field(default_factory=lambda: defaultdict(list))
+    ends: dict[str, list[End]] = field(default_factory=lambda: defaultdict(list))
     events: list[dict[str, Any]] = field(default_factory=list)
     torn_lines: int = 0
+    files: int = 0
 
 
 def read_executions(directory: Path) -> Executions:
@@ -72,6 +87,7 @@ def read_executions(directory: Path) -> Executions:
     `torn_lines` and skipped."""
     out = Executions()
     for path in sorted(directory.glob("exec-*.jsonl")):
+        out.files += 1
         for line in path.read_bytes().splitlines():
             try:
                 e = orjson.loads(line)
@@ -79,10 +95,15 @@ def read_executions(directory: Path) -> Executions:
             except (orjson.JSONDecodeError, KeyError, TypeError, ValueError):
                 out.torn_lines += 1
                 continue
-            target = out.started if kind == "started" else out.processed
-            target[job_id].append((ts, pid))
+            if kind == "started":
+                out.started[job_id].append((ts, pid))
+            elif kind == "processed":
+                out.processed[job_id].append((ts, pid))
+                out.ends[job_id].append(End(ts, pid, e.get("run"), e.get("digest")))
             out.events.append(e)
     for table in (out.started, out.processed):
         for runs in table.values():
             runs.sort()
+    for ends in out.ends.values():
+        ends.sort(key=lambda end: end.ts)
     return out

@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from ..errors import GlideMQError, ValidationError
@@ -31,7 +31,8 @@ def job_id(i: int) -> str:
 
 class Producer:
     """Adds `total` jobs `{"ms": job_ms}` with `attempts`, calling `on_enqueued(ids, ts)`
-    after each chunk lands. `rate` (jobs/s, 0 = unlimited) paces the chunks."""
+    after each chunk lands. `rate` (jobs/s, 0 = unlimited) paces the chunks; `overrides`
+    adds data to some jobs, by id."""
 
     def __init__(
         self,
@@ -43,7 +44,9 @@ class Producer:
         rate: float,
         on_enqueued: Callable[[list[str], float], None],
         chunk: int = _CHUNK,
+        overrides: Mapping[str, Mapping[str, Any]] | None = None,
     ) -> None:
+        self.overrides = dict(overrides or {})
         self.queue = queue
         self.total = total
         self.job_ms = job_ms
@@ -63,7 +66,9 @@ class Producer:
         delay = 0.05
         while True:
             try:
-                await self.queue.add_bulk([("chaos", data, {**opts, "job_id": i}) for i in ids])
+                await self.queue.add_bulk(
+                    [("chaos", self._data(i, data), {**opts, "job_id": i}) for i in ids]
+                )
                 break
             except ValidationError:
                 raise
@@ -76,6 +81,10 @@ class Producer:
                 delay = min(delay * 2, 1.0)
         self.enqueued += len(ids)
         self.on_enqueued(ids, time.time())
+
+    def _data(self, job: str, data: dict[str, float]) -> Mapping[str, Any]:
+        extra = self.overrides.get(job)
+        return {**data, **extra} if extra else data
 
     async def run(self) -> None:
         """Add every job; returns once all are enqueued."""

@@ -4,17 +4,57 @@ from __future__ import annotations
 
 import os
 import platform
+from collections import Counter
 from collections.abc import Mapping
 from dataclasses import asdict
+from pathlib import Path
 from typing import Any
+
+import orjson
 
 from .analysis import duplicates, max_redelivery, max_stall, recovery_time
 from .collect import EventsTail, JobRecord
 from .invariants import Verdict
-from .ledger import Executions
+from .ledger import Executions, Ledger
+from .outcomes import LOST, Outcomes
 from .run import ChaosRun
 
-__all__ = ["build_result", "machine"]
+__all__ = ["JOBS_FILE", "VERDICT_FILE", "build_result", "machine", "write_records"]
+
+VERDICT_FILE = "verdict.json"
+JOBS_FILE = "jobs.jsonl"
+_LISTED = 50  # how many jobs each listing of the result shows
+_WORDS = {
+    "failed_unexpected": "failed with a reason no injected fault explains",
+    "lost": "lost (no hash, or a hash the queue can no longer deliver)",
+    "completed_twice": "completed twice (a second execution's result replaced a kept one)",
+    "stuck": "still waiting or active after the settle time",
+    "completed_unverified": "completed with a result no execution in the ledger returned",
+}
+
+
+def write_records(directory: Path, result: Mapping[str, Any], ledger: Ledger) -> None:
+    """Write the run's verdict (`verdict.json`) and job records (`jobs.jsonl`, the ledger
+    the Spark report reads) into the run's directory."""
+    directory.mkdir(parents=True, exist_ok=True)
+    (directory / VERDICT_FILE).write_bytes(
+        orjson.dumps(result, option=orjson.OPT_INDENT_2 | orjson.OPT_SORT_KEYS)
+    )
+    ledger.write(directory / JOBS_FILE)
+
+
+def _outcome_problems(outcomes: Outcomes, reexecutions_bound: int) -> list[str]:
+    out = []
+    for name, ids in outcomes.failing.items():
+        shown = ", ".join(ids[:20]) + (f" and {len(ids) - 20} more" if len(ids) > 20 else "")
+        out.append(f"{name}: {len(ids)} jobs {_WORDS[name]}: {shown}")
+    if outcomes.reexecutions > reexecutions_bound:
+        out.append(
+            f"reexecutions: {outcomes.reexecutions} re-executions over "
+            f"{outcomes.reexecuted_jobs} jobs, above the bound of {reexecutions_bound} "
+            "the injected faults explain"
+        )
+    return out
 
 
 def machine() -> dict[str, Any]:
@@ -38,9 +78,12 @@ def build_result(
     executions: Executions,
     tail: EventsTail | None,
     drained_at: float,
+    outcomes: Outcomes,
+    reexecutions_bound: int,
 ) -> dict[str, Any]:
-    """Assemble the result; `ok` is False when anything was lost or an invariant broke."""
-    problems = verdict.problems + run.problems
+    """Assemble the result; `ok` is False when a job's outcome is a failing one, the
+    re-executions exceed their bound, or an invariant broke."""
+    problems = _outcome_problems(outcomes, reexecutions_bound) + verdict.problems + run.problems
     times = sorted(
         r.finished_on for r in records.values() if r.state == "completed" and r.finished_on
     )
@@ -65,13 +108,24 @@ def build_result(
     last = times[-1] if times else drained_at
     result: dict[str, Any] = {
         "scenario": run.scenario,
-        "ok": not problems and not verdict.lost_ids,
+        "ok": not problems,
+        "outcomes": outcomes.counts(),
+        "reexecutions": {
+            "count": outcomes.reexecutions,
+            "jobs": outcomes.reexecuted_jobs,
+            "bound": reexecutions_bound,
+        },
+        "predicted_failures": outcomes.predicted[:_LISTED],
+        "unexpected_failures": outcomes.unexpected[:_LISTED],
+        "completed_twice": outcomes.twice[:_LISTED],
+        "stuck": dict(list(outcomes.stuck_states.items())[:_LISTED]),
+        "failing": {name: ids[:_LISTED] for name, ids in outcomes.failing.items()},
         "seed": run.seed,
         "jobs": run.jobs,
         "enqueued": enqueued,
         "completed": verdict.completed,
         "failed": verdict.failed,
-        "lost": len(verdict.lost_ids),
+        "lost": len(outcomes.ids(LOST)),
         "duplicates": {
             "count": dup.duplicates,
             "jobs": dup.duplicate_jobs,
@@ -93,7 +147,9 @@ def build_result(
         "peak_backlog": run.progress.peak_backlog,
         "failure_reasons": verdict.failure_reasons,
         "problems": problems,
-        "lost_ids": sorted(verdict.lost_ids)[:20],
+        "lost_ids": outcomes.ids(LOST)[:20],
+        # how the lost jobs were found: "missing" (no hash) or the state their hash claims
+        "lost_states": dict(Counter(outcomes.lost_states.values())),
         "events": None
         if tail is None
         else {

@@ -12,13 +12,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from .ledger import Ledger
+from .ledger import Executions, Ledger
 from .scenario import FleetSettings
 from .target import Target
 
 if TYPE_CHECKING:
     import psutil
 
+    from ..connection import Client
     from ..queue import Queue
     from .fleet import Fleet
     from .producer import Producer
@@ -28,7 +29,9 @@ __all__ = ["ChaosRun", "Fault", "Progress"]
 
 @dataclass
 class Fault:
-    """One injected fault: what, when (epoch seconds), on which process."""
+    """One injected fault: what, when (epoch seconds), on which process. `pids`: the
+    processes it hurt (the victim and its children); `hits_all`: it hurt every process's
+    work at once (a server, a network fault), not only its victim's."""
 
     kind: str
     at: float
@@ -36,6 +39,8 @@ class Fault:
     detail: dict[str, Any] = field(default_factory=dict)
     recovery_s: float | None = None
     ended: float | None = None  # when the fault was lifted (a restarted server, a resumed pid)
+    pids: tuple[int, ...] = ()
+    hits_all: bool = False
 
 
 @dataclass
@@ -72,6 +77,8 @@ class ChaosRun:
     ledger: Ledger = field(default_factory=lambda: Ledger("default"))
     fleet: Fleet | None = None
     queue: Queue[Any, Any] | None = None
+    client: Client | None = None  # a direct client of the run's own (not through a proxy)
+    executions: Executions | None = None  # the processors' ledger, read before `check`
     producer: Producer | None = None
     progress: Progress = field(default_factory=Progress)
     faults: list[Fault] = field(default_factory=list)
@@ -88,9 +95,28 @@ class ChaosRun:
 
     # -- recording --------------------------------------------------------------------------
 
-    def fault(self, kind: str, pid: int | None = None, **detail: Any) -> Fault:
-        """Record a fault injected now; returns it (set `ended` when it is lifted)."""
-        f = Fault(kind=kind, at=time.time(), pid=pid, detail=dict(detail))
+    def fault(
+        self,
+        kind: str,
+        pid: int | None = None,
+        *,
+        pids: tuple[int, ...] | None = None,
+        hits_all: bool | None = None,
+        **detail: Any,
+    ) -> Fault:
+        """Record a fault injected now; returns it (set `ended` when it is lifted).
+        `pids` (default: `pid`) are the processes it hurt; `hits_all` (default: no `pid`)
+        says it hurt every process's work, as a server or network fault does."""
+        hurt = pids if pids is not None else ((pid,) if pid is not None else ())
+        everything = hits_all if hits_all is not None else pid is None
+        f = Fault(
+            kind=kind,
+            at=time.time(),
+            pid=pid,
+            detail=dict(detail),
+            pids=tuple(hurt),
+            hits_all=everything,
+        )
         self.faults.append(f)
         self.ledger.add("fault", None, f.at, pid, kind=kind, detail=f.detail)
         where = f" pid {pid}" if pid is not None else ""

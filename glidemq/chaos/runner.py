@@ -11,7 +11,9 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import itertools
 import random
+import re
 import shutil
 import tempfile
 import time
@@ -24,22 +26,39 @@ from ..connection import ConnectionOptions, close_client, create_client
 from ..keys import QueueKeys
 from ..queue import Queue
 from .app import DIR_ENV
-from .collect import EventsTail, read_jobs, read_leftovers
+from .collect import EventsTail, read_in_queue, read_jobs, read_leftovers
 from .fleet import Fleet
 from .invariants import check_invariants
 from .ledger import read_executions
+from .outcomes import FaultMark, classify
 from .producer import Producer
-from .result import build_result
+from .result import build_result, write_records
 from .run import ChaosRun
 from .scenario import FleetSettings, Scenario
 from .target import start_target
 
-__all__ = ["PROCESSOR", "resolve_settings", "run_scenario"]
+__all__ = ["PROCESSOR", "fresh_run_dir", "resolve_settings", "run_scenario"]
 
 PROCESSOR = "glidemq.chaos.app:process"
 # Clients of the chaos process itself: a dead server must not hold a call for 10 s.
 _REQUEST_TIMEOUT_MS = 2000
 _GRACE = 5.0
+_SETTLE_S = 30.0
+_STALE = re.compile(r"glidemq: job (\S+) was reclaimed by another worker; result dropped")
+
+
+def fresh_run_dir(base: Path, name: str) -> Path:
+    """A new, empty directory `base/name` (or `name-2`, `name-3`, ... when taken): a run
+    never writes into another run's files, so ledgers cannot merge."""
+    base.mkdir(parents=True, exist_ok=True)
+    for n in itertools.count(1):
+        path = base / (name if n == 1 else f"{name}-{n}")
+        try:
+            path.mkdir()
+        except FileExistsError:
+            continue
+        return path
+    raise AssertionError("unreachable")
 
 
 def resolve_settings(defaults: FleetSettings, args: argparse.Namespace) -> FleetSettings:
@@ -99,11 +118,17 @@ async def _monitor(run: ChaosRun, queue: Queue[Any, Any]) -> None:
         await asyncio.sleep(0.1)
 
 
-async def _drain(run: ChaosRun, producer: Producer, timeout: float) -> bool:
-    """Wait until every enqueued job finished; False when `timeout` passed first."""
-    deadline = time.monotonic() + timeout
+async def _drain(run: ChaosRun, producer: Producer, timeout: float, settle: float) -> bool:
+    """Wait until every enqueued job finished; False when `timeout` passed first, or when
+    no job finished for `settle` seconds (what is left then is stuck or lost)."""
+    now = time.monotonic()
+    deadline = now + timeout
+    last_done, last_move = run.progress.done, now
     while run.progress.done < producer.enqueued:
-        if time.monotonic() > deadline:
+        now = time.monotonic()
+        if run.progress.done != last_done:
+            last_done, last_move = run.progress.done, now
+        if now > deadline or now - last_move > settle:
             return False
         await asyncio.sleep(0.05)
     return True
@@ -118,11 +143,10 @@ async def _cancel(task: asyncio.Task[Any] | None) -> None:
 
 async def run_scenario(scenario: Scenario, args: argparse.Namespace) -> dict[str, Any]:
     """Run `scenario` once with `args` (common flags plus its own) and return the result."""
-    settings = resolve_settings(scenario.defaults, args)
+    settings = scenario.settings(resolve_settings(scenario.defaults, args), args)
     seed = args.seed if args.seed is not None else random.SystemRandom().randrange(1, 2**31)
     if args.workdir:
-        workdir = Path(args.workdir) / f"{scenario.name}-{seed}"
-        workdir.mkdir(parents=True, exist_ok=True)
+        workdir = fresh_run_dir(Path(args.workdir), f"{scenario.name}-{seed}")
         keep = True
     else:
         workdir = Path(tempfile.mkdtemp(prefix=f"glidemq-chaos-{scenario.name}-"))
@@ -158,13 +182,16 @@ async def run_scenario(scenario: Scenario, args: argparse.Namespace) -> dict[str
         queue = run.queue = Queue(
             run.queue_name, connection=ConnectionOptions.from_url(run.worker_url, **timeout)
         )
-        tail_client = await create_client(direct, name="glidemq-chaos-tail")
+        tail_client = run.client = await create_client(direct, name="glidemq-chaos-tail")
         tail = EventsTail(tail_client, keys)
         tasks["tail"] = asyncio.create_task(tail.run())
         exec_dir = workdir / "exec"
-        exec_dir.mkdir(exist_ok=True)
+        exec_dir.mkdir()
         run.fleet = Fleet(
-            PROCESSOR, _fleet_args(run), {DIR_ENV: str(exec_dir)}, workdir / "glidemq-run.log"
+            PROCESSOR,
+            _fleet_args(run) + scenario.fleet_args(run),
+            {DIR_ENV: str(exec_dir)},
+            workdir / "glidemq-run.log",
         )
         run.fleet.start()
         await run.fleet.wait_ready(settings.procs)
@@ -177,6 +204,7 @@ async def run_scenario(scenario: Scenario, args: argparse.Namespace) -> dict[str
             attempts=settings.attempts,
             rate=settings.rate,
             on_enqueued=run.ledger.enqueued,
+            overrides=scenario.job_data(run),
         )
         run.started_at = time.time()
         produce = asyncio.create_task(producer.run())
@@ -188,11 +216,13 @@ async def run_scenario(scenario: Scenario, args: argparse.Namespace) -> dict[str
         if producer.done.is_set():
             run.extra.setdefault("produce_s", round(producer.finished_at - producer.started_at, 3))
         run.extra.setdefault("producer_retries", producer.retries)
-        drained = await _drain(run, producer, args.drain_timeout)
+        settle = getattr(args, "settle", None) or _SETTLE_S
+        drained = await _drain(run, producer, args.drain_timeout, settle)
         drained_at = time.time()
         if not drained:
             run.problem(
-                f"not every job finished within the drain deadline of {args.drain_timeout:g} s"
+                f"not every job finished within the drain deadline of {args.drain_timeout:g} s "
+                f"(or none finished for the settle time of {settle:g} s)"
             )
         run.say("draining the fleet (SIGTERM)")
         code = await run.fleet.stop(_GRACE + 15)
@@ -209,18 +239,52 @@ async def run_scenario(scenario: Scenario, args: argparse.Namespace) -> dict[str
             run.problem(f"only {len(enqueued)} of {args.jobs} jobs were enqueued")
         records = await read_jobs(tail_client, keys, enqueued)
         leftovers = await read_leftovers(tail_client, keys)
-        executions = read_executions(exec_dir)
+        in_queue = await read_in_queue(tail_client, keys)
+        executions = run.executions = read_executions(exec_dir)
         run.ledger.extend(executions.events)
         verdict = check_invariants(enqueued, records, leftovers, tail, executions)
         scenario.check(run)
+        s = settings
+        outcomes = classify(
+            enqueued,
+            records,
+            executions,
+            in_queue,
+            faults=[
+                FaultMark(f.kind, f.at, f.ended, frozenset(f.pids), f.hits_all) for f in run.faults
+            ],
+            predictions=scenario.predictions,
+            stale=set(_STALE.findall(run.fleet.log_text())),
+            slack_s=(s.lock_duration_ms + 2 * s.stalled_interval_ms) / 1000 + 3.0,
+        )
+        bound = (
+            args.max_reexecutions
+            if getattr(args, "max_reexecutions", None) is not None
+            else scenario.reexecution_bound(run)
+        )
         for rec in records.values():
+            outcome = outcomes.by_job.get(rec.job_id)
             if rec.state == "completed" and rec.finished_on is not None:
-                run.ledger.add("completed", rec.job_id, rec.finished_on, rec.result_pid)
+                run.ledger.add(
+                    "completed", rec.job_id, rec.finished_on, rec.result_pid, outcome=outcome
+                )
             elif rec.state == "failed" and rec.finished_on is not None:
                 run.ledger.add(
-                    "failed", rec.job_id, rec.finished_on, None, reason=rec.failed_reason
+                    "failed",
+                    rec.job_id,
+                    rec.finished_on,
+                    None,
+                    reason=rec.failed_reason,
+                    outcome=outcome,
                 )
-        result = build_result(run, len(enqueued), verdict, records, executions, tail, drained_at)
+            else:
+                run.ledger.add("unfinished", rec.job_id, drained_at, None, outcome=outcome)
+        result = build_result(
+            run, len(enqueued), verdict, records, executions, tail, drained_at, outcomes, bound
+        )
+        for f in run.faults:  # recovery per fault, for the report's plot
+            run.ledger.add("recovery", None, f.at, f.pid, kind=f.kind, recovery_s=f.recovery_s)
+        write_records(workdir, result, run.ledger)
         ok = bool(result["ok"])
         return result
     finally:

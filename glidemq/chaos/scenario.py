@@ -22,6 +22,8 @@ import argparse
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, ClassVar
 
+from .outcomes import Prediction
+
 if TYPE_CHECKING:
     from .run import ChaosRun
 
@@ -63,7 +65,10 @@ class Scenario:
 
     Class attributes: `name` (the subcommand), `summary` (one line for `--help`), `server`
     (a `ServerKind`), `controls_server` (True when the scenario kills, restarts or fails over
-    the server itself, so it cannot run against `--url`), `defaults` (`FleetSettings`).
+    the server itself, so it cannot run against `--url`), `defaults` (`FleetSettings`),
+    `predictions` (the failures its faults may cause, each with its reason: a job failed
+    that way is a predicted failure, any other failure fails the run), `in_all` (False
+    keeps it out of `glidemq-chaos all`).
     """
 
     name: ClassVar[str] = ""
@@ -71,6 +76,29 @@ class Scenario:
     server: ClassVar[ServerKind] = "standalone"
     controls_server: ClassVar[bool] = False
     defaults: ClassVar[FleetSettings] = FleetSettings()
+    predictions: ClassVar[tuple[Prediction, ...]] = ()
+    in_all: ClassVar[bool] = True
+
+    def settings(self, settings: FleetSettings, args: argparse.Namespace) -> FleetSettings:
+        """The fleet settings once the flags are applied; may derive one from another."""
+        return settings
+
+    def fleet_args(self, run: ChaosRun) -> list[str]:
+        """Extra `glidemq-run` flags of this scenario (a memory limit, a metrics port)."""
+        return []
+
+    def job_data(self, run: ChaosRun) -> dict[str, dict[str, object]]:
+        """Extra data for some jobs, by id (planted behaviours of the fixture processor)."""
+        return {}
+
+    def reexecution_bound(self, run: ChaosRun) -> int:
+        """The most re-executions (starts beyond the first, summed over jobs) the injected
+        faults can explain. A fault on one process may cut off or duplicate what that
+        process held (its concurrency, plus results finished but not yet reported); a
+        server or network fault, what every process held."""
+        s = run.settings
+        held = 2 * s.concurrency + 2
+        return sum(held * (s.procs if f.hits_all else 1) for f in run.faults)
 
     def add_arguments(self, parser: argparse.ArgumentParser) -> None:
         """Add flags of this scenario only (the common ones exist already)."""

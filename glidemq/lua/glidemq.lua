@@ -9,6 +9,50 @@ local SHIFT = 4398046511104 -- 2^42: priority band width in the scheduled set
 local GROUP = 'workers'
 local EVENTS_MAXLEN = 1000
 local MAX_BANDS = 64 -- priority bands walked per call, bounds the work of one call
+-- Limits that keep every score exact (a double holds 53 bits): a run time stays below 2^42
+-- (band 0) and a band's base priority * 2^42 plus its offset stays below 2^53.
+local MAX_PRIORITY = 2047
+local MAX_DELAY = 315360000000 -- 10 years of 365 days, in ms
+local MAX_TIME = SHIFT - 1 - MAX_DELAY -- latest 'now' accepted (ms, the year 2099)
+local MAX_INT = 9007199254740991 -- 2^53 - 1: the largest count or duration accepted
+local TIE = 1 / 2048 -- delayed jobs due in the same ms: steps of the fraction keep add order
+local LAST_TIE = 2047 / 2048
+local MAX_DATA = 1048576 -- job data, as the clients check it (1 MiB of JSON)
+local MAX_GZ_DATA = 1400000 -- 'gz:' data: what 1 MiB of JSON becomes at worst in that form
+
+-- Input checks, all before the first write. A numeric argument is a number whose value is an
+-- integer within lo..hi (nan, inf, '1.5', 'abc' and a missing argument give nil).
+local function int(v, lo, hi)
+  local n = tonumber(v)
+  if n and n >= lo and n <= hi and n == math.floor(n) then return n end
+  return nil
+end
+
+local function badCall(code, fname, what)
+  return redis.error_reply(code .. ' ' .. fname .. ': ' .. what)
+end
+
+-- The call's shape: exactly nk keys (nil: at least one), amin..amax arguments (amax nil: no
+-- upper bound). Returns an error reply, or nil.
+local function shape(fname, keys, args, nk, amin, amax)
+  if (nk and #keys ~= nk) or #keys < 1 then
+    return badCall('ERR:BAD_KEYS', fname, 'takes ' .. tostring(nk or 'at least 1') .. ' keys, got ' .. #keys)
+  end
+  if #args < amin or (amax and #args > amax) then
+    return badCall('ERR:BAD_ARGS', fname, 'wrong number of arguments (' .. #args .. ')')
+  end
+  return nil
+end
+
+-- A stream entry id as the functions take it ('ms-seq').
+local function entryIdOk(v)
+  return type(v) == 'string' and string.find(v, '^%d+%-%d+$') ~= nil
+end
+
+local function dataTooLarge(data)
+  if #data <= MAX_DATA then return false end
+  return string.sub(data, 1, 3) ~= 'gz:' or #data > MAX_GZ_DATA
+end
 
 local function prefixOf(key, suffix)
   return string.sub(key, 1, #key - #suffix)
@@ -29,14 +73,31 @@ local function validCustomId(id)
   return true
 end
 
--- Put a job where a worker will find it: the stream (waiting) or the scheduled set.
+-- Score of a delayed job in band 0: its run time, plus a fraction that puts it after the
+-- jobs already due in the same ms (add order; past 2048 of them they tie).
+local function delayedScore(scheduled, runAt)
+  local top = redis.call('ZREVRANGEBYSCORE', scheduled, runAt + LAST_TIE, runAt, 'WITHSCORES',
+    'LIMIT', 0, 1)
+  if not top[2] then return runAt end
+  return math.min(tonumber(top[2]) + TIE, runAt + LAST_TIE)
+end
+
+-- Score of a runnable job of priority p: its band plus the queue's priority sequence number
+-- (meta field prioSeq), so a band runs first-in first-out. The sequence stays far below any
+-- time in ms, so the member is due at once.
+local function prioritizedScore(prefix, priority)
+  return priority * SHIFT + redis.call('HINCRBY', prefix .. 'meta', 'prioSeq', 1)
+end
+
+-- Put a job where a worker will find it: the stream (waiting) or the scheduled set. A delayed
+-- job waits in band 0 whatever its priority, and enters its band when it is due.
 local function enqueue(prefix, jobId, priority, runAt, now)
   if runAt > now then
-    redis.call('ZADD', prefix .. 'scheduled', priority * SHIFT + runAt, jobId)
+    local scheduled = prefix .. 'scheduled'
+    redis.call('ZADD', scheduled, delayedScore(scheduled, runAt), jobId)
     return 'delayed', nil
   elseif priority > 0 then
-    -- Offset = enqueue time (never in the future, so runnable now): FIFO within a priority.
-    redis.call('ZADD', prefix .. 'scheduled', priority * SHIFT + now, jobId)
+    redis.call('ZADD', prefix .. 'scheduled', prioritizedScore(prefix, priority), jobId)
     return 'prioritized', nil
   end
   local sid = redis.call('XADD', prefix .. 'stream', '*', 'id', jobId)
@@ -154,6 +215,24 @@ local function moveToStream(prefix, scheduled, ids)
     redis.call('ZREM', scheduled, jobId)
     local jobKey = prefix .. 'job:' .. jobId
     if redis.call('EXISTS', jobKey) == 1 then
+      local sid = redis.call('XADD', prefix .. 'stream', '*', 'id', jobId)
+      redis.call('HSET', jobKey, 'state', 'waiting', 'sid', sid)
+    end
+  end
+end
+
+-- Due delayed jobs (band 0, in score order): to the stream, or into their priority band
+-- behind the jobs already there.
+local function releaseDue(prefix, scheduled, ids)
+  for _, jobId in ipairs(ids) do
+    redis.call('ZREM', scheduled, jobId)
+    local jobKey = prefix .. 'job:' .. jobId
+    local h = redis.call('HMGET', jobKey, 'state', 'priority')
+    local priority = tonumber(h[2]) or 0
+    if h[1] and priority > 0 then
+      redis.call('ZADD', scheduled, prioritizedScore(prefix, priority), jobId)
+      redis.call('HSET', jobKey, 'state', 'prioritized')
+    elseif h[1] then
       local sid = redis.call('XADD', prefix .. 'stream', '*', 'id', jobId)
       redis.call('HSET', jobKey, 'state', 'waiting', 'sid', sid)
     end
@@ -449,8 +528,10 @@ local function groupArgs(a, o)
   local g = {}
   for i, name in ipairs({'concurrency', 'rateMax', 'rateDuration', 'tbCapacity', 'tbRefillRate',
     'cost'}) do
-    local v = tonumber(a[o + 8 + i]) or 0
-    if v < 0 or v ~= math.floor(v) then return 'ERR:BAD_OPTION' end
+    local raw = a[o + 8 + i]
+    local v = 0
+    if raw and raw ~= '' then v = int(raw, 0, MAX_INT) end
+    if not v then return 'ERR:BAD_OPTION' end
     g[name] = v
   end
   if g.concurrency < 1 then g.concurrency = 1 end
@@ -595,45 +676,64 @@ end
 -- version
 
 redis.register_function{function_name = 'glidemq_version', callback = function(keys, args)
+  if #keys > 1 then return badCall('ERR:BAD_KEYS', 'glidemq_version', 'takes at most 1 key') end
+  if #args > 0 then return badCall('ERR:BAD_ARGS', 'glidemq_version', 'takes no arguments') end
   return LIBRARY_VERSION
 end, flags = {'no-writes'}}
 
 ---------------------------------------------------------------------------------------------
 -- add
 
--- a: argument table, o: index of the first of the 17 addJob arguments; a[o + 17] = '1' adds
--- the job LIFO (glidemq's 18th argument).
-local function addJobCore(idKey, events, a, o)
-  local prefix = prefixOf(idKey, 'id')
+-- Checks the 17 (+ lifo) addJob arguments at a[o]..a[o + 17] before anything is written.
+-- Returns nil and the parsed values, or an addJob error reply.
+local function checkAdd(a, o)
   local name, data, opts = a[o], a[o + 1], a[o + 2]
-  local now = tonumber(a[o + 3])
-  local delay = tonumber(a[o + 4]) or 0
-  local priority = tonumber(a[o + 5]) or 0
-  local parentId = a[o + 6] or ''
-  local maxAttempts = a[o + 7]
-  local orderingKey = a[o + 8] or ''
-  local ttl = tonumber(a[o + 15]) or 0
-  local customId = a[o + 16] or ''
-  local lifo = a[o + 17] == '1' and delay == 0 and priority == 0
+  if type(name) ~= 'string' or type(data) ~= 'string' or type(opts) ~= 'string' then
+    return 'ERR:BAD_OPTION'
+  end
+  local now = int(a[o + 3], 0, MAX_TIME)
+  if not now then return 'ERR:BAD_TIMESTAMP' end
+  -- '' stands for 0 in the optional numbers, as some producers send it
+  local delay = int(a[o + 4] == '' and 0 or a[o + 4], 0, MAX_DELAY)
+  local priority = int(a[o + 5] == '' and 0 or a[o + 5], 0, MAX_PRIORITY)
+  local maxAttempts = int(a[o + 7] == '' and 0 or a[o + 7], 0, MAX_INT)
+  local ttl = int(a[o + 15] == '' and 0 or a[o + 15], 0, MAX_INT)
+  if not delay or not priority or not maxAttempts or not ttl then return 'ERR:BAD_OPTION' end
+  if dataTooLarge(data) or #opts > MAX_DATA then return 'ERR:PAYLOAD_TOO_LARGE' end
   local rttl = string.match(opts, '"resultTtl"%s*:%s*(%d+)')
-  if now == nil then return 'ERR:BAD_TIMESTAMP' end
-  if delay < 0 or priority < 0 or priority > 2097152 then return 'ERR:BAD_OPTION' end
+  if rttl and #rttl > 15 then return 'ERR:BAD_OPTION' end
   -- Arguments 10-15 configure the group named by the ordering key; without a key they mean
   -- nothing: refuse them rather than accept a promise that would not be kept.
+  local orderingKey = a[o + 8] or ''
   local group
   if orderingKey ~= '' then
     group = groupArgs(a, o)
     if type(group) == 'string' then return group end
   else
     for i = 9, 14 do
-      local v = tonumber(a[o + i])
-      if v ~= nil and v ~= 0 then return 'ERR:BAD_OPTION' end
+      local v = a[o + i]
+      if v ~= nil and v ~= '' and tonumber(v) ~= 0 then return 'ERR:BAD_OPTION' end
     end
   end
+  local customId = a[o + 16] or ''
+  if customId ~= '' and not validCustomId(customId) then return 'ERR:INVALID_JOB_ID' end
+  return nil, {now = now, delay = delay, priority = priority, ttl = ttl, rttl = rttl,
+    group = group, orderingKey = orderingKey, customId = customId}
+end
+
+-- a: argument table, o: index of the first of the 17 addJob arguments; a[o + 17] = '1' adds
+-- the job LIFO (glidemq's 18th argument); v: what checkAdd returned for them.
+local function addJobCore(idKey, events, a, o, v)
+  local prefix = prefixOf(idKey, 'id')
+  local name, data, opts = a[o], a[o + 1], a[o + 2]
+  local now, delay, priority, ttl, rttl = v.now, v.delay, v.priority, v.ttl, v.rttl
+  local parentId = a[o + 6] or ''
+  local maxAttempts = a[o + 7]
+  local orderingKey, group, customId = v.orderingKey, v.group, v.customId
+  local lifo = a[o + 17] == '1' and delay == 0 and priority == 0
 
   local jobId
   if customId ~= '' then
-    if not validCustomId(customId) then return 'ERR:INVALID_JOB_ID' end
     jobId = customId
     if redis.call('EXISTS', prefix .. 'job:' .. jobId) == 1 then return 'duplicate' end
     -- With a result cache, the id stays taken while the outcome of its last job is kept.
@@ -666,7 +766,7 @@ local function addJobCore(idKey, events, a, o)
   if rttl then fields[#fields + 1] = 'rttl'; fields[#fields + 1] = rttl end
   if lifo then fields[#fields + 1] = 'lifo'; fields[#fields + 1] = '1' end
   if group then
-    for _, v in ipairs(joinGroup(prefix, orderingKey, group, now)) do fields[#fields + 1] = v end
+    for _, f in ipairs(joinGroup(prefix, orderingKey, group, now)) do fields[#fields + 1] = f end
   end
   redis.call('HSET', jobKey, unpack(fields))
   if not string.find(opts, '"skipEvents":true', 1, true) then
@@ -677,9 +777,13 @@ end
 
 -- KEYS: id, stream, scheduled, events. ARGS: the 17 documented addJob arguments.
 redis.register_function('glidemq_addJob', function(keys, args)
+  local err = shape('glidemq_addJob', keys, args, 4, 17, 18)
+  if err then return err end
+  local bad, v = checkAdd(args, 1)
+  if bad then return bad end
   local room = waitingRoom(prefixOf(keys[1], 'id'))
   if room and room <= 0 then return QUEUE_FULL end
-  return addJobCore(keys[1], keys[4], args, 1)
+  return addJobCore(keys[1], keys[4], args, 1, v)
 end)
 
 -- KEYS: id, stream, scheduled, events. ARGS: now, then runs of jobs that share everything but
@@ -688,43 +792,64 @@ end)
 -- tbCapacity, tbRefillRate, jobCost, lifo (ext '' for a plain job); then n data arguments.
 -- The compact form our own producers use: a bulk of like jobs costs about one argument per
 -- job on both sides. Returns one addJob reply per job.
+-- One run of addBulk as addJob arguments in a (a[2], the data, is left to the caller).
+local function bulkRun(args, i, now, a)
+  local ext = args[i + 8] == '1'
+  a[1], a[3], a[4] = args[i + 1], args[i + 2], now
+  a[5], a[6], a[7], a[8] = args[i + 3], args[i + 4], '', args[i + 5]
+  if ext then
+    for x = 9, 15 do a[x] = args[i + x] end
+    a[18] = args[i + 16]
+  else
+    a[9], a[10], a[11], a[12], a[13], a[14], a[15] = '', '0', '0', '0', '0', '0', '0'
+    a[18] = ''
+  end
+  a[16], a[17] = args[i + 6], args[i + 7]
+  return i + (ext and 17 or 9)
+end
+
 redis.register_function('glidemq_addBulk', function(keys, args)
-  -- Check the whole layout first: a malformed call writes nothing.
+  local err = shape('glidemq_addBulk', keys, args, 4, 1)
+  if err then return err end
+  local now = args[1]
+  if not int(now, 0, MAX_TIME) then return badCall('ERR:BAD_TIMESTAMP', 'glidemq_addBulk', 'now') end
+  -- Check the whole call first (layout, options, sizes): a malformed call writes nothing.
+  local a, checked = {}, {}
   local i = 2
   while i <= #args do
-    local n = tonumber(args[i])
+    local n = int(args[i], 1, MAX_INT)
     local ext = args[i + 8] == '1'
     local last = i + (ext and 16 or 8) + (n or 0)
-    if n == nil or n < 1 or n % 1 ~= 0 or last > #args then
-      return redis.error_reply('ERR glidemq: addBulk: malformed run at argument ' .. i)
+    if not n or last > #args then
+      return badCall('ERR:BAD_ARGS', 'glidemq_addBulk', 'malformed run at argument ' .. i)
+    end
+    local first = bulkRun(args, i, now, a)
+    a[2] = ''
+    local bad, v = checkAdd(a, 1)
+    if bad then return badCall(bad, 'glidemq_addBulk', 'run at argument ' .. i) end
+    checked[#checked + 1] = v
+    for d = first, last do
+      if dataTooLarge(args[d]) then
+        return badCall('ERR:PAYLOAD_TOO_LARGE', 'glidemq_addBulk', 'argument ' .. d)
+      end
     end
     i = last + 1
   end
-  local now = args[1]
   local out = {}
-  local a = {}
   local room = waitingRoom(prefixOf(keys[1], 'id'))
   i = 2
+  local run = 0
   while i <= #args do
     local n = tonumber(args[i])
-    local ext = args[i + 8] == '1'
-    a[1], a[3], a[4] = args[i + 1], args[i + 2], now
-    a[5], a[6], a[7], a[8] = args[i + 3], args[i + 4], '', args[i + 5]
-    if ext then
-      for x = 9, 15 do a[x] = args[i + x] end
-      a[18] = args[i + 16]
-    else
-      a[9], a[10], a[11], a[12], a[13], a[14], a[15] = '', '0', '0', '0', '0', '0', '0'
-      a[18] = ''
-    end
-    a[16], a[17] = args[i + 6], args[i + 7]
-    local first = i + (ext and 17 or 9)
+    local first = bulkRun(args, i, now, a)
+    run = run + 1
+    local v = checked[run] -- the jobs of a run differ only in their data, checked above
     for d = first, first + n - 1 do
       if room and room <= 0 then
         out[#out + 1] = QUEUE_FULL
       else
         a[2] = args[d]
-        local r = addJobCore(keys[1], keys[4], a, 1)
+        local r = addJobCore(keys[1], keys[4], a, 1, v)
         out[#out + 1] = r
         if room and isAdded(r) then room = room - 1 end
       end
@@ -736,9 +861,18 @@ end)
 
 -- KEYS: dedup, id, stream, scheduled, events. ARGS: dedupId, ttlMs, mode, then the 17 addJob args.
 redis.register_function('glidemq_dedup', function(keys, args)
+  local err = shape('glidemq_dedup', keys, args, 5, 20, 21)
+  if err then return err end
   local dedupKey = keys[1]
-  local dedupId, ttl, mode = args[1], tonumber(args[2]) or 0, args[3]
-  local now = tonumber(args[7])
+  local dedupId, ttl, mode = args[1], int(args[2] == '' and 0 or args[2], 0, MAX_INT), args[3]
+  if mode ~= 'simple' and mode ~= 'throttle' and mode ~= 'debounce' then
+    return 'ERR:BAD_DEDUP_MODE'
+  end
+  if not ttl then return 'ERR:BAD_OPTION' end
+  -- the new job's arguments are checked before a debounce deletes the job it replaces
+  local bad, v = checkAdd(args, 4)
+  if bad then return bad end
+  local now = v.now
   local prefix = prefixOf(dedupKey, 'dedup')
   local room = waitingRoom(prefix)
   local entry = redis.call('HGET', dedupKey, dedupId)
@@ -769,7 +903,7 @@ redis.register_function('glidemq_dedup', function(keys, args)
     end
   end
   if room and room <= 0 then return QUEUE_FULL end
-  local jobId = addJobCore(keys[2], keys[5], args, 4)
+  local jobId = addJobCore(keys[2], keys[5], args, 4, v)
   if jobId ~= 'duplicate' and string.sub(jobId, 1, 4) ~= 'ERR:' then
     redis.call('HSET', dedupKey, dedupId, jobId .. ':' .. args[7])
   end
@@ -787,11 +921,15 @@ end)
 redis.register_function('glidemq_promote', function(keys, args)
   local scheduled = keys[1]
   local prefix = prefixOf(scheduled, 'scheduled')
-  local now = tonumber(args[1])
-  local limit = tonumber(args[2]) or 1000
-  local prioLimit = tonumber(args[3]) or 0
-  local due = redis.call('ZRANGEBYSCORE', scheduled, 0, now, 'LIMIT', 0, limit)
-  moveToStream(prefix, scheduled, due)
+  local err = shape('glidemq_promote', keys, args, 3, 2, 3)
+  if err then return err end
+  local now = int(args[1], 0, MAX_TIME)
+  local limit = int(args[2], 0, MAX_INT)
+  local prioLimit = int(args[3] or '0', 0, MAX_INT)
+  if not now then return badCall('ERR:BAD_TIMESTAMP', 'glidemq_promote', 'now') end
+  if not limit or not prioLimit then return badCall('ERR:BAD_ARGS', 'glidemq_promote', 'limit') end
+  local due = redis.call('ZRANGEBYSCORE', scheduled, 0, now + LAST_TIE, 'LIMIT', 0, limit)
+  releaseDue(prefix, scheduled, due)
   local moved = #due + promoteRateLimited(prefix, now, limit)
   if prioLimit > 0 then
     local ok, pending = pcall(redis.call, 'XPENDING', keys[2], GROUP)
@@ -807,7 +945,7 @@ redis.register_function('glidemq_promote', function(keys, args)
   end
   local nextDue = -1
   local first = redis.call('ZRANGEBYSCORE', scheduled, 0, SHIFT - 1, 'WITHSCORES', 'LIMIT', 0, 1)
-  if #first > 0 then nextDue = tonumber(first[2]) end
+  if #first > 0 then nextDue = math.floor(tonumber(first[2])) end
   local rl = redis.call('ZRANGE', prefix .. 'ratelimited', 0, 0, 'WITHSCORES')
   if #rl > 0 and (nextDue < 0 or tonumber(rl[2]) < nextDue) then nextDue = tonumber(rl[2]) end
   return {moved, nextDue}
@@ -815,9 +953,14 @@ end)
 
 -- KEYS: scheduled. ARGS: now. Returns {next due time of a delayed job or -1, count in bands >= 1}.
 redis.register_function{function_name = 'glidemq_nextDue', callback = function(keys, args)
+  local err = shape('glidemq_nextDue', keys, args, 1, 0, 1)
+  if err then return err end
+  if args[1] and not int(args[1], 0, MAX_TIME) then
+    return badCall('ERR:BAD_TIMESTAMP', 'glidemq_nextDue', 'now')
+  end
   local first = redis.call('ZRANGEBYSCORE', keys[1], 0, SHIFT - 1, 'WITHSCORES', 'LIMIT', 0, 1)
   local nextDue = -1
-  if #first > 0 then nextDue = tonumber(first[2]) end
+  if #first > 0 then nextDue = math.floor(tonumber(first[2])) end
   return {nextDue, redis.call('ZCOUNT', keys[1], SHIFT, '+inf')}
 end, flags = {'no-writes'}}
 
@@ -1073,14 +1216,41 @@ local function completeOne(prefix, stream, completed, events, now, jobId, entryI
   return 'ok'
 end
 
+-- Checks completion arguments: n of them from args[i] (jobId, entryId, returnvalue, keepCount,
+-- keepAge). Returns an error reply, or nil.
+local function checkCompletions(fname, args, i, n)
+  for _ = 1, n do
+    if not entryIdOk(args[i + 1]) or not int(args[i + 3], -1, MAX_INT)
+        or not int(args[i + 4], 0, MAX_INT) then
+      return badCall('ERR:BAD_ARGS', fname, 'completion at argument ' .. i)
+    end
+    i = i + 5
+  end
+  return nil
+end
+
+-- The worker limiter arguments (max, duration), absent or non-negative integers.
+local function limiterOk(max, duration)
+  return (max == nil or int(max, 0, MAX_INT)) and (duration == nil or int(duration, 0, MAX_INT))
+end
+
 redis.register_function('glidemq_completeAndFetchNext', function(keys, args)
+  local err = shape('glidemq_completeAndFetchNext', keys, args, 5, 5)
+  if err then return err end
   local stream, completed, events = keys[1], keys[2], keys[3]
   local prefix = prefixOf(stream, 'stream')
-  local now = tonumber(args[1])
+  local now = int(args[1], 0, MAX_TIME)
   local consumer = args[2]
-  local fetchCount = tonumber(args[3])
+  local fetchCount = int(args[3], 0, MAX_INT)
   local emitEvents = args[4] == '1'
-  local n = tonumber(args[5])
+  local n = int(args[5], 0, MAX_INT)
+  if not now then return badCall('ERR:BAD_TIMESTAMP', 'glidemq_completeAndFetchNext', 'now') end
+  if not fetchCount or not n or consumer == '' or (#args ~= 5 + 5 * n and #args ~= 7 + 5 * n)
+      or not limiterOk(args[6 + 5 * n], args[7 + 5 * n]) then
+    return badCall('ERR:BAD_ARGS', 'glidemq_completeAndFetchNext', 'arguments')
+  end
+  err = checkCompletions('glidemq_completeAndFetchNext', args, 6, n)
+  if err then return err end
   local statuses = {}
   local done = 0
   local i = 6
@@ -1102,9 +1272,14 @@ end)
 -- KEYS: stream, completed, events, scheduled, meta. ARGS: same as completeAndFetchNext with
 -- fetchCount 0. Kept as its own name for the documented function list.
 redis.register_function('glidemq_complete', function(keys, args)
+  local err = shape('glidemq_complete', keys, args, 5, 10, 10)
+  if err then return err end
   local stream, completed, events = keys[1], keys[2], keys[3]
   local prefix = prefixOf(stream, 'stream')
-  local now = tonumber(args[1])
+  local now = int(args[1], 0, MAX_TIME)
+  if not now then return badCall('ERR:BAD_TIMESTAMP', 'glidemq_complete', 'now') end
+  err = checkCompletions('glidemq_complete', args, 6, 1)
+  if err then return err end
   local status = completeOne(prefix, stream, completed, events, now, args[6], args[7], args[8],
     tonumber(args[9]), tonumber(args[10]), args[4] == '1')
   if status == 'ok' then countMetric(prefix .. 'metrics:completed', now, 1) end
@@ -1115,9 +1290,20 @@ end)
 -- limiterDuration ('0' '0' without a limiter), then entryId/jobId pairs read by a blocking
 -- XREADGROUP. Returns the fetched triples.
 redis.register_function('glidemq_moveToActive', function(keys, args)
+  local err = shape('glidemq_moveToActive', keys, args, 5, 4)
+  if err then return err end
   local stream = keys[1]
   local prefix = prefixOf(stream, 'stream')
-  local now = tonumber(args[1])
+  local now = int(args[1], 0, MAX_TIME)
+  if not now then return badCall('ERR:BAD_TIMESTAMP', 'glidemq_moveToActive', 'now') end
+  if #args % 2 ~= 0 or not limiterOk(args[3], args[4]) then
+    return badCall('ERR:BAD_ARGS', 'glidemq_moveToActive', 'arguments')
+  end
+  for i = 5, #args, 2 do
+    if not entryIdOk(args[i]) then
+      return badCall('ERR:BAD_ARGS', 'glidemq_moveToActive', 'entry id at argument ' .. i)
+    end
+  end
   local entries = {}
   for i = 5, #args, 2 do
     entries[#entries + 1] = {args[i], {'id', args[i + 1]}}
@@ -1176,13 +1362,20 @@ end
 --       keepAge, deadLetter ('1' to park final failures in the dead-letter set), stacktrace.
 -- Returns 'retry', 'failed' or 'stale'.
 redis.register_function('glidemq_fail', function(keys, args)
+  local err = shape('glidemq_fail', keys, args, 5, 9, 10)
+  if err then return err end
   local stream, failedSet, events = keys[1], keys[2], keys[3]
   local prefix = prefixOf(stream, 'stream')
-  local now = tonumber(args[1])
+  local now = int(args[1], 0, MAX_TIME)
   local emitEvents = args[2] == '1'
   local jobId, entryId, reason = args[3], args[4], args[5]
-  local retryDelay = tonumber(args[6])
-  local keepCount, keepAge = tonumber(args[7]), tonumber(args[8])
+  local retryDelay = int(args[6], -1, MAX_DELAY)
+  local keepCount, keepAge = int(args[7], -1, MAX_INT), int(args[8], 0, MAX_INT)
+  if not now then return badCall('ERR:BAD_TIMESTAMP', 'glidemq_fail', 'now') end
+  if not retryDelay then return badCall('ERR:BAD_OPTION', 'glidemq_fail', 'retryDelay') end
+  if not keepCount or not keepAge or not entryIdOk(entryId) then
+    return badCall('ERR:BAD_ARGS', 'glidemq_fail', 'arguments')
+  end
   local deadLetter = args[9] == '1'
   local stack = args[10] or ''
   if redis.call('XACK', stream, GROUP, entryId) == 0 then return 'stale' end
@@ -1210,21 +1403,55 @@ redis.register_function('glidemq_fail', function(keys, args)
   return 'failed'
 end)
 
+-- Claims in place up to `count` entries held by `owner`, a consumer known to be dead, whatever
+-- their idle time; once it holds nothing more, removes it from the group and the `workers`
+-- registry. Returns XAUTOCLAIM's shape: {cursor ('0-0' when done), entries}.
+local function claimOwned(stream, prefix, owner, count)
+  local ok, pend = pcall(redis.call, 'XPENDING', stream, GROUP, '-', '+', count, owner)
+  if not ok then return {'0-0', {}} end
+  local ids = {}
+  for i, p in ipairs(pend) do ids[i] = p[1] end
+  local entries = {}
+  if #ids > 0 then entries = redis.call('XCLAIM', stream, GROUP, owner, 0, unpack(ids)) end
+  if #ids < count then
+    redis.call('XGROUP', 'DELCONSUMER', stream, GROUP, owner)
+    redis.call('HDEL', prefix .. 'workers', owner)
+    return {'0-0', entries}
+  end
+  return {ids[#ids], entries}
+end
+
 -- KEYS: stream, failed, events, scheduled, meta.
 -- ARGS: now, consumer, minIdleMs, cursor, count, maxStalledCount, emitEvents, keepCount,
---       keepAge, deadLetter.
+--       keepAge, deadLetter, [owner].
 -- Claims entries idle longer than minIdleMs (their worker died or hung) and hands each job back
--- to the stream, or fails it once it stalled more than maxStalledCount times.
+-- to the stream, or fails it once it stalled more than maxStalledCount times. With owner (a
+-- dead consumer, e.g. a killed glidemq-run process), takes only what owner holds, at once
+-- (minIdleMs and cursor unused), then removes owner; call again until the cursor is '0-0'.
 -- Returns {nextCursor, requeued, failed}.
 redis.register_function('glidemq_reclaimStalled', function(keys, args)
+  local err = shape('glidemq_reclaimStalled', keys, args, 5, 7, 11)
+  if err then return err end
   local stream, failedSet, events = keys[1], keys[2], keys[3]
   local prefix = prefixOf(stream, 'stream')
-  local now = tonumber(args[1])
-  local maxStalled = tonumber(args[6])
+  local now = int(args[1], 0, MAX_TIME)
+  local maxStalled = int(args[6], 0, MAX_INT)
   local emitEvents = args[7] == '1'
-  local keepCount, keepAge = tonumber(args[8]) or -1, tonumber(args[9]) or 0
+  local keepCount, keepAge = int(args[8] or '-1', -1, MAX_INT), int(args[9] or '0', 0, MAX_INT)
+  if not now then return badCall('ERR:BAD_TIMESTAMP', 'glidemq_reclaimStalled', 'now') end
+  if not maxStalled or not keepCount or not keepAge or args[2] == ''
+      or not int(args[3], 0, MAX_INT) or not int(args[5], 1, MAX_INT)
+      or not (args[4] == '0' or entryIdOk(args[4])) then
+    return badCall('ERR:BAD_ARGS', 'glidemq_reclaimStalled', 'arguments')
+  end
   local deadLetter = args[10] == '1'
-  local r = redis.call('XAUTOCLAIM', stream, GROUP, args[2], args[3], args[4], 'COUNT', args[5])
+  local owner = args[11]
+  local r
+  if owner and owner ~= '' then
+    r = claimOwned(stream, prefix, owner, tonumber(args[5]))
+  else
+    r = redis.call('XAUTOCLAIM', stream, GROUP, args[2], args[3], args[4], 'COUNT', args[5])
+  end
   local requeued, failed = 0, 0
   for _, e in ipairs(r[2]) do
     local entryId, f = e[1], e[2]
@@ -1262,6 +1489,16 @@ end)
 -- the consumer still holds. Hands unfinished jobs straight back to the stream (a clean
 -- shutdown) and removes the consumer when it holds nothing more. Returns the count handed back.
 redis.register_function('glidemq_deferActive', function(keys, args)
+  local err = shape('glidemq_deferActive', keys, args, 2, 1)
+  if err then return err end
+  if #args % 2 ~= 1 or args[1] == '' then
+    return badCall('ERR:BAD_ARGS', 'glidemq_deferActive', 'arguments')
+  end
+  for i = 2, #args, 2 do
+    if not entryIdOk(args[i]) then
+      return badCall('ERR:BAD_ARGS', 'glidemq_deferActive', 'entry id at argument ' .. i)
+    end
+  end
   local stream, events = keys[1], keys[2]
   local prefix = prefixOf(stream, 'stream')
   local consumer = args[1]
@@ -1306,6 +1543,16 @@ end)
 -- Resets their idle time so they are not reclaimed as stalled. Returns {lost, revoked}: jobs
 -- the worker no longer owns and jobs revoked while running.
 redis.register_function('glidemq_heartbeat', function(keys, args)
+  local err = shape('glidemq_heartbeat', keys, args, 1, 1)
+  if err then return err end
+  if #args % 2 ~= 1 or args[1] == '' then
+    return badCall('ERR:BAD_ARGS', 'glidemq_heartbeat', 'arguments')
+  end
+  for i = 2, #args, 2 do
+    if not entryIdOk(args[i]) then
+      return badCall('ERR:BAD_ARGS', 'glidemq_heartbeat', 'entry id at argument ' .. i)
+    end
+  end
   local stream = keys[1]
   local prefix = prefixOf(stream, 'stream')
   local ids = {}
@@ -1336,10 +1583,18 @@ end)
 -- (optional). Moves a running job back to delayed (step jobs, DelayedError) without counting
 -- an attempt.
 redis.register_function('glidemq_moveActiveToDelayed', function(keys, args)
+  local err = shape('glidemq_moveActiveToDelayed', keys, args, 3, 5, 6)
+  if err then return err end
   local stream = keys[1]
   local prefix = prefixOf(stream, 'stream')
-  local now, jobId, entryId = tonumber(args[1]), args[2], args[3]
-  local runAt = tonumber(args[4])
+  local now, jobId, entryId = int(args[1], 0, MAX_TIME), args[2], args[3]
+  if not now then return badCall('ERR:BAD_TIMESTAMP', 'glidemq_moveActiveToDelayed', 'now') end
+  if not entryIdOk(entryId) then
+    return badCall('ERR:BAD_ARGS', 'glidemq_moveActiveToDelayed', 'entryId')
+  end
+  -- a run time further away than the longest delay is refused, before anything is written
+  local runAt = int(args[4], 0, now + MAX_DELAY)
+  if not runAt then return 'ERR:BAD_OPTION' end
   if redis.call('XACK', stream, GROUP, entryId) == 0 then return 'stale' end
   redis.call('XDEL', stream, entryId)
   local jobKey = prefix .. 'job:' .. jobId
@@ -1358,9 +1613,16 @@ end)
 -- raised RateLimitError), that running job goes back to the stream without counting an
 -- attempt. Returns 'ok', or for the job 'stale' (no longer this worker's) or 'missing'.
 redis.register_function('glidemq_rateLimit', function(keys, args)
+  local err = shape('glidemq_rateLimit', keys, args, 3, 2, 4)
+  if err then return err end
   local stream, meta = keys[1], keys[2]
   local prefix = prefixOf(stream, 'stream')
-  local now, delay = tonumber(args[1]), tonumber(args[2]) or 0
+  local now, delay = int(args[1], 0, MAX_TIME), int(args[2], 0, MAX_DELAY)
+  if not now then return badCall('ERR:BAD_TIMESTAMP', 'glidemq_rateLimit', 'now') end
+  if not delay then return badCall('ERR:BAD_OPTION', 'glidemq_rateLimit', 'delayMs') end
+  if #args == 3 or (args[3] and not entryIdOk(args[4])) then
+    return badCall('ERR:BAD_ARGS', 'glidemq_rateLimit', 'arguments')
+  end
   if delay > 0 and now + delay > (tonumber(redis.call('HGET', meta, 'limitUntil')) or 0) then
     redis.call('HSET', meta, 'limitUntil', now + delay)
   end
@@ -1396,13 +1658,15 @@ end
 local function flowSpec(idKey, name, data, opts, delay, priority, maxAttempts, ttl, customId,
                         reserved)
   local j = {prefix = prefixOf(idKey, 'id'), idKey = idKey, name = name, data = data,
-    opts = opts or '{}', delay = tonumber(delay), priority = tonumber(priority),
-    maxAttempts = maxAttempts or '0', ttl = tonumber(ttl) or 0, customId = customId or '',
-    parents = {}}
+    opts = opts or '{}', delay = int(delay, 0, MAX_DELAY), priority = int(priority, 0, MAX_PRIORITY),
+    maxAttempts = maxAttempts or '0', ttl = int(ttl == '' and 0 or ttl, 0, MAX_INT),
+    customId = customId or '', parents = {}}
   if type(name) ~= 'string' or type(data) ~= 'string' then return nil, 'ERR:BAD_FLOW' end
-  if not j.delay or j.delay < 0 or not j.priority or j.priority < 0 or j.priority > 2097152 then
+  if not j.delay or not j.priority or not j.ttl
+      or not int(j.maxAttempts == '' and 0 or j.maxAttempts, 0, MAX_INT) then
     return nil, 'ERR:BAD_OPTION'
   end
+  if dataTooLarge(data) or #j.opts > MAX_DATA then return nil, 'ERR:PAYLOAD_TOO_LARGE' end
   if j.customId ~= '' then
     if not validCustomId(j.customId) then return nil, 'ERR:INVALID_JOB_ID' end
     local k = j.prefix .. j.customId
@@ -1515,18 +1779,25 @@ end
 -- nothing. Returns the job ids in order; {'duplicate', index} when a custom id is taken; or an
 -- 'ERR:...' string. Nothing but id counters is written unless it succeeds.
 redis.register_function('glidemq_addTree', function(keys, args)
-  local now, n, attach = tonumber(args[1]), tonumber(args[2]), args[3] or ''
-  if not now or not n then return 'ERR:BAD_FLOW' end
+  local err = shape('glidemq_addTree', keys, args, nil, 3)
+  if err then return err end
+  for _, k in ipairs(keys) do
+    if string.sub(k, -3) ~= ':id' then return badCall('ERR:BAD_KEYS', 'glidemq_addTree', k) end
+  end
+  local now, n, attach = int(args[1], 0, MAX_TIME), int(args[2], 0, MAX_INT), args[3]
+  if not now then return 'ERR:BAD_TIMESTAMP' end
+  if not n then return 'ERR:BAD_FLOW' end
   local jobs, reserved = {}, {}
   local i = 4
   for j = 1, n do
-    local idKey = keys[tonumber(args[i]) or 0]
-    if not idKey then return 'ERR:BAD_FLOW' end
+    local idKey = keys[int(args[i], 1, #keys) or 0]
+    if not idKey or i + 9 > #args then return 'ERR:BAD_FLOW' end
     local job, err = flowSpec(idKey, args[i + 1], args[i + 2], args[i + 3], args[i + 4],
       args[i + 5], args[i + 6], args[i + 7], args[i + 8], reserved)
     if err == 'duplicate' then return {'duplicate', j} end
     if err then return err end
-    local np = tonumber(args[i + 9]) or 0
+    local np = int(args[i + 9], 0, MAX_INT)
+    if not np or i + 9 + np > #args then return 'ERR:BAD_FLOW' end
     for k = 1, np do
       local p = tonumber(args[i + 9 + k])
       if not p or p < 1 or p >= j then return 'ERR:BAD_FLOW' end
@@ -1536,6 +1807,7 @@ redis.register_function('glidemq_addTree', function(keys, args)
     i = i + 10 + np
     jobs[j] = job
   end
+  if i ~= #args + 1 then return 'ERR:BAD_FLOW' end
   local aPrefix, aId, aKey
   if attach ~= '' then
     aPrefix, aId = splitRef(attach)
@@ -1589,10 +1861,19 @@ end)
 -- The glide-mq wire form. Returns JSON [parentId, childId, ...] or ["duplicate"], or an
 -- 'ERR:...' string; nothing but id counters is written unless it succeeds.
 redis.register_function('glidemq_addFlow', function(keys, args)
-  local now = tonumber(args[4])
-  local nc = tonumber(args[8])
+  local err = shape('glidemq_addFlow', keys, args, nil, 9)
+  if err then return err end
+  local now = int(args[4], 0, MAX_TIME)
+  local nc = int(args[8], 0, MAX_INT)
   if not now then return 'ERR:BAD_TIMESTAMP' end
-  if not nc or nc < 0 or #keys < 4 + 4 * nc then return 'ERR:BAD_FLOW' end
+  if not nc then return 'ERR:BAD_FLOW' end
+  if #keys ~= 4 + 4 * nc then
+    return badCall('ERR:BAD_KEYS', 'glidemq_addFlow', 'takes 4 + 4 per child keys')
+  end
+  local nx = int(args[10 + nc * 9] or '0', 0, MAX_INT)
+  if not nx or (#args ~= 9 + nc * 9 and #args ~= 10 + nc * 9 + nx) then
+    return badCall('ERR:BAD_ARGS', 'glidemq_addFlow', 'wrong number of arguments')
+  end
   local function ttlOf(opts)
     local ok, o = pcall(cjson.decode, opts or '')
     if ok and type(o) == 'table' then return tonumber(o.ttl) or 0 end
@@ -1661,6 +1942,8 @@ end)
 -- child had finished: its value is recorded, nothing to wait for); or ERR:CHILD_NOT_FOUND,
 -- ERR:PARENT_NOT_FOUND, ERR:PARENT_STATE, ERR:CHILD_FAILED, ERR:CYCLE, ERR:TOO_LARGE.
 redis.register_function('glidemq_registerParent', function(keys, args)
+  local err = shape('glidemq_registerParent', keys, args, 2, 2, 2)
+  if err then return err end
   local cKey, pKey = keys[1], keys[2]
   local cid, pid = args[1], args[2]
   local cSuffix, pSuffix = 'job:' .. cid, 'job:' .. pid
@@ -1699,9 +1982,15 @@ end)
 -- when nothing is pending (the job stays active); 'failed' with the reason when a child's
 -- failure fails this job; 'stale' (the worker no longer owns it) or 'missing'.
 redis.register_function('glidemq_moveToWaitingChildren', function(keys, args)
+  local err = shape('glidemq_moveToWaitingChildren', keys, args, 3, 3, 3)
+  if err then return err end
   local stream, events = keys[1], keys[3]
   local prefix = prefixOf(stream, 'stream')
-  local jobId, entryId, now = args[1], args[2], tonumber(args[3])
+  local jobId, entryId, now = args[1], args[2], int(args[3], 0, MAX_TIME)
+  if not now then return badCall('ERR:BAD_TIMESTAMP', 'glidemq_moveToWaitingChildren', 'now') end
+  if not entryIdOk(entryId) then
+    return badCall('ERR:BAD_ARGS', 'glidemq_moveToWaitingChildren', 'entryId')
+  end
   local jobKey = prefix .. 'job:' .. jobId
   local h = redis.call('HMGET', jobKey, 'state', 'sid', 'childFailed')
   if not h[1] then return {'missing', ''} end
@@ -1723,12 +2012,16 @@ end)
 
 -- KEYS: meta, events.
 redis.register_function('glidemq_pause', function(keys, args)
+  local err = shape('glidemq_pause', keys, args, 2, 0, 0)
+  if err then return err end
   redis.call('HSET', keys[1], 'paused', '1')
   redis.call('XADD', keys[2], 'MAXLEN', '~', EVENTS_MAXLEN, '*', 'event', 'paused')
   return 1
 end)
 
 redis.register_function('glidemq_resume', function(keys, args)
+  local err = shape('glidemq_resume', keys, args, 2, 0, 0)
+  if err then return err end
   redis.call('HSET', keys[1], 'paused', '0')
   redis.call('XADD', keys[2], 'MAXLEN', '~', EVENTS_MAXLEN, '*', 'event', 'resumed')
   return 1
@@ -1754,6 +2047,8 @@ end
 
 -- ARGS: jobId. Returns 1 removed, 0 not found, 'ERR:ACTIVE' when a worker is running it.
 redis.register_function('glidemq_removeJob', function(keys, args)
+  local err = shape('glidemq_removeJob', keys, args, 3, 1, 1)
+  if err then return err end
   local stream, scheduled, events = keys[1], keys[2], keys[3]
   local prefix = prefixOf(stream, 'stream')
   local jobId = args[1]
@@ -1780,9 +2075,12 @@ end)
 -- ARGS: jobId, now. A job not yet running is failed at once with reason 'revoked'; a running
 -- job is flagged and its worker aborts it. Returns 'revoked', 'flagged', 0 or 'ERR:FINISHED'.
 redis.register_function('glidemq_revoke', function(keys, args)
+  local err = shape('glidemq_revoke', keys, args, 3, 2, 2)
+  if err then return err end
   local stream, scheduled, events = keys[1], keys[2], keys[3]
   local prefix = prefixOf(stream, 'stream')
-  local jobId, now = args[1], tonumber(args[2])
+  local jobId, now = args[1], int(args[2], 0, MAX_TIME)
+  if not now then return badCall('ERR:BAD_TIMESTAMP', 'glidemq_revoke', 'now') end
   local jobKey = prefix .. 'job:' .. jobId
   local h = jobState(jobKey)
   local state = h[1]
@@ -1806,19 +2104,28 @@ end)
 
 -- ARGS: jobId, priority, now. Returns the new state or 'ERR:STATE' / 0.
 redis.register_function('glidemq_changePriority', function(keys, args)
+  local err = shape('glidemq_changePriority', keys, args, 3, 3, 3)
+  if err then return err end
   local stream, scheduled = keys[1], keys[2]
   local prefix = prefixOf(stream, 'stream')
-  local jobId, priority, now = args[1], tonumber(args[2]), tonumber(args[3])
+  local jobId, priority, now = args[1], int(args[2], 0, MAX_PRIORITY), int(args[3], 0, MAX_TIME)
+  if not now then return badCall('ERR:BAD_TIMESTAMP', 'glidemq_changePriority', 'now') end
+  if not priority then return 'ERR:BAD_OPTION' end
   local jobKey = prefix .. 'job:' .. jobId
   local h = jobState(jobKey)
   local state = h[1]
   if not state then return 0 end
-  if priority < 0 or priority > 2097152 then return 'ERR:BAD_OPTION' end
+  if state ~= 'delayed' and state ~= 'waiting' and state ~= 'prioritized' then
+    return 'ERR:STATE'
+  end
   redis.call('HSET', jobKey, 'priority', priority)
   if state == 'delayed' then
-    local old = tonumber(redis.call('ZSCORE', scheduled, jobId)) or now
-    local runAt = old - math.floor(old / SHIFT) * SHIFT
-    redis.call('ZADD', scheduled, priority * SHIFT + runAt, jobId)
+    -- it waits in band 0 by its run time and enters its band when due
+    local old = tonumber(redis.call('ZSCORE', scheduled, jobId))
+    if old and old >= SHIFT then -- placed by an older library inside its band
+      local runAt = old - math.floor(old / SHIFT) * SHIFT
+      redis.call('ZADD', scheduled, delayedScore(scheduled, runAt), jobId)
+    end
     return 'delayed'
   elseif state == 'waiting' or state == 'prioritized' then
     unlinkWaiting(prefix, stream, scheduled, jobId, state, h[2])
@@ -1829,9 +2136,13 @@ end)
 
 -- ARGS: jobId, delay (ms from now), now. Only for delayed jobs.
 redis.register_function('glidemq_changeDelay', function(keys, args)
+  local err = shape('glidemq_changeDelay', keys, args, 3, 3, 3)
+  if err then return err end
   local stream, scheduled = keys[1], keys[2]
   local prefix = prefixOf(stream, 'stream')
-  local jobId, delay, now = args[1], tonumber(args[2]), tonumber(args[3])
+  local jobId, delay, now = args[1], int(args[2], 0, MAX_DELAY), int(args[3], 0, MAX_TIME)
+  if not now then return badCall('ERR:BAD_TIMESTAMP', 'glidemq_changeDelay', 'now') end
+  if not delay then return 'ERR:BAD_OPTION' end
   local jobKey = prefix .. 'job:' .. jobId
   local h = jobState(jobKey)
   if not h[1] then return 0 end
@@ -1843,9 +2154,12 @@ end)
 
 -- ARGS: jobId, now. Makes a delayed job runnable now.
 redis.register_function('glidemq_promoteJob', function(keys, args)
+  local err = shape('glidemq_promoteJob', keys, args, 3, 2, 2)
+  if err then return err end
   local stream, scheduled = keys[1], keys[2]
   local prefix = prefixOf(stream, 'stream')
-  local jobId, now = args[1], tonumber(args[2])
+  local jobId, now = args[1], int(args[2], 0, MAX_TIME)
+  if not now then return badCall('ERR:BAD_TIMESTAMP', 'glidemq_promoteJob', 'now') end
   local jobKey = prefix .. 'job:' .. jobId
   local h = jobState(jobKey)
   if not h[1] then return 0 end
@@ -1860,6 +2174,14 @@ end)
 -- ARGS: jobId, emitEvents, then field/value pairs. Updates fields of an existing job (data,
 -- progress) and, for progress, emits a progress event. Returns 1, or 0 when the job is gone.
 redis.register_function('glidemq_updateJob', function(keys, args)
+  local err = shape('glidemq_updateJob', keys, args, 1, 4)
+  if err then return err end
+  if #args % 2 ~= 0 then return badCall('ERR:BAD_ARGS', 'glidemq_updateJob', 'field without a value') end
+  for i = 3, #args, 2 do
+    if (args[i] == 'data' and dataTooLarge(args[i + 1])) or #args[i + 1] > MAX_GZ_DATA then
+      return badCall('ERR:PAYLOAD_TOO_LARGE', 'glidemq_updateJob', args[i])
+    end
+  end
   local prefix = prefixOf(keys[1], 'events')
   local jobId = args[1]
   local jobKey = prefix .. 'job:' .. jobId
@@ -1878,6 +2200,8 @@ end)
 -- KEYS: job hash, its log list. ARGS: lines. Appends to the log of an existing job only, so
 -- a removed job gets no orphan log. Returns the log's new length, or 0 when the job is gone.
 redis.register_function('glidemq_log', function(keys, args)
+  local err = shape('glidemq_log', keys, args, 2, 1)
+  if err then return err end
   if redis.call('EXISTS', keys[1]) == 0 then return 0 end
   return redis.call('RPUSH', keys[2], unpack(args))
 end)
@@ -1889,9 +2213,15 @@ end)
 -- ARGS: now, source ('failed' | 'completed' | 'dlq'), count, then optional explicit job ids.
 -- Moves finished jobs back to waiting with a fresh attempt count. Returns how many moved.
 redis.register_function('glidemq_retryJobs', function(keys, args)
+  local err = shape('glidemq_retryJobs', keys, args, 3, 3)
+  if err then return err end
   local stream, scheduled, events = keys[1], keys[2], keys[3]
   local prefix = prefixOf(stream, 'stream')
-  local now, source, count = tonumber(args[1]), args[2], tonumber(args[3])
+  local now, source, count = int(args[1], 0, MAX_TIME), args[2], int(args[3], 0, MAX_INT)
+  if not now then return badCall('ERR:BAD_TIMESTAMP', 'glidemq_retryJobs', 'now') end
+  if not count or (source ~= 'failed' and source ~= 'completed' and source ~= 'dlq') then
+    return badCall('ERR:BAD_ARGS', 'glidemq_retryJobs', 'source or count')
+  end
   local setKey = prefix .. source
   local ids = {}
   if #args > 3 then
@@ -1920,9 +2250,15 @@ end)
 -- Removes waiting (and prioritized; with includeDelayed also delayed) jobs, leaving running
 -- ones alone. Returns {removed, nextCursor or '0' when done}.
 redis.register_function('glidemq_drain', function(keys, args)
+  local err = shape('glidemq_drain', keys, args, 3, 3, 3)
+  if err then return err end
   local stream, scheduled, events = keys[1], keys[2], keys[3]
   local prefix = prefixOf(stream, 'stream')
-  local cursor, limit, withDelayed = args[1], tonumber(args[2]), args[3] == '1'
+  local cursor, limit, withDelayed = args[1], int(args[2], 1, MAX_INT), args[3] == '1'
+  if not limit or not (cursor == '-' or entryIdOk(cursor)
+      or (string.sub(cursor, 1, 1) == '(' and entryIdOk(string.sub(cursor, 2)))) then
+    return badCall('ERR:BAD_ARGS', 'glidemq_drain', 'cursor or limit')
+  end
   local removed = 0
   local now = clockMs()
   if cursor == '-' then
@@ -1975,9 +2311,14 @@ end)
 -- Removes up to limit jobs in a finished set (completed, failed, dlq) finished before
 -- olderThan, or waiting / delayed jobs enqueued before it. Returns the removed ids.
 redis.register_function('glidemq_clean', function(keys, args)
+  local err = shape('glidemq_clean', keys, args, 3, 3, 3)
+  if err then return err end
   local stream, scheduled, events = keys[1], keys[2], keys[3]
   local prefix = prefixOf(stream, 'stream')
-  local state, olderThan, limit = args[1], tonumber(args[2]), tonumber(args[3])
+  local state, olderThan, limit = args[1], int(args[2], -MAX_INT, MAX_INT), int(args[3], 0, MAX_INT)
+  if not olderThan or not limit then
+    return badCall('ERR:BAD_ARGS', 'glidemq_clean', 'olderThan or limit')
+  end
   local removed = {}
   if state == 'completed' or state == 'failed' or state == 'dlq' then
     local setKey = prefix .. state
@@ -2032,9 +2373,12 @@ end)
 -- KEYS: stream, meta. ARGS: cursor, force ('1'). Deletes every key of the queue, a batch per
 -- call. Refuses while jobs are running unless forced. Returns the next SCAN cursor ('0': done).
 redis.register_function('glidemq_obliterate', function(keys, args)
+  local err = shape('glidemq_obliterate', keys, args, 2, 2, 2)
+  if err then return err end
   local stream = keys[1]
   local prefix = prefixOf(stream, 'stream')
   local cursor, force = args[1], args[2] == '1'
+  if not int(cursor, 0, 2 ^ 64) then return badCall('ERR:BAD_ARGS', 'glidemq_obliterate', 'cursor') end
   if cursor == '0' and not force then
     local ok, pending = pcall(redis.call, 'XPENDING', stream, GROUP)
     if ok and tonumber(pending[1]) > 0 then return 'ERR:ACTIVE' end
@@ -2060,6 +2404,8 @@ end
 -- KEYS: schedulers. ARGS: name, expectedSha1 ('' = must not exist), entry ('' deletes).
 -- Returns 1 when written, 0 when the stored entry is not the expected one.
 redis.register_function('glidemq_setScheduler', function(keys, args)
+  local err = shape('glidemq_setScheduler', keys, args, 1, 3, 3)
+  if err then return err end
   local cur = redis.call('HGET', keys[1], args[1])
   if args[2] == '' then
     if cur then return 0 end
@@ -2076,9 +2422,14 @@ end)
 -- read, so of all the workers that saw the same due run, exactly one adds its job.
 -- Returns {'fired', addJob reply} or {'skip', ''}.
 redis.register_function('glidemq_fireScheduler', function(keys, args)
+  local err = shape('glidemq_fireScheduler', keys, args, 5, 20, 21)
+  if err then return err end
+  -- malformed job arguments leave the entry as it is
+  local bad, v = checkAdd(args, 4)
+  if bad then return badCall(bad, 'glidemq_fireScheduler', 'job arguments') end
   local cur = redis.call('HGET', keys[1], args[1])
   if not cur or redis.sha1hex(cur) ~= args[2] then return {'skip', ''} end
-  local jobId = addJobCore(keys[2], keys[5], args, 4)
+  local jobId = addJobCore(keys[2], keys[5], args, 4, v)
   setEntry(keys[1], args[1], args[3])
   return {'fired', jobId}
 end)
@@ -2128,10 +2479,15 @@ end
 -- in the data's JSON text, field ignored). Looks at no more than scanMax jobs of the state
 -- (finished ones newest first). Returns up to limit matching job ids.
 redis.register_function{function_name = 'glidemq_searchByName', callback = function(keys, args)
+  local err = shape('glidemq_searchByName', keys, args, 2, 4)
+  if err then return err end
   local stream, scheduled = keys[1], keys[2]
   local prefix = prefixOf(stream, 'stream')
   local state, pattern = args[1], args[2]
-  local limit, scanMax = tonumber(args[3]), tonumber(args[4])
+  local limit, scanMax = int(args[3], 1, MAX_INT), int(args[4], 0, MAX_INT)
+  if not limit or not scanMax or (#args - 4) % 3 ~= 0 then
+    return badCall('ERR:BAD_ARGS', 'glidemq_searchByName', 'arguments')
+  end
   local filters = {}
   for i = 5, #args - 2, 3 do filters[#filters + 1] = {args[i], args[i + 1], args[i + 2]} end
   local finished = state == 'completed' or state == 'failed' or state == 'dlq'
@@ -2188,6 +2544,8 @@ end, flags = {'no-writes'}}
 -- dlq, paused, waitingChildren, groupWaiting, rateLimited}; waiting includes LIFO and
 -- group-waiting jobs, delayed includes rate-limited ones (the last two are those parts).
 redis.register_function{function_name = 'glidemq_getCounts', callback = function(keys, args)
+  local err = shape('glidemq_getCounts', keys, args, 2, 0, 0)
+  if err then return err end
   local stream, scheduled = keys[1], keys[2]
   local prefix = prefixOf(stream, 'stream')
   local active = 0
@@ -2238,9 +2596,12 @@ end
 -- finished sets newest first, others in the order they would run. Reads the stream and the
 -- sets in chunks, so the cost grows with start + count, not with the size of the queue.
 redis.register_function{function_name = 'glidemq_getJobIds', callback = function(keys, args)
+  local err = shape('glidemq_getJobIds', keys, args, 2, 3, 3)
+  if err then return err end
   local stream, scheduled = keys[1], keys[2]
   local prefix = prefixOf(stream, 'stream')
-  local state, start, stop = args[1], tonumber(args[2]), tonumber(args[3])
+  local state, start, stop = args[1], int(args[2], -MAX_INT, MAX_INT), int(args[3], -MAX_INT, MAX_INT)
+  if not start or not stop then return badCall('ERR:BAD_ARGS', 'glidemq_getJobIds', 'start or stop') end
   if state == 'completed' or state == 'failed' or state == 'dlq' then
     return redis.call('ZREVRANGE', prefix .. state, start, stop)
   end
@@ -2319,6 +2680,8 @@ end
 -- with: those older than the oldest entry a group still has pending or has not read yet.
 -- Returns how many were deleted.
 redis.register_function('glidemq_bcTrim', function(keys, args)
+  local err = shape('glidemq_bcTrim', keys, args, 1, 0, 0)
+  if err then return err end
   local stream = keys[1]
   local ok, groups = pcall(redis.call, 'XINFO', 'GROUPS', stream)
   if not ok or #groups == 0 then return 0 end

@@ -10,6 +10,7 @@ import os
 import random
 import signal
 import traceback
+from collections.abc import Sequence
 from dataclasses import replace
 from typing import Any
 
@@ -24,6 +25,7 @@ from ..types import BatchOptions, WorkerOptions, from_mapping
 from ..worker import Worker
 from . import ipc
 from .config import ExitCode, RuntimeConfig
+from .reclaim import Holding, holding_of, reclaim
 
 __all__ = ["run_child"]
 
@@ -31,6 +33,7 @@ log = logging.getLogger("glidemq.run")
 
 HEARTBEAT_INTERVAL = 1.0
 COUNTS_INTERVAL = 5.0
+RECLAIM_WAIT = 5.0  # how long a stopping process still lets a reclaim of dead siblings finish
 
 
 def _worker_options(cfg: RuntimeConfig, spec: ProcessorSpec) -> WorkerOptions:
@@ -65,9 +68,16 @@ def _queues(cfg: RuntimeConfig, spec: ProcessorSpec) -> tuple[str, ...]:
 
 class _Child:
     def __init__(
-        self, cfg: RuntimeConfig, spec: ProcessorSpec, conn: ConnectionOptions, slot: int, fd: int
+        self,
+        cfg: RuntimeConfig,
+        spec: ProcessorSpec,
+        conn: ConnectionOptions,
+        slot: int,
+        fd: int,
+        orphans: Sequence[Holding] = (),
     ) -> None:
         self.cfg = cfg
+        self.orphans = list(orphans)
         self.spec = spec
         self.conn = conn
         self.slot = slot
@@ -140,7 +150,19 @@ class _Child:
                     # checked on every job, not only at heartbeats: fast jobs overshoot a lot
                     worker.on("completed", self.job_done)
                     worker.on("failed", self.job_done)
+            # Before the first job: if this process is killed, the supervisor knows whose
+            # jobs to hand back.
+            holdings = [
+                holding_of(w.name, self.cfg.prefix, w.consumer, options) for w in self.workers
+            ]
+            self.send({"type": ipc.HOLDINGS, "holdings": [h.to_wire() for h in holdings]})
+            for worker in self.workers:
                 await worker.start()
+            # --sandbox: ready only once a sandbox child has loaded the processor; if none
+            # can, this is a boot failure (the jobs stay waiting, none is taken).
+            for w in self.workers:
+                if w.sandbox_pool is not None:
+                    await w.sandbox_pool.wait_started()
         except BaseException as exc:
             self.send(
                 {
@@ -154,7 +176,14 @@ class _Child:
             return ExitCode.BOOT
         self.send({"type": ipc.READY, "queues": list(_queues(self.cfg, self.spec))})
         reporter = loop.create_task(self.report_loop())
+        reclaimer = loop.create_task(self.reclaim_orphans()) if self.orphans else None
         await self.stop.wait()
+        if reclaimer is not None:
+            # short, and it frees jobs of dead siblings: let it finish unless it hangs
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(asyncio.shield(reclaimer), RECLAIM_WAIT)
+            reclaimer.cancel()
+            await asyncio.gather(reclaimer, return_exceptions=True)
         self.send(
             {"type": ipc.EXITING, "reason": self.reason, "mode": self.mode, **self.counters()}
         )
@@ -167,6 +196,23 @@ class _Child:
         await asyncio.gather(reporter, return_exceptions=True)
         self.send({"type": ipc.HEARTBEAT, "final": True, **self.counters()})
         return ExitCode.OK
+
+    async def reclaim_orphans(self) -> None:
+        """Hand back the jobs of dead sibling processes the supervisor gave this one."""
+        try:
+            done, requeued, failed = await reclaim(
+                self.conn, self.orphans, name=f"glidemq-run-reclaim-{os.getpid()}"
+            )
+        except GlideMQError as exc:
+            log.warning("could not reclaim the jobs of dead workers: %s", exc)
+            return
+        if requeued or failed:
+            log.info(
+                "handed back %d jobs of dead workers (%d failed: stalled too often)",
+                requeued + failed,
+                failed,
+            )
+        self.send({"type": ipc.RECLAIMED, "done": [list(k) for k in done]})
 
     async def report_loop(self) -> None:
         queues: list[Queue[Any, Any]] = []
@@ -205,8 +251,15 @@ class _Child:
                 await q.close()
 
 
-def run_child(cfg: RuntimeConfig, conn: ConnectionOptions, slot: int, fd: int) -> int:
-    """Body of a forked worker process; returns its exit code."""
+def run_child(
+    cfg: RuntimeConfig,
+    conn: ConnectionOptions,
+    slot: int,
+    fd: int,
+    orphans: Sequence[Holding] = (),
+) -> int:
+    """Body of a forked worker process; returns its exit code. `orphans`: holdings of dead
+    sibling processes whose jobs it hands back once it is ready."""
     # Ctrl-C reaches the whole process group: the supervisor decides what happens.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     try:
@@ -230,4 +283,4 @@ def run_child(cfg: RuntimeConfig, conn: ConnectionOptions, slot: int, fd: int) -
     except ImportError:  # pragma: no cover - uvloop is a dependency on Linux
         factory = None
     with asyncio.Runner(loop_factory=factory) as runner:
-        return runner.run(_Child(cfg, spec, conn, slot, fd).serve())
+        return runner.run(_Child(cfg, spec, conn, slot, fd, orphans).serve())

@@ -9,13 +9,16 @@ import sys
 import time
 import traceback
 from collections.abc import Sequence
+from typing import Any
 
 import orjson
 
-from ..connection import ConnectionOptions
+from ..connection import DEFAULT_URL, ConnectionOptions, has_password
 from ..errors import GlideMQError
+from ..tls import glide_tls_settings
 from .config import ExitCode, RuntimeConfig, UsageError, parse_config
 from .logs import setup_logging
+from .secrets import PASSWORD_IN_ARGV, hide_secrets, read_url, url_flag
 
 __all__ = ["main"]
 
@@ -23,10 +26,25 @@ log = logging.getLogger("glidemq.run")
 
 
 def _connection(cfg: RuntimeConfig) -> ConnectionOptions:
+    tls: dict[str, Any] = {
+        key: value
+        for key, value in (
+            ("ca_file", cfg.tls_ca_file),
+            ("cert_file", cfg.tls_cert_file),
+            ("key_file", cfg.tls_key_file),
+            ("server_name", cfg.tls_server_name),
+            ("tls_insecure", cfg.tls_insecure),
+        )
+        if value
+    }
+    if tls:
+        tls["tls"] = True
     if cfg.cluster:
-        return ConnectionOptions.from_url(f"valkey://{cfg.cluster}?cluster=1")
-    url = cfg.url or os.environ.get("GLIDEMQ_URL") or "valkey://127.0.0.1:6379"
-    return ConnectionOptions.from_url(url)
+        conn = ConnectionOptions.from_url(f"valkey://{cfg.cluster}?cluster=1", **tls)
+    else:
+        conn = ConnectionOptions.from_url(read_url(cfg) or DEFAULT_URL, **tls)
+    glide_tls_settings(conn)  # an unreadable TLS file is a usage error, found now
+    return conn
 
 
 def _probe_processor(cfg: RuntimeConfig) -> str | None:
@@ -105,7 +123,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = sys.argv[1:] if argv is None else list(argv)
     try:
         cfg = parse_config(args)
-    except UsageError as exc:
+        if has_password(url_flag(args) or ""):
+            print(PASSWORD_IN_ARGV, file=sys.stderr, flush=True)
+        if argv is None:
+            hide_secrets(cfg, args)  # returns only when there is nothing to hide
+        tls_flags = (cfg.tls_ca_file, cfg.tls_cert_file, cfg.tls_key_file, cfg.tls_server_name)
+        if cfg.embedded and (any(tls_flags) or cfg.tls_insecure):
+            raise UsageError("--embedded runs a server without TLS: drop the --tls-* options")
+        conn = None if cfg.embedded else _connection(cfg)
+    except (UsageError, GlideMQError) as exc:
         print(f"glidemq-run: error: {exc}", file=sys.stderr)
         return ExitCode.USAGE
     setup_logging(cfg.log_format, cfg.log_level, "supervisor")
@@ -124,8 +150,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             server = EmbeddedValkey(port=wanted).start()
             print(f"glidemq-run: embedded Valkey at {server.url}", file=sys.stderr, flush=True)
             conn = ConnectionOptions.from_url(server.url)
-        else:
-            conn = _connection(cfg)
+        assert conn is not None
         problem = _probe_processor(cfg)
         if problem is not None:
             print(

@@ -8,6 +8,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 from ..argtypes import non_negative_float, port, positive_int
+from ..errors import ValidationError
+from ..keys import validate_prefix, validate_queue_name
 
 __all__ = ["ExitCode", "RuntimeConfig", "UsageError", "build_parser", "parse_config"]
 
@@ -56,6 +58,13 @@ class RuntimeConfig:
     sandbox: bool = False
     status_interval: float = 10.0
     connect_timeout: float = 10.0
+    url_file: str | None = None
+    url_fd: int | None = None  # the URL on a pipe: how glidemq-run hands it to itself
+    tls_ca_file: str | None = None
+    tls_cert_file: str | None = None
+    tls_key_file: str | None = None
+    tls_server_name: str | None = None
+    tls_insecure: bool = False
 
 
 _EXAMPLES = """examples:
@@ -65,6 +74,10 @@ _EXAMPLES = """examples:
   glidemq-run app:process --queue q --embedded          # local try-out, prints the address
   glidemq-run app:process --queue q --embedded --embedded-port 6400
   GLIDEMQ_PROCS=8 GLIDEMQ_URL=valkey://cache:6379 glidemq-run app:process --queue q
+  glidemq-run app:process --queue q --url-file /run/secrets/valkey-url --tls-ca-file ca.pem
+
+A password belongs in GLIDEMQ_URL or in a --url-file, not in --url: every local user can
+read a command line.
 
 signals: TERM/INT drain (second INT: immediate), QUIT immediate, HUP rolling restart,
 TTIN/TTOU one process more/less. Every flag can also be set as GLIDEMQ_<FLAG>, e.g.
@@ -80,6 +93,7 @@ def build_parser() -> argparse.ArgumentParser:
         description="Run a glidemq processor in several supervised worker processes.",
         epilog=_EXAMPLES,
         formatter_class=argparse.RawDescriptionHelpFormatter,
+        allow_abbrev=False,  # `--proc` is a typo, not `--procs`
     )
     p.add_argument("target", metavar="MODULE:ATTR", help="the processor, e.g. app.tasks:send")
     p.add_argument("--version", action="version", version=f"glidemq-run {__version__}")
@@ -93,7 +107,15 @@ def build_parser() -> argparse.ArgumentParser:
         help="queue to work on (repeatable); required unless the processor declares it",
     )
     where = p.add_mutually_exclusive_group()
-    where.add_argument("--url", help="valkey://[user:pass@]host:port[/db] (or valkeys:// for TLS)")
+    where.add_argument(
+        "--url",
+        help="valkey://host:port[/db] (valkeys:// for TLS); put a password in GLIDEMQ_URL or "
+        "--url-file instead: a command line is visible to every local user",
+    )
+    where.add_argument(
+        "--url-file", metavar="PATH", help="read the URL (with its password) from this file"
+    )
+    where.add_argument("--url-fd", type=int, help=argparse.SUPPRESS)
     where.add_argument("--cluster", metavar="HOST:PORT[,...]", help="cluster seed nodes")
     where.add_argument(
         "--embedded",
@@ -105,6 +127,14 @@ def build_parser() -> argparse.ArgumentParser:
         type=port,
         metavar="PORT",
         help="port of the --embedded Valkey (default: a free one)",
+    )
+    tls = p.add_argument_group("TLS (each implies TLS, as a valkeys:// URL does)")
+    tls.add_argument("--tls-ca-file", metavar="PATH", help="PEM file of the CAs to trust")
+    tls.add_argument("--tls-cert-file", metavar="PATH", help="client certificate (PEM)")
+    tls.add_argument("--tls-key-file", metavar="PATH", help="key of the client certificate")
+    tls.add_argument("--tls-server-name", metavar="NAME", help="name the certificate must carry")
+    tls.add_argument(
+        "--tls-insecure", action="store_true", help="do not verify the server's certificate"
     )
     p.add_argument("--prefix", help="key prefix (default: glide)")
     p.add_argument("--prefetch", type=positive_int, help="most jobs taken per fetch")
@@ -204,6 +234,12 @@ _ENV_FIELDS: dict[str, tuple[str, str]] = {
     "STATUS_INTERVAL": ("status_interval", "float"),
     "SANDBOX": ("sandbox", "bool"),
     "CONNECT_TIMEOUT": ("connect_timeout", "float"),
+    "URL_FILE": ("url_file", "str"),
+    "TLS_CA_FILE": ("tls_ca_file", "str"),
+    "TLS_CERT_FILE": ("tls_cert_file", "str"),
+    "TLS_KEY_FILE": ("tls_key_file", "str"),
+    "TLS_SERVER_NAME": ("tls_server_name", "str"),
+    "TLS_INSECURE": ("tls_insecure", "bool"),
 }
 
 _ARG_FIELDS = {
@@ -231,7 +267,16 @@ _ARG_FIELDS = {
     "status_interval": "status_interval",
     "sandbox": "sandbox",
     "connect_timeout": "connect_timeout",
+    "url_file": "url_file",
+    "url_fd": "url_fd",
+    "tls_ca_file": "tls_ca_file",
+    "tls_cert_file": "tls_cert_file",
+    "tls_key_file": "tls_key_file",
+    "tls_server_name": "tls_server_name",
+    "tls_insecure": "tls_insecure",
 }
+
+_SERVER_FIELDS = ("url", "url_file", "url_fd", "cluster", "embedded")
 
 
 def _from_env(env: Mapping[str, str]) -> dict[str, object]:
@@ -263,8 +308,8 @@ def parse_config(argv: Sequence[str], env: Mapping[str, str] | None = None) -> R
     env = os.environ if env is None else env
     args = build_parser().parse_args(list(argv))
     values = _from_env(env)
-    if any(getattr(args, a) for a in ("url", "cluster", "embedded")):
-        for key in ("url", "cluster", "embedded"):
+    if any(getattr(args, a) not in (None, False) for a in _SERVER_FIELDS):
+        for key in _SERVER_FIELDS:
             values.pop(key, None)  # a flag chooses the server; the environment does not mix in
         if not args.embedded:
             values.pop("embedded_port", None)
@@ -273,9 +318,10 @@ def parse_config(argv: Sequence[str], env: Mapping[str, str] | None = None) -> R
         if value is None or value is False:
             continue
         values[fld] = tuple(value) if attr == "queues" else value
-    chosen = [k for k in ("url", "cluster", "embedded") if values.get(k)]
+    chosen = [k for k in _SERVER_FIELDS if values.get(k) not in (None, False)]
     if len(chosen) > 1:
-        raise UsageError(f"choose one of --url, --cluster, --embedded (got {', '.join(chosen)})")
+        got = ", ".join(chosen)
+        raise UsageError(f"choose one of --url, --url-file, --cluster, --embedded (got {got})")
     if values.get("embedded_port") is not None and not values.get("embedded"):
         raise UsageError("--embedded-port needs --embedded")
     cfg = RuntimeConfig(target=args.target, **values)  # type: ignore[arg-type]
@@ -298,6 +344,15 @@ def parse_config(argv: Sequence[str], env: Mapping[str, str] | None = None) -> R
         if v is not None and v < low:
             flag = name.removesuffix("_ms").replace("_", "-")
             raise UsageError(f"--{flag}: must be >= {low} ms, got {v}")
+    for name in cfg.queues:
+        try:
+            validate_queue_name(name)
+        except ValidationError as exc:
+            raise UsageError(f"--queue {name!r}: {exc.reason}") from None
+    try:
+        validate_prefix(cfg.prefix)
+    except ValidationError as exc:
+        raise UsageError(f"--prefix: {exc.reason}") from None
     if cfg.log_format not in ("text", "json"):
         raise UsageError(f"--log-format: text or json, got {cfg.log_format!r}")
     if cfg.log_level.upper() not in ("DEBUG", "INFO", "WARNING", "ERROR"):

@@ -17,11 +17,15 @@ __all__ = ["MAX_FRAME", "FrameReader", "encode", "write_frame"]
 MAX_FRAME = 1 << 20
 _HEADER = struct.Struct(">I")
 
-# Message types. BOOT_ERROR carries a traceback; HEARTBEAT carries counters; EXITING a reason.
+# Message types. BOOT_ERROR carries a traceback; HEARTBEAT carries counters; EXITING a reason;
+# HOLDINGS the consumers a process reads with (sent before it takes a job); RECLAIMED the
+# holdings of dead processes whose jobs it handed back (glidemq.runtime.reclaim).
 READY = "ready"
 BOOT_ERROR = "boot_error"
 HEARTBEAT = "heartbeat"
 EXITING = "exiting"
+HOLDINGS = "holdings"
+RECLAIMED = "reclaimed"
 
 
 def encode(message: dict[str, Any]) -> bytes:

@@ -1,8 +1,10 @@
 """The supervisor: forks worker processes, watches their heartbeats, replaces the dead,
 drains on signals. Single-threaded, and it never opens a Valkey connection.
 
-Signal handlers only queue the signal; one loop takes queued signals and child messages,
-reaps exited children, kills silent ones and spawns or retires processes.
+Signal handlers only queue the signal; one loop takes queued signals, child messages and
+metrics requests (every socket non-blocking), reaps exited children, kills silent ones and
+spawns or retires processes. Jobs that dead children still held are handed back by a child
+(glidemq.runtime.reclaim); restarts follow glidemq.runtime.restarts.
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ import sys
 import time
 import traceback
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -26,6 +28,8 @@ from .child import run_child
 from .config import ExitCode, RuntimeConfig
 from .logs import setup_logging
 from .metrics import MetricsServer
+from .reclaim import Holding, run_reclaimer
+from .restarts import BOOT_LOOP_LIMIT, EMPTY_FLOOR, RestartPolicy
 
 __all__ = ["Supervisor"]
 
@@ -42,7 +46,9 @@ HANDLED = (
 )
 KILL_AFTER_TERM = 3.0  # a silent child gets SIGTERM, then SIGKILL this much later
 BOOT_TIMEOUT = 60.0  # a child that never reports ready is treated as silent after this
-CRASH_WINDOW = 60.0
+RECLAIM_TIMEOUT = 20.0  # the reclaimer forked at the end of a drain gets this long
+
+ChildMain = Callable[[RuntimeConfig, ConnectionOptions, int, int, Sequence[Holding]], int]
 
 
 @dataclass
@@ -62,6 +68,8 @@ class Child:
     stats: dict[str, Any] = field(default_factory=dict)
     boot_error: dict[str, Any] | None = None
     exit_reason: str | None = None
+    holdings: list[Holding] = field(default_factory=list)
+    reclaimer: bool = False  # the short-lived process handing back dead children's jobs
 
 
 class Supervisor:
@@ -72,7 +80,7 @@ class Supervisor:
         cfg: RuntimeConfig,
         conn: ConnectionOptions,
         *,
-        child_main: Callable[[RuntimeConfig, ConnectionOptions, int, int], int] = run_child,
+        child_main: ChildMain = run_child,
     ) -> None:
         self.cfg = cfg
         self.conn = conn
@@ -85,8 +93,8 @@ class Supervisor:
         self.state = "running"  # running | stopping | immediate
         self.exit_code = ExitCode.OK
         self.halt_message: str | None = None
-        self.crashes: deque[float] = deque()
-        self.next_spawn_at = 0.0
+        self.policy = RestartPolicy()
+        self.empty_since: float | None = None
         self.restarts = 0
         self.stop_deadline: float | None = None
         self.generation_ready: dict[int, bool] = {0: False}
@@ -96,6 +104,10 @@ class Supervisor:
         self.retired_failed = 0
         self.queue_counts: dict[str, dict[str, int]] = {}
         self.metrics: MetricsServer | None = None
+        # holdings of dead children not yet handed back -> pid of the child told to do it
+        self.orphans: dict[tuple[str, str, str], Holding] = {}
+        self.orphans_given: dict[tuple[str, str, str], int] = {}
+        self.reclaimed = False
         self._wakeup_r = self._wakeup_w = -1
         self._last_status = time.monotonic()
         self._last_completed = 0
@@ -200,16 +212,52 @@ class Supervisor:
 
     # -- children -------------------------------------------------------------------------
 
-    def _free_slot(self) -> int:
+    def _free_slots(self, n: int) -> list[int]:
         used = {c.slot for c in self.children.values()}
+        out: list[int] = []
         slot = 0
-        while slot in used:
+        while len(out) < n:
+            if slot not in used:
+                out.append(slot)
             slot += 1
-        return slot
+        return out
 
-    def spawn(self, generation: int) -> Child:
-        """Fork one worker process of `generation`."""
-        slot = self._free_slot()
+    def spawn(self, generation: int, slot: int | None = None) -> Child:
+        """Fork one worker process of `generation`; it also hands back the jobs of dead
+        children nobody is handing back yet."""
+        if slot is None:
+            slot = self._free_slots(1)[0]
+        orphans = [h for k, h in self.orphans.items() if k not in self.orphans_given]
+        child = self._fork(
+            slot, generation, lambda w: self.child_main(self.cfg, self.conn, slot, w, orphans)
+        )
+        for h in orphans:
+            self.orphans_given[h.key] = child.pid
+        log.info("started worker slot %d pid %d (generation %d)", slot, child.pid, generation)
+        return child
+
+    def _spawn_reclaimer(self) -> None:
+        """Fork the process that hands back what dead children still hold (end of a drain)."""
+        holdings = list(self.orphans.values())
+
+        def body(w: int) -> int:
+            signal.signal(signal.SIGINT, signal.SIG_IGN)  # a Ctrl-C is the supervisor's
+            report = run_reclaimer(self.conn, holdings)
+            ipc.write_frame(w, {"type": ipc.RECLAIMED, **report})
+            return ExitCode.OK
+
+        child = self._fork(-1, self.generation, body, role="reclaimer")
+        child.reclaimer = child.stopping = True
+        self.stop_deadline = None  # the workers are gone; the reclaimer has its own limit
+        child.kill_at = time.monotonic() + RECLAIM_TIMEOUT
+        self.reclaimed = True
+        log.info(
+            "handing back the jobs of %d dead worker consumers (pid %d)", len(holdings), child.pid
+        )
+
+    def _fork(
+        self, slot: int, generation: int, body: Callable[[int], int], role: str = "worker"
+    ) -> Child:
         r, w = os.pipe()
         blocked = signal.pthread_sigmask(signal.SIG_BLOCK, HANDLED)
         pid = os.fork()
@@ -226,8 +274,10 @@ class Supervisor:
                     self.metrics.close()
                 os.close(self._wakeup_r)
                 os.close(self._wakeup_w)
-                setup_logging(self.cfg.log_format, self.cfg.log_level, "worker", slot)
-                code = self.child_main(self.cfg, self.conn, slot, w)
+                setup_logging(
+                    self.cfg.log_format, self.cfg.log_level, role, slot if slot >= 0 else None
+                )
+                code = body(w)
             except BaseException:
                 traceback.print_exc()
             finally:
@@ -241,7 +291,6 @@ class Supervisor:
         child = Child(slot, pid, r, generation, now, last_seen=now)
         self.children[pid] = child
         self.selector.register(r, selectors.EVENT_READ, child)
-        log.info("started worker slot %d pid %d (generation %d)", slot, pid, generation)
         return child
 
     def _read_child(self, child: Child) -> None:
@@ -275,6 +324,7 @@ class Supervisor:
         elif kind == ipc.READY:
             child.ready = True
             self.generation_ready[child.generation] = True
+            self.policy.ready()
             log.info(
                 "worker slot %d pid %d ready on %s",
                 child.slot,
@@ -283,6 +333,18 @@ class Supervisor:
             )
         elif kind == ipc.BOOT_ERROR:
             child.boot_error = message
+        elif kind == ipc.HOLDINGS:
+            child.holdings = [Holding.from_wire(h) for h in message.get("holdings", [])]
+        elif kind == ipc.RECLAIMED:
+            for key in message.get("done", []):
+                self.orphans.pop(tuple(key), None)
+                self.orphans_given.pop(tuple(key), None)
+            if child.reclaimer and (message.get("requeued") or message.get("failed")):
+                log.info(
+                    "handed back %d jobs of dead workers (%d failed: stalled too often)",
+                    int(message.get("requeued", 0)) + int(message.get("failed", 0)),
+                    int(message.get("failed", 0)),
+                )
         elif kind == ipc.EXITING:
             child.exit_reason = str(message.get("reason"))
             if not child.stopping:
@@ -313,6 +375,15 @@ class Supervisor:
     def _on_exit(self, child: Child, status: int) -> None:
         code = os.waitstatus_to_exitcode(status)
         how = f"exit code {code}" if code >= 0 else f"signal {signal.Signals(-code).name}"
+        for key in [k for k, pid in self.orphans_given.items() if pid == child.pid]:
+            del self.orphans_given[key]  # it did not get to them: the next child will
+        if child.reclaimer:
+            log.info("reclaimer pid %d exited (%s)", child.pid, how)
+            return
+        if code != ExitCode.OK:
+            # it may not have handed its jobs back: a later child does
+            for h in child.holdings:
+                self.orphans[h.key] = h
         if child.boot_error is not None or (code == ExitCode.BOOT and not child.ready):
             detail = child.boot_error or {}
             tb = str(detail.get("traceback", "")).rstrip()
@@ -326,23 +397,34 @@ class Supervisor:
                     "new code failed to start, keeping the running workers: %s\n%s", error, tb
                 )
                 return
-            self._count_crash(f"worker slot {child.slot} pid {child.pid} failed to start: {error}")
+            failures = self.policy.boot_failed()
+            if failures >= BOOT_LOOP_LIMIT and not any(
+                c.ready and not c.stopping for c in self.children.values()
+            ):
+                self._halt(
+                    ExitCode.BOOT,
+                    f"workers failed to start {failures} times in a row: {error}\n{tb}",
+                )
+                return
+            self._count_crash(child, code, f"failed to start: {error}")
             return
         if child.stopping or self.state != "running":
             log.info("worker slot %d pid %d exited (%s)", child.slot, child.pid, how)
             return
-        self._count_crash(f"worker slot {child.slot} pid {child.pid} died ({how})")
+        self._count_crash(child, code, f"died ({how})")
 
-    def _count_crash(self, message: str) -> None:
-        now = time.monotonic()
+    def _count_crash(self, child: Child, code: int, what: str) -> None:
         self.restarts += 1
-        self.crashes.append(now)
-        while self.crashes and now - self.crashes[0] > CRASH_WINDOW:
-            self.crashes.popleft()
-        recent = len(self.crashes)
-        delay = 0.0 if recent <= 1 else min(30.0, 0.1 * 2 ** (recent - 2))
-        self.next_spawn_at = max(self.next_spawn_at, now + delay)
-        log.warning("%s; replacing it%s", message, f" in {delay:.1f} s" if delay else "")
+        delay = self.policy.died(
+            child.slot, ready=child.ready, exit_code=code, now=time.monotonic()
+        )
+        log.warning(
+            "worker slot %d pid %d %s; replacing it %s",
+            child.slot,
+            child.pid,
+            what,
+            f"in {delay:.1f} s" if delay else "now",
+        )
 
     def _check_deadlines(self) -> None:
         now = time.monotonic()
@@ -353,6 +435,8 @@ class Supervisor:
                 )
                 self._send(child, signal.SIGKILL)
                 child.kill_at = None
+                if child.reclaimer:
+                    continue  # its jobs stay for stall recovery; the drain itself went well
                 if self.state == "stopping" and self.exit_code == ExitCode.OK:
                     self.exit_code = ExitCode.GRACE_EXPIRED
                 continue
@@ -396,19 +480,34 @@ class Supervisor:
                 )
                 self._term(child, self.cfg.grace + KILL_AFTER_TERM)
             want = self.target - len(current)
-            if want > 0 and time.monotonic() >= self.next_spawn_at:
-                for _ in range(want):
-                    self.spawn(self.generation)
+            if want > 0:
+                self._spawn_due(want, self.generation, live)
             elif want < 0:
                 for child in sorted(current, key=lambda c: c.started)[:-want]:
                     log.info("retiring worker slot %d pid %d", child.slot, child.pid)
                     self._term(child, self.cfg.grace + KILL_AFTER_TERM)
         else:
             want = self.target - len(live)
-            if want > 0 and time.monotonic() >= self.next_spawn_at:
+            if want > 0:
                 generation = max(c.generation for c in live) if live else self.generation
-                for _ in range(want):
-                    self.spawn(generation)
+                self._spawn_due(want, generation, live)
+
+    def _spawn_due(self, want: int, generation: int, live: list[Child]) -> None:
+        """Start processes in the `want` lowest free slots whose restart delay is over; an
+        empty fleet starts one within EMPTY_FLOOR whatever the delays."""
+        now = time.monotonic()
+        if live:
+            self.empty_since = None
+        elif self.empty_since is None:
+            self.empty_since = now
+        slots = self._free_slots(want)
+        due = [s for s in slots if now >= self.policy.due(s)]
+        if not due and self.empty_since is not None and now - self.empty_since >= EMPTY_FLOOR:
+            due = [min(slots, key=self.policy.due)]
+        for slot in due:
+            self.spawn(generation, slot)
+        if due:
+            self.empty_since = None
 
     # -- reporting ------------------------------------------------------------------------
 
@@ -453,31 +552,41 @@ class Supervisor:
         """Supervise until stopped; return the process exit code."""
         self._install_signals()
         if self.cfg.metrics_port is not None:
-            self.metrics = MetricsServer(self.cfg.metrics_host, self.cfg.metrics_port, self)
-            self.selector.register(self.metrics.fileno(), selectors.EVENT_READ, "metrics")
+            self.metrics = MetricsServer(
+                self.cfg.metrics_host, self.cfg.metrics_port, self, self.selector
+            )
             log.info(
                 "metrics on http://%s:%d/metrics", self.cfg.metrics_host, self.cfg.metrics_port
             )
         try:
             while True:
-                for key, _ in self.selector.select(0.2):
+                wait = 0.2
+                due = self.metrics.wake_in() if self.metrics is not None else None
+                if due is not None:
+                    wait = min(wait, max(due, 0.005))  # a connection to cut or to let in
+                for key, mask in self.selector.select(wait):
                     if key.data == "wakeup":
                         try:
                             while os.read(self._wakeup_r, 512):
                                 pass
                         except BlockingIOError:
                             pass
-                    elif key.data == "metrics" and self.metrics is not None:
-                        self.metrics.handle()
+                    elif callable(key.data):
+                        key.data(mask)  # a metrics server socket
                     elif isinstance(key.data, Child):
                         self._read_child(key.data)
                 self._dispatch_signals()
                 self._reap()
                 self._check_deadlines()
+                if self.metrics is not None:
+                    self.metrics.expire()
                 if self.state == "running":
                     self._maintain()
                     self._status_line()
                 elif not self.children:
+                    if self.state == "stopping" and self.orphans and not self.reclaimed:
+                        self._spawn_reclaimer()  # a clean stop leaves no job active
+                        continue
                     break
         finally:
             if self.metrics is not None:

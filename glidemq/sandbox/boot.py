@@ -50,8 +50,10 @@ class ChildSet:
         on_messages: Callable[[Child, list[dict[str, Any]]], None],
         on_ready: Callable[[Child], None],
         on_failed: Callable[[SandboxBootError], None],
+        secrets: tuple[str | None, ...] = (),
     ) -> None:
         self.target = target
+        self._secrets = secrets  # kept out of the children's environment
         self.options = options
         self.size = size
         self.batch = batch
@@ -165,7 +167,9 @@ class ChildSet:
             await self._changed.wait()
 
     async def _start_launcher(self) -> None:
-        launcher = new_launcher(self.options, self.target, self._on_exit, self._on_launcher_lost)
+        launcher = new_launcher(
+            self.options, self.target, self._on_exit, self._on_launcher_lost, self._secrets
+        )
         await launcher.start()
         self._launcher = launcher
 

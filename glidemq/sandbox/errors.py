@@ -15,6 +15,7 @@ __all__ = [
     "SandboxCrashError",
     "SandboxError",
     "SandboxHandBack",
+    "SandboxUnavailable",
     "describe_exit",
 ]
 
@@ -41,7 +42,8 @@ class SandboxCrashError(SandboxError):
 
 class SandboxBootError(SandboxError):
     """A child could not load the processor (import error, missing attribute, crash at
-    import). Jobs fail with it while no child can start; the pool keeps retrying with backoff."""
+    import). The pool keeps retrying with backoff; meanwhile a Worker takes no jobs (those it
+    held go back to the queue) and a run on the pool alone fails with it."""
 
 
 class SandboxClosedError(SandboxError):
@@ -52,6 +54,11 @@ class SandboxHandBack(SandboxError):
     """A run that never started (its child died or gave it back) found no child to take it
     now: the Worker puts the job back in its queue, without using an attempt, so another
     worker may run it instead of it waiting here behind long jobs."""
+
+
+class SandboxUnavailable(SandboxHandBack):
+    """No sandbox child can load the processor: the Worker puts the job back in its queue,
+    without using an attempt, and takes no more jobs until a child starts."""
 
 
 class RemoteError(SandboxError):

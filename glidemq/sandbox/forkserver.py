@@ -34,7 +34,8 @@ __all__ = ["forkserver_main"]
 
 
 def forkserver_main(argv: list[str]) -> None:
-    """`python -c` entry of the fork server: argv = [control fd, parent pid, config json].
+    """`python -P -c` entry of the fork server: argv = [control fd, parent pid, config json,
+    import set-up].
 
     Control messages are SOCK_SEQPACKET datagrams of orjson. Requests: `fork {n}` (answered
     with `forked {n, pid}` carrying the parent's end of a new socketpair as SCM_RIGHTS) and

@@ -15,24 +15,65 @@ import signal
 import socket
 import subprocess
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Any, Protocol
 
 import orjson
 
+from ..connection import has_password
 from .errors import SandboxBootError, SandboxError, describe_exit
 from .types import SandboxOptions
 
-__all__ = ["ForkServer", "Launcher", "Spawner", "new_launcher"]
+__all__ = [
+    "CREDENTIAL_VARIABLES",
+    "ForkServer",
+    "Launcher",
+    "Spawner",
+    "child_environ",
+    "new_launcher",
+]
 
-# `python -c` bootstrap of the fork server and of spawned children: take the parent's
-# sys.path (last argument) before importing anything, so whatever the parent can import,
-# the child can too.
+# `python -P -c` bootstrap of the fork server and of spawned children (-P: the working
+# directory is not put first, where a stray `glidemq/` or `json.py` would shadow the real
+# ones). It imports glidemq from the very folder the worker imported it from, then takes the
+# worker's sys.path as it is, so the child resolves every import as its worker does.
 _BOOT = (
-    "import sys, json; p = json.loads(sys.argv[-1]); "
-    "sys.path[:] = p + [x for x in sys.path if x not in p]; "
+    "import sys, json; c = json.loads(sys.argv[-1]); sys.path.insert(0, c['root']); "
+    "import glidemq; sys.path[:] = c['path']; "
     "from glidemq.sandbox.{module} import {entry}; {entry}(sys.argv[1:])"
 )
+
+
+# Variables that hold Valkey credentials by name; a sandbox process never gets them.
+CREDENTIAL_VARIABLES = frozenset(
+    {"GLIDEMQ_URL", "GLIDEMQ_URL_FILE", "REDISCLI_AUTH", "VALKEYCLI_AUTH"}
+)
+
+
+def child_environ(secrets: Iterable[str | None] = ()) -> dict[str, str]:
+    """The environment a sandbox process is exec'd with: this process's, without Valkey
+    credentials (CREDENTIAL_VARIABLES, a valkey:// or redis:// URL with a password, and any
+    variable whose value contains one of `secrets`, the connection's password; one shorter
+    than 6 characters is not searched for, as it would match PATH and the like)."""
+    hidden = [s for s in secrets if s and len(s) >= 6]
+    out = {}
+    for name, value in os.environ.items():
+        if name in CREDENTIAL_VARIABLES or any(s in value for s in hidden):
+            continue
+        if value.startswith(("valkey", "redis")) and has_password(value):
+            continue
+        out[name] = value
+    return out
+
+
+def _boot_argv(module: str, entry: str, *args: str) -> list[str]:
+    """The command line of an exec'd sandbox process: interpreter, bootstrap, `args`, and
+    last the import set-up (where glidemq is, the worker's sys.path)."""
+    import glidemq
+
+    root = os.path.dirname(os.path.dirname(os.path.abspath(glidemq.__file__ or "")))
+    setup = orjson.dumps({"root": root, "path": sys.path}).decode()
+    return [sys.executable, "-P", "-c", _BOOT.format(module=module, entry=entry), *args, setup]
 
 
 def _watch_exit(
@@ -120,8 +161,10 @@ class ForkServer:
         on_exit: Callable[[int, int | None], None],
         on_lost: Callable[[str], None],
         timeout: float,
+        env: dict[str, str] | None = None,
     ) -> None:
         self._config = config
+        self._env = env
         self._on_exit = on_exit
         self._on_lost = on_lost
         self._timeout = timeout
@@ -145,17 +188,16 @@ class ForkServer:
             # On the loop's thread on purpose: PR_SET_PDEATHSIG follows the thread that
             # forked, so a helper thread's exit would kill the server. fork+exec is quick.
             self._proc = subprocess.Popen(  # noqa: ASYNC220
-                [
-                    sys.executable,
-                    "-c",
-                    _BOOT.format(module="forkserver", entry="forkserver_main"),
+                _boot_argv(
+                    "forkserver",
+                    "forkserver_main",
                     str(theirs.fileno()),
                     str(os.getpid()),
                     orjson.dumps(self._config).decode(),
-                    orjson.dumps(sys.path).decode(),
-                ],
+                ),
                 pass_fds=(theirs.fileno(),),
                 stdin=subprocess.DEVNULL,
+                env=self._env,
             )
         except BaseException:
             mine.close()
@@ -285,8 +327,11 @@ class ForkServer:
 class Spawner:
     """Starts every child as a fresh interpreter (fork+exec, its own process group)."""
 
-    def __init__(self, on_exit: Callable[[int, int | None], None]) -> None:
+    def __init__(
+        self, on_exit: Callable[[int, int | None], None], env: dict[str, str] | None = None
+    ) -> None:
         self._on_exit = on_exit
+        self._env = env
         self._procs: dict[int, subprocess.Popen[bytes]] = {}
         self._unwatch: dict[int, Callable[[], None]] = {}
 
@@ -302,17 +347,11 @@ class Spawner:
         mine, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
         try:
             proc = subprocess.Popen(  # noqa: ASYNC220 - on the loop thread, see ForkServer
-                [
-                    sys.executable,
-                    "-c",
-                    _BOOT.format(module="runner", entry="spawn_main"),
-                    str(theirs.fileno()),
-                    str(os.getpid()),
-                    orjson.dumps(sys.path).decode(),
-                ],
+                _boot_argv("runner", "spawn_main", str(theirs.fileno()), str(os.getpid())),
                 pass_fds=(theirs.fileno(),),
                 stdin=subprocess.DEVNULL,
                 process_group=0,
+                env=self._env,
             )
         except BaseException:
             mine.close()
@@ -355,10 +394,13 @@ def new_launcher(
     target: str,
     on_exit: Callable[[int, int | None], None],
     on_lost: Callable[[str], None],
+    secrets: Iterable[str | None] = (),
 ) -> Launcher:
     """The launcher `options.start_method` asks for. `on_exit(pid, code)` is told of every
-    child's exit; `on_lost(why)` of the fork server's death."""
+    child's exit; `on_lost(why)` of the fork server's death. The processes it execs get
+    `child_environ(secrets)`."""
+    env = child_environ(secrets)
     if options.start_method == "spawn":
-        return Spawner(on_exit)
+        return Spawner(on_exit, env)
     config = {"preload": options.preload, "target": target}
-    return ForkServer(config, on_exit, on_lost, options.boot_timeout)
+    return ForkServer(config, on_exit, on_lost, options.boot_timeout, env)

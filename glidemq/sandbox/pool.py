@@ -25,7 +25,13 @@ from ..errors import JobTimeoutError, ValidationError
 from ..job import Job
 from .boot import ChildSet
 from .child import Child, Invocation, NotStarted
-from .errors import SandboxBootError, SandboxClosedError, SandboxError, SandboxHandBack
+from .errors import (
+    SandboxBootError,
+    SandboxClosedError,
+    SandboxError,
+    SandboxHandBack,
+    SandboxUnavailable,
+)
 from .pipeline import Pipeline
 from .protocol import ABORT, BACK, CALL, ERROR, RESULT, RUN
 from .proxy import JobProxy
@@ -41,9 +47,11 @@ class SandboxPool:
     as its processor and starts and closes the pool with itself. `slots` is how many runs
     the Worker may have at once (its concurrency); `on_error` is told about children that
     cannot start. With `hand_back`, a run that never started and finds no child to take it
-    raises SandboxHandBack instead of waiting (the Worker puts its job back in the queue).
+    raises SandboxHandBack instead of waiting (the Worker puts its job back in the queue),
+    and so does every run while no child can load the processor (SandboxUnavailable).
     `on_room` is called when `pipeline_slots` may have grown (a child is ready, or an idle
-    one starts a run), so the Worker takes more jobs.
+    one starts a run), so the Worker takes more jobs. `secrets` (the connection's password)
+    are kept out of the children's environment, as are GLIDEMQ_URL and the like.
     """
 
     def __init__(
@@ -56,6 +64,7 @@ class SandboxPool:
         on_error: Callable[[BaseException], None] | None = None,
         hand_back: bool = False,
         on_room: Callable[[], None] | None = None,
+        secrets: tuple[str | None, ...] = (),
     ) -> None:
         self.target = normalize_target(target)
         self.options = options
@@ -71,6 +80,7 @@ class SandboxPool:
         self._next_inv = 0
         self._closed: asyncio.Event | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
+        self._first: asyncio.Future[None] | None = None  # the first child ready, or failed
         self.counters: dict[str, int] = dict.fromkeys(
             (
                 "started",
@@ -98,6 +108,7 @@ class SandboxPool:
             on_messages=self._on_messages,
             on_ready=self._child_ready,
             on_failed=self._child_failed,
+            secrets=secrets,
         )
 
     # -- state ----------------------------------------------------------------------------
@@ -141,6 +152,19 @@ class SandboxPool:
         return self._state
 
     @property
+    def accepting(self) -> bool:
+        """Whether a child has loaded the processor and may take runs: the Worker takes
+        jobs only then (while starting or in `error`, they stay in the queue)."""
+        return self._state == "ready"
+
+    async def wait_started(self) -> None:
+        """Wait for the first child to load the processor; raise SandboxBootError if the
+        first one to finish starting could not."""
+        if self._first is None:
+            raise SandboxError("the sandbox pool is not started")
+        await asyncio.shield(self._first)
+
+    @property
     def last_error(self) -> SandboxBootError | None:
         """Why the last child that failed to start failed (None if none has)."""
         return self._children.last_error
@@ -177,6 +201,7 @@ class SandboxPool:
             return
         self._loop = asyncio.get_running_loop()
         self._closed = asyncio.Event()
+        self._first = self._loop.create_future()
         self._state = "starting"
         self._children.start(self._loop)
 
@@ -208,6 +233,8 @@ class SandboxPool:
         """`child` has loaded the processor: runs waiting for room may have it."""
         if self._state in ("starting", "error"):
             self._state = "ready"
+        if self._first is not None and not self._first.done():
+            self._first.set_result(None)
         self._wake(child.capacity + self._pipeline.depth)
         if self._on_room is not None:
             self._on_room()
@@ -215,8 +242,12 @@ class SandboxPool:
     def _child_failed(self, error: SandboxBootError) -> None:
         """A child could not start: with none ready, the runs waiting fail with `error`."""
         if not self._children.ready:
-            self._state = "error"
-            self._wake(len(self._waiters))  # they raise the boot error
+            if self._state in ("starting", "ready"):
+                self._state = "error"
+            if self._first is not None and not self._first.done():
+                self._first.set_exception(self._children.boot_error())
+                self._first.exception()  # retrieved: nobody may be waiting for it
+            self._wake(len(self._waiters))  # they raise the boot error or go back
         if self._on_error is not None:
             self._on_error(error)
 
@@ -280,6 +311,10 @@ class SandboxPool:
             if self._state == "new":
                 raise SandboxError("the sandbox pool is not started")
             if self._state == "error":
+                if self.hand_back:  # its job goes back to the queue, no attempt used
+                    raise SandboxUnavailable(
+                        f"no sandbox child can load the processor: {self._children.last_error}"
+                    )
                 raise self._children.boot_error()
             if hand_back and self._pipeline.stuck(
                 self._children.ready, self.size, self._loop.time()

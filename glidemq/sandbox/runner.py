@@ -155,10 +155,10 @@ def _read_frame_blocking(sock: socket.socket) -> list[dict[str, Any]]:
     return FrameDecoder().feed(header + _recv_exact(sock, int.from_bytes(header, "big")))
 
 
-def _merge_sys_path(paths: Any) -> None:
+def _take_sys_path(paths: Any) -> None:
+    """The worker's sys.path as it is now, so the processor imports as it does there."""
     if isinstance(paths, list):
-        wanted = [p for p in paths if isinstance(p, str)]
-        sys.path[:] = wanted + [p for p in sys.path if p not in wanted]
+        sys.path[:] = [p for p in paths if isinstance(p, str)]
 
 
 def _event_loop_factory() -> Callable[[], asyncio.AbstractEventLoop] | None:
@@ -195,7 +195,7 @@ def child_main(fd: int, parent_pid: int) -> int:
 
     if hello.get("v") != PROTOCOL_VERSION:
         return boot_error(RuntimeError(f"protocol {hello.get('v')} != {PROTOCOL_VERSION}"))
-    _merge_sys_path(hello.get("sys_path"))
+    _take_sys_path(hello.get("sys_path"))
     try:
         spec = load_processor(str(hello["target"]))
     except BaseException as exc:
@@ -480,7 +480,7 @@ def _encode_result(value: Any, batch: bool) -> bytes:
 
 
 def spawn_main(argv: list[str]) -> None:
-    """`python -c` entry of a spawned child: argv = [fd, parent pid, sys.path json]."""
+    """`python -c` entry of a spawned child: argv = [fd, parent pid, import set-up]."""
     code = EXIT_INTERNAL
     try:
         code = child_main(int(argv[0]), int(argv[1]))

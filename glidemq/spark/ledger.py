@@ -11,6 +11,12 @@ was injected. Per run:
 - recovery_s: for each fault, the time to the next completion after it; the largest is
   reported (null when nothing completed after a fault).
 
+Per fault (`ledger_recovery`): its kind, when it hit, the time to the next completion, and
+the run's own recovery time (back to half the pre-fault throughput, from the `recovery`
+events glidemq-chaos writes; null in older ledgers). Per run and outcome
+(`ledger_outcomes`): how many jobs got each verdict outcome (the `outcome` field of the
+final `completed` / `failed` / `unfinished` events).
+
 Latency is enqueue to first completion. Throughput per second counts completion events in
 each whole second since the run's first event, seconds without any included as 0.
 """
@@ -29,7 +35,8 @@ _PCTS = (0.5, 0.95, 0.99)
 
 def ledger_tables(events: DataFrame) -> dict[str, DataFrame]:
     """`ledger_summary`, `ledger_lost`, `ledger_latency`, `ledger_processes`,
-    `ledger_throughput` and `ledger_latency_cdf` from ledger events."""
+    `ledger_throughput`, `ledger_latency_cdf`, `ledger_recovery` and `ledger_outcomes`
+    from ledger events."""
     from pyspark.sql import functions as F
 
     events = events.cache()
@@ -59,7 +66,9 @@ def ledger_tables(events: DataFrame) -> dict[str, DataFrame]:
         F.min("ts").alias("first_ts"),
         F.max(F.when(F.col("event") == "completed", F.col("ts"))).alias("last_completion_ts"),
     )
-    faults = events.filter(F.col("event") == "fault").select("run", F.col("ts").alias("fault_ts"))
+    faults = events.filter(F.col("event") == "fault").select(
+        "run", F.col("ts").alias("fault_ts"), F.coalesce("kind", F.lit("(unknown)")).alias("kind")
+    )
     later = done_events.select(F.col("run").alias("done_run"), F.col("ts").alias("done_ts"))
     after = (
         faults.join(
@@ -67,9 +76,9 @@ def ledger_tables(events: DataFrame) -> dict[str, DataFrame]:
             (F.col("run") == F.col("done_run")) & (F.col("done_ts") > F.col("fault_ts")),
             "left",
         )
-        .groupBy("run", "fault_ts")
+        .groupBy("run", "fault_ts", "kind")
         .agg(F.min("done_ts").alias("next_done"))
-    )
+    ).cache()
     recovery = after.groupBy("run").agg(
         F.count(F.lit(1)).alias("faults"),
         # a fault with no completion after it: never recovered, reported as null
@@ -165,7 +174,30 @@ def ledger_tables(events: DataFrame) -> dict[str, DataFrame]:
         .select("run", "second", F.coalesce("completions", F.lit(0)).alias("completions"))
         .orderBy("run", "second")
     )
+    measured = events.filter(F.col("event") == "recovery").select(
+        "run", F.col("ts").alias("fault_ts"), "recovery_s"
+    )
+    recovery_by_fault = (
+        after.join(starts, "run")
+        .join(measured, ["run", "fault_ts"], "left")
+        .select(
+            "run",
+            "kind",
+            (F.col("fault_ts") - F.col("start")).alias("at_s"),
+            (F.col("next_done") - F.col("fault_ts")).alias("next_completion_s"),
+            "recovery_s",
+        )
+        .orderBy("run", "at_s")
+    )
+    outcomes = (
+        events.filter(F.col("outcome").isNotNull())
+        .groupBy("run", "outcome")
+        .agg(F.countDistinct("job_id").alias("jobs"))
+        .orderBy("run", "outcome")
+    )
     return {
+        "ledger_recovery": recovery_by_fault,
+        "ledger_outcomes": outcomes,
         "ledger_summary": summary,
         "ledger_lost": lost,
         "ledger_latency": latency,

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from ..connection import ConnectionOptions, resolve_connection
 from ..errors import ValidationError
 from ..keys import DEFAULT_PREFIX, validate_prefix, validate_queue_name
-from ..types import MAX_PRIORITY
+from ..types import MAX_DELAY, MAX_PRIORITY
 
 __all__ = ["STATES", "ReadOptions", "WriteOptions"]
 
@@ -182,7 +182,7 @@ class WriteOptions:
             priority_column=opts.get("priorityColumn"),
             attempts_column=opts.get("attemptsColumn"),
             opts_column=opts.get("optsColumn"),
-            delay=_int(opts, "delay", 0, low=0, high=2**53),
+            delay=_int(opts, "delay", 0, low=0, high=MAX_DELAY),
             priority=_int(opts, "priority", 0, low=0, high=MAX_PRIORITY),
             attempts=_int(opts, "attempts", 1, low=1, high=1_000_000),
             batch_size=_int(opts, "batchSize", 1000, low=1, high=100_000),

@@ -56,6 +56,8 @@ TABLES = (
     "ledger_processes",
     "ledger_throughput",
     "ledger_latency_cdf",
+    "ledger_recovery",
+    "ledger_outcomes",
 )
 """Every table `run_pipeline` returns (empty lists when there was nothing to compute from)."""
 
@@ -345,6 +347,26 @@ def _summary(tables: Tables, written: dict[str, Path]) -> str:
                 ),
                 "",
             ]
+        if tables["ledger_outcomes"]:
+            out += [
+                "### Outcomes",
+                "",
+                markdown_table(tables["ledger_outcomes"], ["run", "outcome", "jobs"]),
+                "",
+            ]
+        if tables["ledger_recovery"]:
+            out += [
+                "### Recovery per fault",
+                "",
+                "next_completion_s = fault to the next completion; recovery_s = fault until "
+                "throughput is back to half its pre-fault rate (glidemq-chaos).",
+                "",
+                markdown_table(
+                    tables["ledger_recovery"],
+                    ["run", "kind", "at_s", "next_completion_s", "recovery_s"],
+                ),
+                "",
+            ]
         if tables["ledger_processes"]:
             out += [
                 "### Per process",
@@ -388,6 +410,9 @@ def write_report(tables: Tables, out_dir: Path) -> dict[str, Path]:
         ),
         "ledger_latency_cdf": plots.plot_ledger_latency_cdf(
             tables["ledger_latency_cdf"], plot_dir / "ledger_latency_cdf.png"
+        ),
+        "ledger_recovery": plots.plot_ledger_recovery(
+            tables["ledger_recovery"], plot_dir / "ledger_recovery.png"
         ),
     }
     for name, path in figures.items():

@@ -18,6 +18,7 @@ __all__ = [
     "plot_cpu_per_job",
     "plot_latency_percentiles",
     "plot_ledger_latency_cdf",
+    "plot_ledger_recovery",
     "plot_ledger_throughput",
     "plot_throughput_vs_concurrency",
     "plot_throughput_vs_procs",
@@ -214,4 +215,30 @@ def plot_ledger_latency_cdf(rows: Rows, path: Path) -> Path | None:
     ax.set_title("Chaos ledger: latency CDF")
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8)
+    return _save(fig, path)
+
+
+def plot_ledger_recovery(rows: Rows, path: Path) -> Path | None:
+    """Recovery time per fault kind: one dot per fault (the run's recovery time, or the
+    time to the next completion, hollow, when that is all the ledger has)."""
+    points = [r for r in rows if r["recovery_s"] is not None or r["next_completion_s"] is not None]
+    if not points:
+        return None
+    kinds = sorted({str(r["kind"]) for r in points})
+    fig = _figure()
+    ax = fig.add_subplot()
+    for i, kind in enumerate(kinds):
+        mine = [r for r in points if str(r["kind"]) == kind]
+        full = [float(r["recovery_s"]) for r in mine if r["recovery_s"] is not None]
+        nxt = [float(r["next_completion_s"]) for r in mine if r["recovery_s"] is None]
+        jitter = [i + 0.08 * ((j % 5) - 2) for j in range(len(full) + len(nxt))]
+        ax.scatter(jitter[: len(full)], full, color=f"C{i}", s=18)
+        ax.scatter(jitter[len(full) :], nxt, facecolors="none", edgecolors=f"C{i}", s=18)
+        if full or nxt:
+            ax.hlines(max(full + nxt), i - 0.3, i + 0.3, color=f"C{i}", linewidth=1)
+    ax.set_xticks(range(len(kinds)), kinds, rotation=30, ha="right", fontsize=8)
+    ax.set_ylabel("seconds")
+    ax.set_ylim(bottom=0)
+    ax.set_title("Chaos ledger: recovery time per fault kind (line: longest)")
+    ax.grid(alpha=0.3, axis="y")
     return _save(fig, path)

@@ -68,6 +68,9 @@ LEDGER_FIELDS: tuple[tuple[str, str], ...] = (
     ("ts", "double"),
     ("pid", "bigint"),
     ("run", "string"),
+    ("kind", "string"),
+    ("recovery_s", "double"),
+    ("outcome", "string"),
 )
 
 

@@ -41,16 +41,22 @@ Runner = Callable[..., ChaosOutcome]
 @pytest.fixture
 def chaos(tmp_path: Path) -> Runner:
     """`chaos("kill-workers", "--jobs", 500, ...)`: the exit code, the parsed stdout JSON
-    and stderr. Logs of failed runs are kept under the test's tmp_path."""
+    and stderr. Logs are kept under the test's tmp_path (`workdir=` names another
+    directory; each call must then say `--resume` if the directory holds a run)."""
 
-    def run(*args: str | int | float, timeout: float = 100.0) -> ChaosOutcome:
+    calls = iter(range(1, 1000))
+
+    def run(
+        *args: str | int | float, timeout: float = 100.0, workdir: Path | None = None
+    ) -> ChaosOutcome:
+        where = workdir if workdir is not None else tmp_path / f"work-{next(calls)}"
         env = {
             k: v
             for k, v in os.environ.items()
             if not k.startswith("GLIDEMQ_") or k.startswith("GLIDEMQ_VALKEY_")
         }
         done = subprocess.run(
-            [*_argv(), *(str(a) for a in args), "--workdir", str(tmp_path / "work")],
+            [*_argv(), *(str(a) for a in args), "--workdir", str(where)],
             cwd=REPO_ROOT,
             env=env,
             capture_output=True,

@@ -78,13 +78,17 @@ class Server:
 
     def valkeys(self) -> list[psutil.Process]:
         """The running valkey-server children (remembered for the cleanup)."""
+        found = []
         try:
-            found = [c for c in self.process.children() if "valkey" in c.name()]
+            children = self.process.children()
         except psutil.NoSuchProcess:
             return []
-        for c in found:
-            self.seen.setdefault(c.pid, c)
-        return [c for c in found if c.status() != psutil.STATUS_ZOMBIE]
+        for c in children:
+            with contextlib.suppress(psutil.NoSuchProcess):  # valkey-cli comes and goes
+                if c.name() == "valkey-server" and c.status() != psutil.STATUS_ZOMBIE:
+                    self.seen.setdefault(c.pid, c)
+                    found.append(c)
+        return found
 
     def wait_exit(self, timeout: float) -> int:
         try:

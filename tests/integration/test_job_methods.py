@@ -373,7 +373,7 @@ async def test_change_priority_of_a_delayed_job_keeps_it_delayed(queue: Queue[An
     assert [j.id for j in await queue.get_jobs("delayed")] == [job.id]
 
 
-@pytest.mark.parametrize("bad", [-1, 2**21 + 1, 1.5, "3"])
+@pytest.mark.parametrize("bad", [-1, 2048, 1.5, "3"])
 async def test_change_priority_rejects_bad_values(queue: Queue[Any, Any], bad: Any) -> None:
     job = await queue.add("p", 0, {"priority": 3})
     assert job is not None

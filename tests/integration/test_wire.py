@@ -462,17 +462,20 @@ async def test_scheduled_scores_follow_priority_encoding(queue: Queue[Any, Any],
     delayed_plain = add_job(raw, queue.name, "c", "3", timestamp=ts, delay=60_000)
     top = add_job(raw, queue.name, "d", "4", timestamp=ts, priority=1)
 
-    def score(job_id: str) -> int:
+    def score(job_id: str) -> float:
         value = raw.zscore(f"{p}:scheduled", job_id)
-        assert value is not None and value == int(value)
-        return int(value)
+        assert value is not None
+        return float(value)
 
-    assert score(delayed_prio) == 3 * SHIFT + ts + 60_000
-    # A prioritized job without delay uses its enqueue time as the offset (the document's
-    # "priority * 2^42 + timestamp_ms", FIFO within a priority); it is runnable at once.
-    assert score(prioritized) == 5 * SHIFT + ts
-    assert score(delayed_plain) == ts + 60_000
-    assert score(top) == 1 * SHIFT + ts
+    # Delayed jobs wait in band 0 by run time whatever their priority; a second job due in
+    # the same ms comes 1/2048 after the first (add order).
+    assert score(delayed_prio) == ts + 60_000
+    assert score(delayed_plain) == ts + 60_000 + 1 / 2048
+    # Runnable prioritized jobs: band + the queue's sequence number (meta prioSeq), FIFO.
+    seq = int(raw.hget(f"{p}:meta", "prioSeq"))
+    assert score(prioritized) == 5 * SHIFT + seq - 1
+    assert score(top) == 1 * SHIFT + seq
+    assert 0 < seq < ts  # far below any time: due at once
     states = {j: raw.hget(f"{p}:job:{j}", "state") for j in (delayed_prio, prioritized, top)}
     assert states == {delayed_prio: "delayed", prioritized: "prioritized", top: "prioritized"}
     assert raw.hget(f"{p}:job:{delayed_plain}", "state") == "delayed"
@@ -480,7 +483,27 @@ async def test_scheduled_scores_follow_priority_encoding(queue: Queue[Any, Any],
     # Our Queue writes the same scores.
     job = await queue.add("e", None, {"priority": 2, "delay": 30_000})
     assert job is not None
-    assert score(job.id) == 2 * SHIFT + job.timestamp + 30_000
+    assert score(job.id) == job.timestamp + 30_000
+    # Once due, a delayed job of priority p enters band p behind the jobs already there.
+    assert (
+        _s_reply(
+            raw.fcall(
+                "glidemq_promoteJob",
+                3,
+                f"{p}:stream",
+                f"{p}:scheduled",
+                f"{p}:events",
+                job.id,
+                str(now_ms()),
+            )
+        )
+        == "prioritized"
+    )
+    assert score(job.id) == 2 * SHIFT + seq + 1
+
+
+def _s_reply(value: Any) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)
 
 
 # --------------------------------------------------------------------------- compression

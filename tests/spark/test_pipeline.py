@@ -166,6 +166,7 @@ def test_pipeline_tables_plots_and_report(spark: Any, tmp_path: Path) -> None:
         "cpu_per_job",
         "ledger_throughput",
         "ledger_latency_cdf",
+        "ledger_recovery",
     ):
         data = (out / "plots" / f"{png}.png").read_bytes()
         assert data.startswith(PNG) and len(data) > 5_000, png
@@ -173,6 +174,15 @@ def test_pipeline_tables_plots_and_report(spark: Any, tmp_path: Path) -> None:
     assert "| process c=100 | jobs_per_s | 2 | 28,750 | 22,500 | 1.30 |" in report
     assert "| kill-worker | 6 | 5 | 1 | 1 | 1 | 1 | 0.50 |" in report
     assert "Lost jobs: kill-worker:j5" in report
+    # the fault's kind, its time to the next completion, the run's own recovery time
+    (fault,) = tables["ledger_recovery"]
+    assert (fault["run"], fault["kind"], fault["recovery_s"]) == (
+        "kill-worker",
+        "sigkill-worker",
+        0.4,
+    )
+    assert fault["next_completion_s"] == pytest.approx(0.5)
+    assert {(r["outcome"], r["jobs"]) for r in tables["ledger_outcomes"]} == {("completed_once", 2)}
     assert "![cpu_per_job](plots/cpu_per_job.png)" in report
 
 

@@ -99,7 +99,7 @@ class Failover(Scenario):
             began = time.monotonic()
             if graceful:
                 replica = cluster.replica_of(primary)
-                fault = run.fault("cluster-failover", replica.pid, node=replica.port)
+                fault = run.fault("cluster-failover", replica.pid, hits_all=True, node=replica.port)
                 switch = asyncio.create_task(
                     asyncio.to_thread(cluster.failover, replica, False, _PROMOTION_TIMEOUT_S)
                 )
@@ -112,7 +112,7 @@ class Failover(Scenario):
                 pid = primary.pid
                 cluster.kill_node(primary)
                 self.down.append(primary)
-                fault = run.fault("sigkill-primary", pid, node=primary.port)
+                fault = run.fault("sigkill-primary", pid, hits_all=True, node=primary.port)
                 after = fault.at  # nothing completes while the slot has no primary
                 await self._wait_promoted(cluster, run, primary)
                 promoted = time.monotonic() - began

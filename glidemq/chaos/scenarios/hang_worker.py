@@ -16,7 +16,7 @@ import asyncio
 import signal
 import time
 
-from ..faults import kill_process, wait_gone
+from ..faults import kill_process, process_tree, wait_gone
 from ..registry import register
 from ..run import ChaosRun
 from ..scenario import FleetSettings, Scenario
@@ -57,8 +57,9 @@ class HangWorker(Scenario):
             await run.wait_progress(point)
             workers = await run.wait_workers(run.settings.procs)
             victim = run.rng.choice(workers)
+            hurt = process_tree(victim)
             kill_process(victim, signal.SIGSTOP)
-            fault = run.fault("sigstop-worker", victim.pid, resume_after_s=resume)
+            fault = run.fault("sigstop-worker", victim.pid, pids=hurt, resume_after_s=resume)
             if resume is not None:
                 await asyncio.sleep(resume)
                 kill_process(victim, signal.SIGCONT)

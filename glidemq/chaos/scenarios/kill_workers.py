@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import signal
 
-from ..faults import kill_process
+from ..faults import kill_process, process_tree
 from ..registry import register
 from ..run import ChaosRun
 from ..scenario import FleetSettings, Scenario
@@ -30,5 +30,6 @@ class KillWorkers(Scenario):
             # a victim among the ready ones: killing a process still booting tests nothing
             workers = await run.wait_workers(1)
             victim = run.rng.choice(workers)
+            hurt = process_tree(victim)
             kill_process(victim, signal.SIGKILL)
-            run.fault("sigkill-worker", victim.pid, workers=len(workers))
+            run.fault("sigkill-worker", victim.pid, pids=hurt, workers=len(workers))

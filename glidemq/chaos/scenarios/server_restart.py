@@ -45,7 +45,7 @@ class ServerRestart(Scenario):
             await run.wait_progress(point)
             pid = server.pid
             server.kill(signal.SIGKILL)
-            fault = run.fault("sigkill-server", pid, down_s=run.args.down)
+            fault = run.fault("sigkill-server", pid, hits_all=True, down_s=run.args.down)
             await asyncio.sleep(run.args.down)
             began = time.monotonic()
             await asyncio.to_thread(server.start, 30.0)
