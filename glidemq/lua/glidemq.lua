@@ -2625,12 +2625,30 @@ redis.register_function{function_name = 'glidemq_getJobIds', callback = function
       end
     end
   elseif state == 'waiting' then
+    -- Entries before `start` are counted as getCounts counts them (every stream entry not
+    -- pending is waiting), without reading their hashes, when the PEL is small enough to
+    -- hold in a table; the entries of the page itself are always checked.
+    local pending
+    local ok, summary = pcall(redis.call, 'XPENDING', stream, GROUP)
+    local npending = ok and tonumber(summary[1]) or 0
+    if start > 0 and npending <= 10000 then
+      pending = {}
+      if npending > 0 then
+        for _, p in ipairs(redis.call('XPENDING', stream, GROUP, '-', '+', npending)) do
+          pending[p[1]] = true
+        end
+      end
+    end
     local from = '-'
     while true do
       local entries = redis.call('XRANGE', stream, from, '+', 'COUNT', 1000)
       for _, e in ipairs(entries) do
-        local jobId = entryJobId(e[2])
-        if jobId and consider(jobId) then return out end
+        if pending and seen < start then
+          if not pending[e[1]] and entryJobId(e[2]) then seen = seen + 1 end
+        else
+          local jobId = entryJobId(e[2])
+          if jobId and consider(jobId) then return out end
+        end
       end
       if #entries < 1000 then break end
       from = '(' .. entries[#entries][1]

@@ -44,3 +44,36 @@ async def test_delayed_pages_across_chunks_in_due_order(
             assert len(await q.get_jobs("prioritized", 0, -1)) == 1
         finally:
             await q.obliterate(force=True)
+
+
+async def test_waiting_pages_skip_the_running_jobs_before_them(
+    standalone_conn: ConnectionOptions, queue_name: str
+) -> None:
+    import asyncio
+
+    from glidemq import Job, Worker
+    from tests.helpers import FAST, wait_for
+
+    release = asyncio.Event()
+    started: list[str] = []
+
+    async def hold(job: Job[Any, Any]) -> None:
+        started.append(job.id)
+        await release.wait()
+
+    async with Queue(queue_name, connection=standalone_conn) as q:
+        try:
+            ids = _ids(await q.add_bulk([("w", i) for i in range(1500)]))
+            async with Worker(
+                queue_name, hold, connection=standalone_conn, concurrency=4, prefetch=4, **FAST
+            ):
+                await wait_for(lambda: len(started) == 4, timeout=20)
+                await q.pause()  # nothing more starts while the pages are read
+                waiting = [i for i in ids if i not in set(started)]
+                assert (await q.get_job_counts()).waiting == len(waiting)
+                for start, end in ((0, 2), (3, 7), (995, 1004), (1490, 1499)):
+                    got = _ids(await q.get_jobs("waiting", start, end))
+                    assert got == waiting[start : end + 1], (start, end)
+                release.set()
+        finally:
+            await q.obliterate(force=True)
