@@ -2329,36 +2329,48 @@ redis.register_function('glidemq_clean', function(keys, args)
       removed[#removed + 1] = jobId
     end
   elseif state == 'delayed' or state == 'prioritized' then
-    local ids = redis.call('ZRANGE', scheduled, 0, -1)
-    for _, jobId in ipairs(ids) do
-      if #removed >= limit then break end
-      local jobKey = prefix .. 'job:' .. jobId
-      local h = redis.call('HMGET', jobKey, 'state', 'timestamp')
-      if h[1] == state and (tonumber(h[2]) or 0) < olderThan then
-        redis.call('ZREM', scheduled, jobId)
-        flowNotify(prefix, jobKey, jobId, 'removed', nil, nil)
-        forgetJob(prefix, jobKey, jobId, clockMs())
-        deleteJob(prefix, jobId)
-        removed[#removed + 1] = jobId
-      end
-    end
-  elseif state == 'waiting' then
-    local entries = redis.call('XRANGE', stream, '-', '+')
-    for _, e in ipairs(entries) do
-      if #removed >= limit then break end
-      local f = e[2]
-      local jobId = entryJobId(f)
-      if jobId then
+    -- read 1000 at a time: a call that reaches its limit early never loads the whole set
+    local pos = 0
+    while #removed < limit do
+      local ids = redis.call('ZRANGE', scheduled, pos, pos + 999)
+      for _, jobId in ipairs(ids) do
+        if #removed >= limit then break end
         local jobKey = prefix .. 'job:' .. jobId
         local h = redis.call('HMGET', jobKey, 'state', 'timestamp')
-        if h[1] == 'waiting' and (tonumber(h[2]) or 0) < olderThan then
-          redis.call('XDEL', stream, e[1])
+        if h[1] == state and (tonumber(h[2]) or 0) < olderThan then
+          redis.call('ZREM', scheduled, jobId)
           flowNotify(prefix, jobKey, jobId, 'removed', nil, nil)
           forgetJob(prefix, jobKey, jobId, clockMs())
           deleteJob(prefix, jobId)
           removed[#removed + 1] = jobId
+          pos = pos - 1  -- the set shrank under the cursor
+        end
+        pos = pos + 1
+      end
+      if #ids < 1000 then break end
+    end
+  elseif state == 'waiting' then
+    local from = '-'
+    while #removed < limit do
+      local entries = redis.call('XRANGE', stream, from, '+', 'COUNT', 1000)
+      for _, e in ipairs(entries) do
+        if #removed >= limit then break end
+        local f = e[2]
+        local jobId = entryJobId(f)
+        if jobId then
+          local jobKey = prefix .. 'job:' .. jobId
+          local h = redis.call('HMGET', jobKey, 'state', 'timestamp')
+          if h[1] == 'waiting' and (tonumber(h[2]) or 0) < olderThan then
+            redis.call('XDEL', stream, e[1])
+            flowNotify(prefix, jobKey, jobId, 'removed', nil, nil)
+            forgetJob(prefix, jobKey, jobId, clockMs())
+            deleteJob(prefix, jobId)
+            removed[#removed + 1] = jobId
+          end
         end
       end
+      if #entries < 1000 then break end
+      from = '(' .. entries[#entries][1]
     end
   else
     return redis.error_reply('ERR glidemq: clean: unknown state ' .. tostring(state))

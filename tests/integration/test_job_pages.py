@@ -77,3 +77,26 @@ async def test_waiting_pages_skip_the_running_jobs_before_them(
                 release.set()
         finally:
             await q.obliterate(force=True)
+
+
+async def test_clean_reads_waiting_and_delayed_jobs_in_chunks_and_removes_the_right_ones(
+    standalone_conn: ConnectionOptions, queue_name: str
+) -> None:
+    async with Queue(queue_name, connection=standalone_conn) as q:
+        try:
+            waiting = _ids(await q.add_bulk([("w", i) for i in range(2500)]))
+            delayed = _ids(
+                await q.add_bulk([("d", i, {"delay": 600_000 + i}) for i in range(1500)])
+            )
+            await q.add("p", 0, {"priority": 4})  # a prioritized job shares the scheduled set
+            # A limit that ends inside the second chunk, then the rest.
+            first = await q.clean(0, 1200, "waiting")
+            assert first == waiting[:1200]
+            rest = await q.clean(0, 5000, "waiting")
+            assert rest == waiting[1200:]
+            assert await q.clean(0, 1100, "delayed") == delayed[:1100]
+            assert await q.clean(0, 5000, "delayed") == delayed[1100:]
+            c = await q.get_job_counts()
+            assert (c.waiting, c.delayed, c.prioritized) == (0, 0, 1)
+        finally:
+            await q.obliterate(force=True)
