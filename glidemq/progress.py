@@ -82,6 +82,18 @@ class Progress:
             self._ticker = threading.Thread(target=self._tick, name="glidemq-progress", daemon=True)
             self._ticker.start()
 
+    def update(self, finished: int, label: str) -> None:
+        """Progress counted in units rather than steps (e.g. jobs): `finished` of `total`
+        are done and `label` says what is going on."""
+        with self._lock:
+            self.finished = max(0, min(finished, self.total))
+            self.current = max(self.finished, 1)
+            self.label = label
+            self._draw()
+        if self.enabled and self._ticker is None:
+            self._ticker = threading.Thread(target=self._tick, name="glidemq-progress", daemon=True)
+            self._ticker.start()
+
     def done(self) -> None:
         """The current step finished."""
         with self._lock:

@@ -93,6 +93,7 @@ class Worker(WorkerLifecycle, Generic[D, R]):
                 on_error=lambda exc: self.events.emit("error", exc),
                 hand_back=True,
                 on_room=self._wake_up,
+                result_limit=base.max_result_bytes,
                 secrets=(self.connection.password,),
             )
             pool = self.sandbox_pool
@@ -146,7 +147,8 @@ class Worker(WorkerLifecycle, Generic[D, R]):
 
     def on(self, event: str, handler: Callable[..., Any]) -> Callable[..., Any]:
         """Listen to a worker event: active, completed, failed, stalled, drained, error,
-        paused, resumed, closing, closed."""
+        paused, resumed, closing, closed, quarantined (entry_id, reason: a stream entry
+        glidemq did not write was moved to the queue's quarantine stream)."""
         return self.events.on(event, handler)
 
     async def start(self) -> None:
@@ -290,7 +292,7 @@ class Worker(WorkerLifecycle, Generic[D, R]):
             # A sandbox times out by killing the child.
             timeout = job.opts.get("timeout") if self.sandbox_pool is None else None
             result = await self._proc.job(job, timeout)
-            rv = encode_result(result)
+            rv = encode_result(result, self.opts.max_result_bytes)
         except asyncio.CancelledError:
             self._running -= 1
             if job.id in self._revoked and not self._closing:
@@ -382,6 +384,8 @@ class Worker(WorkerLifecycle, Generic[D, R]):
                     )
             if reply[1]:
                 self._start_jobs(reply[1])
+            if len(reply) > 4 and reply[4]:
+                self._fetcher.quarantined(reply[4])
         finally:
             self._reserved -= fetch
             self._flushes -= 1

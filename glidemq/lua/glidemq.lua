@@ -681,6 +681,14 @@ redis.register_function{function_name = 'glidemq_version', callback = function(k
   return LIBRARY_VERSION
 end, flags = {'no-writes'}}
 
+-- The mark of this project's library (from version 11): its clients replace an older version of
+-- it, but never another project's library that is also named glidemq, nor run on one.
+redis.register_function{function_name = 'glidemq_library', callback = function(keys, args)
+  if #keys > 1 then return badCall('ERR:BAD_KEYS', 'glidemq_library', 'takes at most 1 key') end
+  if #args > 0 then return badCall('ERR:BAD_ARGS', 'glidemq_library', 'takes no arguments') end
+  return 'glidemq-python'
+end, flags = {'no-writes'}}
+
 ---------------------------------------------------------------------------------------------
 -- add
 
@@ -1124,14 +1132,56 @@ local function leaveActive(prefix, jobKey, jobId, outcome, value, now)
   return h[3]
 end
 
-local function activate(prefix, stream, entries, now, out, emitEvents, events)
+-- An entry this library did not write (no 'id' field: another producer shares the stream) is
+-- never deleted unread. It moves to the 'quarantine' stream with its fields plus glidemqEntryId,
+-- glidemqReason and glidemqAt; meta field 'quarantined' counts such entries and a
+-- 'quarantined' event names them. A job hash it names by 'jobId' (glide-mq's field) that is
+-- waiting for this entry fails with the same reason. now: ms, or nil for the server's clock.
+local function quarantine(prefix, stream, events, entryId, f, now)
+  now = now or clockMs()
+  local reason = 'stream entry ' .. entryId .. " has no 'id' field (written by another producer?); "
+    .. 'moved to ' .. prefix .. 'quarantine'
+  local kept, named = {}, nil
+  for i = 1, #f, 2 do
+    kept[#kept + 1] = f[i]
+    kept[#kept + 1] = f[i + 1] or ''
+    if f[i] == 'jobId' then named = f[i + 1] end
+  end
+  kept[#kept + 1] = 'glidemqEntryId'
+  kept[#kept + 1] = entryId
+  kept[#kept + 1] = 'glidemqReason'
+  kept[#kept + 1] = reason
+  kept[#kept + 1] = 'glidemqAt'
+  kept[#kept + 1] = now
+  redis.call('XADD', prefix .. 'quarantine', '*', unpack(kept))
+  redis.call('XACK', stream, GROUP, entryId)
+  redis.call('XDEL', stream, entryId)
+  redis.call('HINCRBY', prefix .. 'meta', 'quarantined', 1)
+  emit(events, 'quarantined', named or '', 'entryId', entryId, 'reason', reason)
+  if named and validCustomId(named) then
+    local jobKey = prefix .. 'job:' .. named
+    local h = redis.call('HMGET', jobKey, 'state', 'sid')
+    if h[1] and not isTerminal(h[1]) and h[1] ~= 'active' and (not h[2] or h[2] == entryId) then
+      redis.call('HSET', jobKey, 'state', 'failed', 'failedReason', reason, 'finishedOn', now)
+      redis.call('ZADD', prefix .. 'failed', now, named)
+      countMetric(prefix .. 'metrics:failed', now, 1)
+      emit(events, 'failed', named, 'failedReason', reason)
+    end
+  end
+end
+
+-- moved: where the ids of quarantined entries are listed (or nil).
+local function activate(prefix, stream, entries, now, out, emitEvents, events, moved)
   for _, e in ipairs(entries) do
     local entryId, f = e[1], e[2]
     local jobId = entryJobId(f)
     local jobKey = jobId and (prefix .. 'job:' .. jobId)
     local h = jobKey and redis.call('HMGET', jobKey, 'state', 'groupKey')
     local state = h and h[1]
-    if not state or isTerminal(state) or state == 'active' or state == 'group-waiting'
+    if f and not jobId then
+      quarantine(prefix, stream, events, entryId, f, now)
+      if moved then moved[#moved + 1] = entryId end
+    elseif not state or isTerminal(state) or state == 'active' or state == 'group-waiting'
         or state == 'rate-limited' then
       -- Orphan entry (job removed, finished or parked): drop it so it is not redelivered.
       redis.call('XACK', stream, GROUP, entryId)
@@ -1157,7 +1207,7 @@ end
 
 -- Returns the entries read (-1: the queue is paused) and, when a queue-wide limit stopped
 -- the fetch, the ms until it may succeed. lim: the worker's limiter or nil.
-local function fetch(prefix, keys, consumer, count, now, emitEvents, out, lim)
+local function fetch(prefix, keys, consumer, count, now, emitEvents, out, lim, moved)
   local stream, scheduled, events, meta = keys[1], keys[4], keys[3], keys[5]
   if count <= 0 then return 0, 0 end
   local m = redis.call('HMGET', meta, unpack(META_LIMITS))
@@ -1182,16 +1232,18 @@ local function fetch(prefix, keys, consumer, count, now, emitEvents, out, lim)
     end
   end
   local before = #out
-  activate(prefix, stream, entries, now, out, emitEvents, events)
+  activate(prefix, stream, entries, now, out, emitEvents, events, moved)
   if charge then chargeWindows(prefix, charge, (#out - before) / 3) end
   return #entries, 0
 end
+
+local EVENT_VALUE_MAX = 16384 -- bytes of a return value a 'completed' event carries
 
 -- KEYS: stream, completed, events, scheduled, meta.
 -- ARGS: now, consumer, fetchCount, emitEvents, nCompletions,
 --       then per completion: jobId, entryId, returnvalue, keepCount, keepAge,
 --       then optionally the worker's limiter: max, duration (ms).
--- Returns {statuses, fetched (flat triples), paused, waitMs}; waitMs > 0 when a queue-wide
+-- Returns {statuses, fetched (flat triples), paused, waitMs, quarantined entry ids}; waitMs > 0 when a queue-wide
 -- limit (rate, concurrency, Worker.rate_limit) stopped the fetch: ask again after that long. A completion whose entry is no longer
 -- pending for the group (the job was reclaimed and handed to another worker) is a no-op
 -- reported as 'stale', so a job is never completed twice.
@@ -1212,7 +1264,14 @@ local function completeOne(prefix, stream, completed, events, now, jobId, entryI
     redis.call('ZADD', completed, now, jobId)
     retain(prefix, completed, now, keepCount, keepAge)
   end
-  if emitEvents then emit(events, 'completed', jobId, 'returnvalue', rv) end
+  if emitEvents then
+    -- events stay small: a larger value is read from the job
+    if #rv <= EVENT_VALUE_MAX then
+      emit(events, 'completed', jobId, 'returnvalue', rv)
+    else
+      emit(events, 'completed', jobId, 'returnvalueBytes', #rv)
+    end
+  end
   return 'ok'
 end
 
@@ -1263,10 +1322,10 @@ redis.register_function('glidemq_completeAndFetchNext', function(keys, args)
     if statuses[c] == 'ok' then done = done + 1 end
   end
   if done > 0 then countMetric(prefix .. 'metrics:completed', now, done) end
-  local out = {}
+  local out, moved = {}, {}
   local got, wait = fetch(prefix, keys, consumer, fetchCount, now, emitEvents, out,
-    limiterArg(args[i], args[i + 1]))
-  return {statuses, out, got == -1 and 1 or 0, wait}
+    limiterArg(args[i], args[i + 1]), moved)
+  return {statuses, out, got == -1 and 1 or 0, wait, moved}
 end)
 
 -- KEYS: stream, completed, events, scheduled, meta. ARGS: same as completeAndFetchNext with
@@ -1306,7 +1365,16 @@ redis.register_function('glidemq_moveToActive', function(keys, args)
   end
   local entries = {}
   for i = 5, #args, 2 do
-    entries[#entries + 1] = {args[i], {'id', args[i + 1]}}
+    local f = {'id', args[i + 1]}
+    if args[i + 1] == '' then
+      -- The reader found no job id: see what the entry holds (another producer's is kept).
+      local r = redis.call('XRANGE', stream, args[i], args[i])
+      if r[1] and not entryJobId(r[1][2]) then
+        quarantine(prefix, stream, keys[3], args[i], r[1][2], now)
+        f = nil
+      end
+    end
+    if f then entries[#entries + 1] = {args[i], f} end
   end
   local out = {}
   local m = redis.call('HMGET', keys[5], unpack(META_LIMITS))
@@ -1455,6 +1523,10 @@ redis.register_function('glidemq_reclaimStalled', function(keys, args)
   local requeued, failed = 0, 0
   for _, e in ipairs(r[2]) do
     local entryId, f = e[1], e[2]
+    if f and not entryJobId(f) then -- not ours: kept aside, then nothing below applies
+      quarantine(prefix, stream, events, entryId, f, now)
+      f = nil
+    end
     redis.call('XACK', stream, GROUP, entryId)
     redis.call('XDEL', stream, entryId)
     local jobId = entryJobId(f)
@@ -1518,6 +1590,12 @@ redis.register_function('glidemq_deferActive', function(keys, args)
   local n = 0
   for _, p in ipairs(pairs_) do
     local entryId, jobId = p[1], p[2]
+    if jobId == '' then -- another producer's entry is kept aside, not dropped
+      local e = redis.call('XRANGE', stream, entryId, entryId)
+      if e[1] and not entryJobId(e[1][2]) then
+        quarantine(prefix, stream, events, entryId, e[1][2], nil)
+      end
+    end
     if redis.call('XACK', stream, GROUP, entryId) == 1 then
       redis.call('XDEL', stream, entryId)
       local jobKey = prefix .. 'job:' .. jobId

@@ -32,7 +32,8 @@ import orjson
 
 from .. import otel
 from ..errors import BatchError
-from ..processor import load_processor
+from ..processor import load_processor, user_exit
+from ..serialize import encode_result
 from .channel import Channel, FrameDecoder, encode_frame
 from .job import SandboxJob
 from .protocol import (
@@ -220,6 +221,8 @@ class _Runner:
         self.rss_limit = limit if isinstance(limit, int) and limit > 0 else None
         self.rss = _Rss() if self.rss_limit else None
         self.hard_limit = hello.get("hard_limit")
+        limit = hello.get("result_limit")
+        self.result_limit = limit if isinstance(limit, int) and limit > 0 else None
         cap = hello.get("cap")
         # runs at once; a sync processor runs one (on its thread), whatever the parent says
         self.cap = cap if is_async and isinstance(cap, int) and cap > 0 else 1
@@ -388,7 +391,8 @@ class _Runner:
                 value = await self._in_thread(self.thread.submit(self.fn, arg))
                 if inspect.isawaitable(value):
                     value = await value
-            message = {"t": RESULT, "i": inv, "v": orjson.Fragment(_encode_result(value, batch))}
+            rv = _encode_result(value, batch, self.result_limit)
+            message = {"t": RESULT, "i": inv, "v": orjson.Fragment(rv)}
         except asyncio.CancelledError:
             message = {
                 "t": ERROR,
@@ -396,7 +400,8 @@ class _Runner:
                 "err": {"type": CANCELLED, "name": "CancelledError", "message": "aborted"},
             }
         except BaseException as exc:
-            message = {"t": ERROR, "i": inv, "err": _describe(exc)}
+            # KeyboardInterrupt, SystemExit: this run's failure, described as in-process
+            message = {"t": ERROR, "i": inv, "err": _describe(user_exit(exc))}
             if isinstance(exc, MemoryError):
                 message["retire"] = "memory"  # the heap may be fragmented or near the cap
         finally:
@@ -458,21 +463,24 @@ def _describe(exc: BaseException) -> WireError:
         }
 
 
-def _encode_result(value: Any, batch: bool) -> bytes:
-    """The result as JSON, or the error the in-process Worker would give for it."""
+def _encode_result(value: Any, batch: bool, limit: int | None) -> bytes:
+    """The result as JSON, or the error the in-process Worker would give for it (not JSON,
+    NaN or Infinity, over the Worker's max_result_bytes): checked here, so an oversized
+    result never crosses the socket."""
+    if not (batch and isinstance(value, list | tuple)):
+        return encode_result(value, limit)
     try:
-        return orjson.dumps(value)
-    except TypeError as exc:
-        if not (batch and isinstance(value, list | tuple)):
-            raise TypeError(f"return value is not JSON-serializable: {exc}") from None
-    # In a batch only the items that cannot be encoded fail, as in-process.
+        return encode_result(value, limit)  # a whole batch within one result's limit
+    except (TypeError, ValueError):
+        pass
+    # In a batch only the items that cannot be stored fail, as in-process.
     results: list[Any] = []
     for item in value:
         try:
-            orjson.dumps(item)
+            encode_result(item, limit)
             results.append(item)
-        except TypeError as exc:
-            results.append(TypeError(f"return value is not JSON-serializable: {exc}"))
+        except (TypeError, ValueError) as exc:
+            results.append(exc.with_traceback(None))
     raise BatchError(results)
 
 

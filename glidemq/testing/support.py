@@ -70,6 +70,7 @@ SUPPORTED_WORKER_OPTIONS = frozenset(
         "consumer",
         "batch",
         "limiter",
+        "max_result_bytes",
     }
 )
 

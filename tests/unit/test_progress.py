@@ -70,3 +70,26 @@ def test_a_step_that_ends_without_done_still_counts() -> None:
 
 def test_durations_read_well() -> None:
     assert [format_duration(s) for s in (0, 42.9, 185, 3725)] == ["0s", "42s", "3m05s", "1h02m"]
+
+
+def test_progress_counted_in_units_estimates_from_the_rate_so_far() -> None:
+    # how glidemq-chaos soak shows jobs done of all on a terminal
+    clock, out = Clock(), Terminal()
+    progress = Progress(1000, name="glidemq-chaos soak", stream=out, clock=clock, refresh=3600)
+    clock.now += 60
+    progress.update(250, "250/1,000 done")
+    assert _last_line(out.getvalue()) == (
+        "glidemq-chaos soak: [250/1000] 250/1,000 done, elapsed 1m00s, about 3m00s left"
+    )
+    progress.update(5000, "overshoot")  # never past the total
+    assert progress.finished == 1000 and progress.estimate() == 0
+    progress.close()
+    assert _last_line(out.getvalue()) == ""
+
+
+def test_progress_in_units_draws_nothing_off_a_terminal() -> None:
+    out = io.StringIO()
+    progress = Progress(10, stream=out)
+    progress.update(3, "3/10 done")
+    progress.close()
+    assert out.getvalue() == ""
