@@ -15,6 +15,7 @@ from .view import QueueView
 __all__ = [
     "CLEAN_STATES",
     "RETRY_STATES",
+    "change_priority",
     "clean",
     "drain",
     "obliterate",
@@ -117,6 +118,19 @@ async def promote(view: QueueView, ids: Sequence[str]) -> list[ActionResult]:
         else:
             out.append(ActionResult(view.name, "promote", job_id, True, f"now {job.state}"))
     return out
+
+
+async def change_priority(view: QueueView, job_id: str, priority: int) -> ActionResult:
+    """Give a job that has not started yet a new priority (0: none; lower runs first)."""
+    job_id = validate_job_id(job_id, "id")
+    job = await view.get_job(job_id)
+    if job is None:
+        return ActionResult(view.name, "priority", job_id, False, "not found")
+    try:
+        await job.change_priority(priority)
+    except (JobNotFoundError, JobStateError) as exc:
+        return ActionResult(view.name, "priority", job_id, False, str(exc))
+    return ActionResult(view.name, "priority", job_id, True, f"priority {priority}, {job.state}")
 
 
 async def pause(view: QueueView) -> BulkResult:

@@ -168,10 +168,12 @@ class QueueAdmin(Generic[D, R]):
         data: Mapping[str, Any] | None = None,
         limit: int = 100,
         scan: int = 10_000,
+        text: str | None = None,
     ) -> list[Job[D, R]]:
-        """Jobs whose name matches the glob `name` and whose data has the given top-level
-        field values, in `state` (one or several; default all), at most `limit`. Looks at no
-        more than `scan` jobs per state, on the server (docs/ADVANCED.md, "Queries")."""
+        """Jobs whose name matches the glob `name`, whose data has the given top-level field
+        values and whose data's JSON text contains `text` (ASCII case ignored), in `state`
+        (one or several; default all), at most `limit`. Looks at no more than `scan` jobs per
+        state, on the server (docs/ADVANCED.md, "Queries")."""
         return await queries.search_jobs(
             await self._context(),
             self._jobs_by_ids,
@@ -180,6 +182,7 @@ class QueueAdmin(Generic[D, R]):
             data=data,
             limit=limit,
             scan=scan,
+            text=text,
         )
 
     async def get_metrics(self, kind: str = "completed", *, minutes: int = 60) -> Metrics:

@@ -23,7 +23,7 @@ from ..events import QueueEvent, QueueEvents
 from ..functions import connect_with_library
 from ..keys import DEFAULT_PREFIX, QueueKeys, validate_prefix
 from ..scheduler import JobScheduler
-from . import actions, queries
+from . import actions, queries, search
 from .model import ActionResult, BulkResult, JobDetail, JobPage, QueueStatus, QueueSummary
 from .view import QueueView
 
@@ -126,6 +126,21 @@ class Admin:
             raise JobNotFoundError(queue, job_id)
         return detail
 
+    async def find(
+        self,
+        queue: str,
+        text: str,
+        states: Sequence[str] = (),
+        *,
+        limit: int = 20,
+        offset: int = 0,
+        scan: int = search.DEFAULT_SCAN,
+    ) -> JobPage:
+        """Jobs whose id is `text`, whose name contains it or whose data text contains it,
+        looking at no more than `scan` jobs per state (`glidemq.admin.search`)."""
+        view = await self.view(queue)
+        return await search.find_jobs(view, text, states, limit=limit, offset=offset, scan=scan)
+
     async def schedulers(self, queue: str) -> list[JobScheduler]:
         """The queue's job schedulers, the next to run first."""
         return await queries.schedulers(await self.view(queue))
@@ -157,6 +172,10 @@ class Admin:
     async def promote(self, queue: str, ids: Sequence[str]) -> list[ActionResult]:
         """Make delayed jobs runnable now, one result per id."""
         return await actions.promote(await self.view(queue), ids)
+
+    async def change_priority(self, queue: str, job_id: str, priority: int) -> ActionResult:
+        """Give a job that has not started yet a new priority."""
+        return await actions.change_priority(await self.view(queue), job_id, priority)
 
     async def pause(self, queue: str) -> BulkResult:
         """Stop workers from taking new jobs of the queue."""

@@ -2407,36 +2407,48 @@ redis.register_function('glidemq_clean', function(keys, args)
       removed[#removed + 1] = jobId
     end
   elseif state == 'delayed' or state == 'prioritized' then
-    local ids = redis.call('ZRANGE', scheduled, 0, -1)
-    for _, jobId in ipairs(ids) do
-      if #removed >= limit then break end
-      local jobKey = prefix .. 'job:' .. jobId
-      local h = redis.call('HMGET', jobKey, 'state', 'timestamp')
-      if h[1] == state and (tonumber(h[2]) or 0) < olderThan then
-        redis.call('ZREM', scheduled, jobId)
-        flowNotify(prefix, jobKey, jobId, 'removed', nil, nil)
-        forgetJob(prefix, jobKey, jobId, clockMs())
-        deleteJob(prefix, jobId)
-        removed[#removed + 1] = jobId
-      end
-    end
-  elseif state == 'waiting' then
-    local entries = redis.call('XRANGE', stream, '-', '+')
-    for _, e in ipairs(entries) do
-      if #removed >= limit then break end
-      local f = e[2]
-      local jobId = entryJobId(f)
-      if jobId then
+    -- read 1000 at a time: a call that reaches its limit early never loads the whole set
+    local pos = 0
+    while #removed < limit do
+      local ids = redis.call('ZRANGE', scheduled, pos, pos + 999)
+      for _, jobId in ipairs(ids) do
+        if #removed >= limit then break end
         local jobKey = prefix .. 'job:' .. jobId
         local h = redis.call('HMGET', jobKey, 'state', 'timestamp')
-        if h[1] == 'waiting' and (tonumber(h[2]) or 0) < olderThan then
-          redis.call('XDEL', stream, e[1])
+        if h[1] == state and (tonumber(h[2]) or 0) < olderThan then
+          redis.call('ZREM', scheduled, jobId)
           flowNotify(prefix, jobKey, jobId, 'removed', nil, nil)
           forgetJob(prefix, jobKey, jobId, clockMs())
           deleteJob(prefix, jobId)
           removed[#removed + 1] = jobId
+          pos = pos - 1  -- the set shrank under the cursor
+        end
+        pos = pos + 1
+      end
+      if #ids < 1000 then break end
+    end
+  elseif state == 'waiting' then
+    local from = '-'
+    while #removed < limit do
+      local entries = redis.call('XRANGE', stream, from, '+', 'COUNT', 1000)
+      for _, e in ipairs(entries) do
+        if #removed >= limit then break end
+        local f = e[2]
+        local jobId = entryJobId(f)
+        if jobId then
+          local jobKey = prefix .. 'job:' .. jobId
+          local h = redis.call('HMGET', jobKey, 'state', 'timestamp')
+          if h[1] == 'waiting' and (tonumber(h[2]) or 0) < olderThan then
+            redis.call('XDEL', stream, e[1])
+            flowNotify(prefix, jobKey, jobId, 'removed', nil, nil)
+            forgetJob(prefix, jobKey, jobId, clockMs())
+            deleteJob(prefix, jobId)
+            removed[#removed + 1] = jobId
+          end
         end
       end
+      if #entries < 1000 then break end
+      from = '(' .. entries[#entries][1]
     end
   else
     return redis.error_reply('ERR glidemq: clean: unknown state ' .. tostring(state))
@@ -2522,11 +2534,23 @@ local function dataMatches(raw, filters)
   if #filters == 0 then return true end
   if not raw then return false end
   if string.sub(raw, 1, 3) == 'gz:' then return true end
-  local ok, d = pcall(cjson.decode, raw)
-  if not ok or type(d) ~= 'table' then return false end
+  local d
   for _, f in ipairs(filters) do
-    local v, kind, want = d[f[1]], f[2], f[3]
-    if kind == 's' then
+    local kind, want = f[2], f[3]
+    if kind == 't' then
+      -- text anywhere in the stored JSON, ASCII case ignored (want comes lowercased)
+      if not string.find(string.lower(raw), want, 1, true) then return false end
+    elseif d == nil then
+      local ok, decoded = pcall(cjson.decode, raw)
+      if not ok or type(decoded) ~= 'table' then return false end
+      d = decoded
+    end
+  end
+  for _, f in ipairs(filters) do
+    local v, kind, want = d and d[f[1]], f[2], f[3]
+    if kind == 't' then
+      -- matched above
+    elseif kind == 's' then
       if v ~= want then return false end
     elseif kind == 'n' then
       if type(v) ~= 'number' or v ~= tonumber(want) then return false end
@@ -2541,7 +2565,8 @@ end
 
 -- KEYS: stream, scheduled. ARGS: state (waiting, active, delayed, prioritized, completed,
 -- failed, dlq), namePattern (a Lua pattern; '' matches every name), limit, scanMax, then
--- field/kind/value triples for dataMatches. Looks at no more than scanMax jobs of the state
+-- field/kind/value triples for dataMatches (kind 't': the lowercased value appears anywhere
+-- in the data's JSON text, field ignored). Looks at no more than scanMax jobs of the state
 -- (finished ones newest first). Returns up to limit matching job ids.
 redis.register_function{function_name = 'glidemq_searchByName', callback = function(keys, args)
   local err = shape('glidemq_searchByName', keys, args, 2, 4)
@@ -2572,8 +2597,14 @@ redis.register_function{function_name = 'glidemq_searchByName', callback = funct
     for _, jobId in ipairs(redis.call('ZREVRANGE', prefix .. state, 0, scanMax - 1)) do
       if consider(jobId) then break end
     end
-  elseif state == 'delayed' or state == 'prioritized' then
+  elseif state == 'delayed' then
     for _, jobId in ipairs(redis.call('ZRANGE', scheduled, 0, scanMax - 1)) do
+      if consider(jobId) then break end
+    end
+  elseif state == 'prioritized' then
+    -- prioritized jobs live in the bands >= 1, after every delayed job of band 0
+    local ids = redis.call('ZRANGEBYSCORE', scheduled, SHIFT, '+inf', 'LIMIT', 0, scanMax)
+    for _, jobId in ipairs(ids) do
       if consider(jobId) then break end
     end
   elseif state == 'waiting' then
@@ -2637,8 +2668,23 @@ redis.register_function{function_name = 'glidemq_getCounts', callback = function
     groupWaiting, rateLimited}
 end, flags = {'no-writes'}}
 
+-- Calls visit(member) on a sorted set's members in order, reading 1000 at a time, until visit
+-- returns true (then returns true). A page near the front never reads the whole set.
+local function eachMember(key, visit)
+  local pos = 0
+  while true do
+    local ids = redis.call('ZRANGE', key, pos, pos + 999)
+    for _, id in ipairs(ids) do
+      if visit(id) then return true end
+    end
+    if #ids < 1000 then return false end
+    pos = pos + 1000
+  end
+end
+
 -- KEYS: stream, scheduled. ARGS: state, start, stop (inclusive indices). Returns job ids:
--- finished sets newest first, others in the order they would run.
+-- finished sets newest first, others in the order they would run. Reads the stream and the
+-- sets in chunks, so the cost grows with start + count, not with the size of the queue.
 redis.register_function{function_name = 'glidemq_getJobIds', callback = function(keys, args)
   local err = shape('glidemq_getJobIds', keys, args, 2, 3, 3)
   if err then return err end
@@ -2669,14 +2715,43 @@ redis.register_function{function_name = 'glidemq_getJobIds', callback = function
       end
     end
   elseif state == 'waiting' then
-    local entries = redis.call('XRANGE', stream, '-', '+')
-    for _, e in ipairs(entries) do
-      local jobId = entryJobId(e[2])
-      if jobId and consider(jobId) then return out end
+    -- Entries before `start` are counted as getCounts counts them (every stream entry not
+    -- pending is waiting), without reading their hashes, when the PEL is small enough to
+    -- hold in a table; the entries of the page itself are always checked.
+    local pending
+    local ok, summary = pcall(redis.call, 'XPENDING', stream, GROUP)
+    local npending = ok and tonumber(summary[1]) or 0
+    if start > 0 and npending <= 10000 then
+      pending = {}
+      if npending > 0 then
+        for _, p in ipairs(redis.call('XPENDING', stream, GROUP, '-', '+', npending)) do
+          pending[p[1]] = true
+        end
+      end
     end
-    local lifo = redis.call('LRANGE', prefix .. 'list', 0, -1)
-    for x = #lifo, 1, -1 do
-      if consider(lifo[x]) then return out end
+    local from = '-'
+    while true do
+      local entries = redis.call('XRANGE', stream, from, '+', 'COUNT', 1000)
+      for _, e in ipairs(entries) do
+        if pending and seen < start then
+          if not pending[e[1]] and entryJobId(e[2]) then seen = seen + 1 end
+        else
+          local jobId = entryJobId(e[2])
+          if jobId and consider(jobId) then return out end
+        end
+      end
+      if #entries < 1000 then break end
+      from = '(' .. entries[#entries][1]
+    end
+    local list = prefix .. 'list'
+    local hi = redis.call('LLEN', list) - 1
+    while hi >= 0 do
+      local lo = math.max(0, hi - 999)
+      local part = redis.call('LRANGE', list, lo, hi)
+      for x = #part, 1, -1 do
+        if consider(part[x]) then return out end
+      end
+      hi = lo - 1
     end
   elseif state == 'group-waiting' or state == 'rate-limited' then
     local sets = {prefix .. 'ratelimited'}
@@ -2687,18 +2762,12 @@ redis.register_function{function_name = 'glidemq_getJobIds', callback = function
       end
     end
     for _, key in ipairs(sets) do
-      for _, jobId in ipairs(redis.call('ZRANGE', key, 0, -1)) do
-        if consider(jobId) then return out end
-      end
+      if eachMember(key, consider) then return out end
     end
   elseif state == 'delayed' or state == 'prioritized' then
-    for _, jobId in ipairs(redis.call('ZRANGE', scheduled, 0, -1)) do
-      if consider(jobId) then return out end
-    end
+    if eachMember(scheduled, consider) then return out end
   elseif state == 'waiting-children' then
-    for _, jobId in ipairs(redis.call('ZRANGE', prefix .. 'waiting-children', 0, -1)) do
-      if consider(jobId) then return out end
-    end
+    if eachMember(prefix .. 'waiting-children', consider) then return out end
   else
     return redis.error_reply('ERR glidemq: getJobIds: unknown state ' .. tostring(state))
   end
