@@ -21,6 +21,7 @@ from .errors import (
     CycleError,
     DelayedError,
     DuplicateJobError,
+    ForeignLibraryError,
     GlideMQError,
     JobFailedError,
     JobNotFoundError,
@@ -28,7 +29,9 @@ from .errors import (
     JobTimeoutError,
     LibraryError,
     PayloadTooLargeError,
+    ProcessorExitError,
     QueueFullError,
+    QueueNotFoundError,
     RateLimitError,
     SerializerMismatchError,
     ServerError,
@@ -43,6 +46,7 @@ from .flowview import Dependencies, Flow, FlowNode
 from .job import Job
 from .limits import RateLimit, TokenBucket
 from .processor import ProcessorSpec, processor
+from .producer import Producer
 from .queries import Metrics, WorkerInfo
 from .queue import JobCounts, Queue
 from .retry import RetryPolicy
@@ -77,6 +81,7 @@ __all__ = [
     "FlowJob",
     "FlowNode",
     "FlowProducer",
+    "ForeignLibraryError",
     "GlideMQError",
     "GracefulShutdown",
     "Job",
@@ -94,11 +99,14 @@ __all__ = [
     "Metrics",
     "PayloadTooLargeError",
     "Processor",
+    "ProcessorExitError",
     "ProcessorSpec",
+    "Producer",
     "Queue",
     "QueueEvent",
     "QueueEvents",
     "QueueFullError",
+    "QueueNotFoundError",
     "RateLimit",
     "RateLimitError",
     "RetryPolicy",

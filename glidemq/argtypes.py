@@ -4,8 +4,12 @@ text into a number or rejects it with a message argparse prints next to the flag
 from __future__ import annotations
 
 import argparse
+import re
 
-__all__ = ["non_negative_float", "port", "positive_int"]
+__all__ = ["duration_ms", "non_negative_float", "port", "positive_int"]
+
+_DURATION = re.compile(r"^(\d+(?:\.\d+)?)(ms|s|m|h|d)$")
+_UNIT_MS = {"ms": 1, "s": 1000, "m": 60_000, "h": 3_600_000, "d": 86_400_000}
 
 
 def positive_int(text: str) -> int:
@@ -36,3 +40,16 @@ def port(text: str) -> int:
     if value > 65535:
         raise argparse.ArgumentTypeError(f"not a port: {value}")
     return value
+
+
+def duration_ms(text: str) -> int:
+    """A duration with its unit, in ms: `500ms`, `30s`, `10m`, `1h`, `2d` (or `0`)."""
+    value = text.strip().lower()
+    if value == "0":
+        return 0
+    m = _DURATION.match(value)
+    if m is None:
+        raise argparse.ArgumentTypeError(
+            f"expected a duration with a unit (500ms, 30s, 10m, 1h, 2d), got {text!r}"
+        )
+    return int(float(m.group(1)) * _UNIT_MS[m.group(2)])

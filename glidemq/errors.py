@@ -13,6 +13,7 @@ __all__ = [
     "CycleError",
     "DelayedError",
     "DuplicateJobError",
+    "ForeignLibraryError",
     "GlideMQError",
     "JobFailedError",
     "JobNotFoundError",
@@ -20,7 +21,9 @@ __all__ = [
     "JobTimeoutError",
     "LibraryError",
     "PayloadTooLargeError",
+    "ProcessorExitError",
     "QueueFullError",
+    "QueueNotFoundError",
     "RateLimitError",
     "SerializerMismatchError",
     "ServerError",
@@ -87,6 +90,20 @@ class RateLimitError(GlideMQError):
         return f"rate limited for {self.delay} ms" if self.delay else "rate limited"
 
 
+class ProcessorExitError(GlideMQError):
+    """A processor raised KeyboardInterrupt, SystemExit or another BaseException that is not
+    an Exception. The job fails with this error (reason `processor raised NAME[: detail]`,
+    the original is its `__cause__`); the worker, its event loop and other jobs go on."""
+
+    def __init__(self, original: BaseException) -> None:
+        name = type(original).__name__
+        detail = str(original)
+        super().__init__(
+            f"processor raised {name}: {detail}" if detail else f"processor raised {name}"
+        )
+        self.original_type = name
+
+
 class ConnectionError(GlideMQError):
     """The Valkey server could not be reached or the connection was lost."""
 
@@ -99,6 +116,24 @@ class LibraryError(ServerError):
     """The glidemq function library could not be loaded or has the wrong version."""
 
 
+class ForeignLibraryError(LibraryError):
+    """The server's function library named `glidemq` belongs to another project (Node
+    glide-mq ships one by that name): glidemq neither replaces it nor runs on it. `functions`
+    and `version` (what its glidemq_version answered, None if nothing) say what was found."""
+
+    def __init__(self, functions: Sequence[str], version: str | None) -> None:
+        names = list(functions)
+        shown = ", ".join(names[:8]) + (f", ... ({len(names)} in all)" if len(names) > 8 else "")
+        found = f"version {version!r}" if version is not None else "no readable version"
+        super().__init__(
+            f"the server's function library 'glidemq' is not glidemq for Python ({found}; "
+            f"functions: {shown or 'none'}): it is left as it is and not used; "
+            "give glidemq a Valkey server of its own"
+        )
+        self.functions = names
+        self.version = version
+
+
 class JobNotFoundError(GlideMQError, LookupError):
     """No job with this id exists in the queue."""
 
@@ -106,6 +141,15 @@ class JobNotFoundError(GlideMQError, LookupError):
         super().__init__(f"job {job_id!r} not found in queue {queue!r}")
         self.queue = queue
         self.job_id = job_id
+
+
+class QueueNotFoundError(GlideMQError, LookupError):
+    """No key of this queue exists under the prefix (admin reads of an unknown queue)."""
+
+    def __init__(self, queue: str, prefix: str) -> None:
+        super().__init__(f"no queue {queue!r} under prefix {prefix!r}")
+        self.queue = queue
+        self.prefix = prefix
 
 
 class JobStateError(GlideMQError):

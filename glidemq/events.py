@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass, field
 from types import TracebackType
 from typing import Any, Self
@@ -17,7 +17,7 @@ from .keys import DEFAULT_PREFIX, QueueKeys
 from .retry import to_glidemq_error
 from .watchdog import Renewal
 
-__all__ = ["EventFeed", "QueueEvent", "QueueEvents"]
+__all__ = ["EventFeed", "QueueEvent", "QueueEvents", "parse_event"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -29,6 +29,12 @@ class QueueEvent:
     event: str
     job_id: str | None
     fields: dict[str, str] = field(default_factory=dict)
+
+
+def parse_event(entry_id: bytes, pairs: Sequence[Sequence[bytes]]) -> QueueEvent:
+    """The event of one entry of the events stream (its id and field/value pairs)."""
+    fields = {k.decode(): v.decode(errors="replace") for k, v in pairs}
+    return QueueEvent(entry_id.decode(), fields.pop("event", ""), fields.pop("jobId", None), fields)
 
 
 class EventFeed:
@@ -186,11 +192,8 @@ class QueueEvents(EventFeed):
                 continue
             for entries in reply.values():
                 for entry_id, pairs in entries.items():
-                    self.last_id = entry_id.decode()
-                    fields = {k.decode(): v.decode(errors="replace") for k, v in pairs}
-                    ev = QueueEvent(
-                        self.last_id, fields.pop("event", ""), fields.pop("jobId", None), fields
-                    )
+                    ev = parse_event(entry_id, pairs)
+                    self.last_id = ev.id
                     self._publish(ev)
 
     async def close(self) -> None:

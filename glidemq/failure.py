@@ -19,6 +19,7 @@ if TYPE_CHECKING:
 __all__ = ["JobFailure", "expired_error", "job_failure", "record_failure"]
 
 _STACK_CHARS = 4000  # the stored stack trace keeps its last part, where the error is
+_REASON_CHARS = 4000  # events carry the reason: keep them small
 
 
 class _Expired(GlideMQError):
@@ -66,7 +67,7 @@ def job_failure(
             delay = 0
     return JobFailure(
         delay,
-        str(error) or type(error).__name__,
+        (str(error) or type(error).__name__)[:_REASON_CHARS],
         job_retention(job.opts, "removeOnFail", keep_default),
         "".join(traceback.format_exception(error))[-_STACK_CHARS:],
     )

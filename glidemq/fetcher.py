@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import time
 from typing import TYPE_CHECKING, Any
 
@@ -22,6 +23,8 @@ if TYPE_CHECKING:
 
 __all__ = ["Fetcher"]
 
+log = logging.getLogger("glidemq.worker")
+
 
 class Fetcher:
     """The fetch loop of one Worker; it fills the worker's free slots."""
@@ -35,6 +38,20 @@ class Fetcher:
         self.wants = False
         self.progress_at = time.monotonic()
         self.error_at = float("-inf")
+
+    def quarantined(self, entry_ids: list[Any]) -> None:
+        """Stream entries the library moved to the quarantine stream (not written by glidemq:
+        no `id` field): log them and emit `quarantined(entry_id, reason)`."""
+        w = self.worker
+        where = w.keys.stream.removesuffix("stream") + "quarantine"
+        for raw in entry_ids:
+            entry_id = raw.decode() if isinstance(raw, bytes) else str(raw)
+            reason = (
+                f"stream entry {entry_id} has no 'id' field (written by another producer?); "
+                f"moved to {where}"
+            )
+            log.warning("glidemq: queue %s: %s", w.name, reason)
+            w.events.emit("quarantined", entry_id, reason)
 
     async def ensure_group(self) -> None:
         """Create the `workers` group from id 0, so jobs added before any worker count."""
@@ -109,6 +126,8 @@ class Fetcher:
             w._start_jobs(reply[1])
         finally:
             w._reserved -= n
+        if len(reply) > 4 and reply[4]:
+            self.quarantined(reply[4])
         self.limited_ms = int(reply[3]) if len(reply) > 3 else 0
         if reply[2] == 1:
             return None
@@ -140,20 +159,25 @@ class Fetcher:
             if not reply:
                 return
             args = [str(now_ms()), w._emit_flag, *self.limiter]
+            foreign: list[bytes] = []  # no job id: the library moves them to quarantine
             for entries in reply.values():
                 for entry_id, fields in entries.items():
                     job_id = next(
                         (v for k, v in (fields or []) if k == b"id"), b""
                     )  # entry fields are [[field, value], ...]
                     args += [entry_id.decode(), job_id.decode()]
+                    if fields and not job_id:
+                        foreign.append(entry_id)
             if w._paused:  # paused while the read was blocked: hand the entries back
                 await w._ctx.fcall(
                     "glidemq_deferActive",
                     [w.keys.stream, w.keys.events],
                     [w.consumer, *args[4:]],
                 )
-                return
-            flat = await w._ctx.fcall("glidemq_moveToActive", w._ctx.fetch_keys, args)
-            w._start_jobs(flat)
+            else:
+                flat = await w._ctx.fcall("glidemq_moveToActive", w._ctx.fetch_keys, args)
+                w._start_jobs(flat)
+            if foreign:
+                self.quarantined(foreign)
         finally:
             w._reserved -= n

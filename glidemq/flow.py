@@ -10,14 +10,16 @@ of its children finished. docs/WORKFLOWS.md describes the semantics.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import re
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Literal, Self, TypeAlias
 
 from glide import Batch, ClusterBatch, GlideClusterClient
 
+from . import otel
 from .connection import Client, ConnectionLike, close_client, resolve_connection
 from .context import QueueContext, now_ms
 from .errors import (
@@ -202,6 +204,17 @@ class FlowProducer:
         self._contexts: dict[str, QueueContext] = {}
         self._lock = asyncio.Lock()
         self._closed = False
+        self._tracing = otel.job_tracing()  # asked once; None costs nothing
+
+    @contextlib.contextmanager
+    def _traced(self, operation: str, queue: str) -> Iterator[str | None]:
+        """A producer span around adding a flow (with tracing on); yields its traceparent,
+        which every job of the flow carries, so parents and children share one trace."""
+        if self._tracing is None:
+            yield None
+            return
+        with self._tracing.producer(operation, queue):
+            yield self._tracing.traceparent()
 
     async def __aenter__(self) -> Self:
         await self._connect()
@@ -239,7 +252,10 @@ class FlowProducer:
     # -- encoding ----------------------------------------------------------------------------
 
     def _prepare(
-        self, starts: Iterable[FlowJob], label: Callable[[FlowJob], str] = _label
+        self,
+        starts: Iterable[FlowJob],
+        label: Callable[[FlowJob], str] = _label,
+        traceparent: str | None = None,
     ) -> _Prepared:
         planned = plan_flow(starts, label)
         if not planned:
@@ -281,7 +297,7 @@ class FlowProducer:
                 str(q),
                 node.name,
                 data,
-                wire_opts(opts),
+                otel.stamp_opts(wire_opts(opts), traceparent),
                 str(opts.delay),
                 str(opts.priority),
                 str(opts.attempts),
@@ -397,9 +413,10 @@ class FlowProducer:
         `move_to_waiting_children`). Raises DuplicateJobError when a custom job id exists,
         CycleError, CrossSlotError (cluster) or ValidationError; nothing is written then.
         """
-        p = self._prepare([flow])
-        jobs = await self._add(p, parent)
-        return self._nodes(p, jobs)[id(flow)]
+        with self._traced("add_flow", flow.queue_name) as tp:
+            p = self._prepare([flow], traceparent=tp)
+            jobs = await self._add(p, parent)
+            return self._nodes(p, jobs)[id(flow)]
 
     async def add_dag(
         self, dag: Dag | Iterable[DagNode], *, parent: JobRef | None = None
@@ -411,8 +428,10 @@ class FlowProducer:
 
         graph = dag if isinstance(dag, Dag) else build(dag)
         keys = {id(job): key for key, job in graph.jobs.items()}
-        p = self._prepare(graph.roots, lambda n: keys.get(id(n), _label(n)))
-        jobs = await self._add(p, parent)
+        first = graph.roots[0].queue_name if graph.roots else ""
+        with self._traced("add_flow", first) as tp:
+            p = self._prepare(graph.roots, lambda n: keys.get(id(n), _label(n)), tp)
+            jobs = await self._add(p, parent)
         by_node = {id(n): j for n, j in zip(p.order, jobs, strict=True)}
         return {key: by_node[id(job)] for key, job in graph.jobs.items()}
 
@@ -421,7 +440,12 @@ class FlowProducer:
         before anything is sent. Returns one JobNode per flow, None where a custom job id
         already existed (nothing of that flow was written)."""
         roots = list(flows)
-        prepared = [self._prepare([f]) for f in roots]
+        with self._traced("add_flow", roots[0].queue_name if roots else "") as tp:
+            return await self._add_many(roots, [self._prepare([f], traceparent=tp) for f in roots])
+
+    async def _add_many(
+        self, roots: list[FlowJob], prepared: list[_Prepared]
+    ) -> list[JobNode | None]:
         if not prepared:
             return []
         client = await self._connect()
@@ -498,11 +522,17 @@ class FlowProducer:
 # -- the job side: used by Job's flow methods ------------------------------------------------
 
 
+def parse_ref(ref: str) -> tuple[str, str] | None:
+    """A job reference 'glide:{images}:42' as (queue, id); None if it is not one."""
+    m = _REF.search(ref)
+    return (m.group(1), m.group(2)) if m else None
+
+
 def _child_key(ref: bytes) -> str:
     """'glide:{images}:42' -> 'images:42'."""
     text = ref.decode()
-    m = _REF.search(text)
-    return f"{m.group(1)}:{m.group(2)}" if m else text
+    parsed = parse_ref(text)
+    return f"{parsed[0]}:{parsed[1]}" if parsed else text
 
 
 async def children_values(ctx: QueueContext, job_id: str) -> dict[str, Any]:

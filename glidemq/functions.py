@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import re
 import weakref
 from collections.abc import Sequence
 from functools import cache
@@ -19,13 +20,15 @@ from glide import AllPrimaries, GlideClusterClient
 from glide import RequestError as _RequestError
 
 from .connection import Client, ConnectionOptions, close_client, create_client
-from .errors import LibraryError, ServerError
+from .errors import ForeignLibraryError, LibraryError, ServerError
 from .retry import DEFAULT_RETRY, RETRY_SAFE_FUNCTIONS, RetryPolicy, is_missing_function, retrying
 
 __all__ = [
     "LIBRARY_NAME",
     "LIBRARY_SOURCE_SHA256",
     "LIBRARY_VERSION",
+    "MARKER_FUNCTION",
+    "MARKER_VALUE",
     "call",
     "connect_with_library",
     "ensure_library",
@@ -33,10 +36,13 @@ __all__ = [
 ]
 
 LIBRARY_NAME = "glidemq"
-LIBRARY_VERSION = 13
-LIBRARY_SOURCE_SHA256 = "bd63010adea5bc167c92b795f6fe2f2394f2e50ef3415c77addf91c669618e58"
+LIBRARY_VERSION = 14
+LIBRARY_SOURCE_SHA256 = "fc57b98dd9767ed279883af3820b0752d248ae590fa39ac8df6aa3b9d2623d5c"
 _PLACEHOLDER = "__GLIDEMQ_LIBRARY_VERSION__"
 _VERSION_KEY = "{glidemq}:_"
+MARKER_FUNCTION = "glidemq_library"
+"""Registered by this project's library from version 11 on; answers MARKER_VALUE."""
+MARKER_VALUE = "glidemq-python"
 
 
 def raw_library_source() -> str:
@@ -89,6 +95,90 @@ async def _loaded_versions(client: Client) -> list[int | None]:
         raise
 
 
+# -- whose library is it ---------------------------------------------------------------------
+# Versions before 11 had no marker; their text always starts with this comment line.
+_OWN_HEADER = "-- glidemq server library: every state change of a job is one call into this file."
+_OWN_VERSION = re.compile(r"local LIBRARY_VERSION = '(\d+)'")
+
+
+def _text(value: Any) -> str:
+    return value.decode(errors="replace") if isinstance(value, bytes) else str(value)
+
+
+def _libraries(reply: Any) -> list[list[Any]]:
+    """FUNCTION LIST replies of every node (a dict per node in a cluster, a list standalone)."""
+    if isinstance(reply, dict) and not any(_text(k) == "library_name" for k in reply):
+        return [list(v or []) for v in reply.values()]
+    return [list(reply or [])]
+
+
+def _field(lib: Any, name: str) -> Any:
+    if isinstance(lib, dict):
+        for k, v in lib.items():
+            if _text(k) == name:
+                return v
+        return None
+    items = list(lib)
+    for i in range(0, len(items) - 1, 2):
+        if _text(items[i]) == name:
+            return items[i + 1]
+    return None
+
+
+def _function_names(lib: Any) -> list[str]:
+    return sorted(_text(_field(f, "name")) for f in _field(lib, "functions") or [])
+
+
+async def _marked(client: Client) -> bool:
+    """Whether every node answers the marker function as ours (the common case: one call)."""
+    try:
+        if isinstance(client, GlideClusterClient):
+            reply = await client.fcall_ro_route(MARKER_FUNCTION, [], AllPrimaries())
+            values = list(reply.values()) if isinstance(reply, dict) else [reply]
+        else:
+            values = [await client.fcall_ro(MARKER_FUNCTION, keys=[_VERSION_KEY])]
+    except _RequestError as exc:
+        if _is_missing_function(exc):
+            return False
+        raise
+    return bool(values) and all(_text(v) == MARKER_VALUE for v in values)
+
+
+async def _foreign(client: Client) -> ForeignLibraryError | None:
+    """The error to raise when a node's `glidemq` library is not ours, else None (ours at
+    any version, or none). Ours: it has the marker function, or (before version 11) its
+    text starts with our header and sets LIBRARY_VERSION."""
+    if isinstance(client, GlideClusterClient):
+        reply = await client.function_list(LIBRARY_NAME.encode(), True, AllPrimaries())
+    else:
+        reply = await client.function_list(LIBRARY_NAME.encode(), True)
+    for libs in _libraries(reply):
+        for lib in libs:
+            if _text(_field(lib, "library_name")) != LIBRARY_NAME:
+                continue  # LIBRARYNAME is a pattern
+            names = _function_names(lib)
+            if MARKER_FUNCTION in names:
+                continue
+            code = _text(_field(lib, "library_code") or "")
+            if _OWN_HEADER in code and _OWN_VERSION.search(code):
+                continue  # ours from before the marker: the version decides
+            return ForeignLibraryError(names, await _foreign_version(client))
+    return None
+
+
+async def _foreign_version(client: Client) -> str | None:
+    """What the other library's glidemq_version answers, for the error message; read-only
+    (FCALL_RO runs only a function flagged no-writes), None when it does not answer."""
+    try:
+        if isinstance(client, GlideClusterClient):
+            reply = await client.fcall_ro_route("glidemq_version", [], AllPrimaries())
+            values = list(reply.values()) if isinstance(reply, dict) else [reply]
+            return _text(values[0]) if values else None
+        return _text(await client.fcall_ro("glidemq_version", keys=[_VERSION_KEY]))
+    except _RequestError:
+        return None
+
+
 # one lock per event loop: an asyncio.Lock must not be shared between loops
 _load_locks: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, asyncio.Lock] = (
     weakref.WeakKeyDictionary()
@@ -99,7 +189,9 @@ async def ensure_library(client: Client) -> None:
     """Load the library (on all primaries of a cluster) unless this exact version is there.
 
     Loading is `FUNCTION LOAD REPLACE` of identical text, so many processes doing it at once
-    is harmless. A newer version on the server is never replaced by an older client.
+    is harmless. A newer version on the server is never replaced by an older client, and a
+    library named `glidemq` that is not this project's raises ForeignLibraryError: it is
+    neither replaced nor used.
     """
     loop = asyncio.get_running_loop()
     lock = _load_locks.get(loop)
@@ -109,6 +201,10 @@ async def ensure_library(client: Client) -> None:
         what = "cannot load the glidemq function library"
         try:
             # Reading versions and loading identical text are both safe to repeat.
+            if not await retrying(_marked, lambda: client, what=what, safe=True):
+                foreign = await retrying(_foreign, lambda: client, what=what, safe=True)
+                if foreign is not None:
+                    raise foreign
             versions = await retrying(_loaded_versions, lambda: client, what=what, safe=True)
             if all(v == LIBRARY_VERSION for v in versions):
                 return

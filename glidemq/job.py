@@ -11,7 +11,7 @@ import orjson
 
 from .context import QueueContext, now_ms
 from .errors import DelayedError, JobNotFoundError, JobStateError, JobTimeoutError, ValidationError
-from .serialize import decode_data, decode_json, encode_data, encode_json
+from .serialize import decode_data, decode_json, encode_data, encode_progress
 
 if TYPE_CHECKING:
     from .flowview import Dependencies
@@ -240,7 +240,7 @@ class Job(Generic[D, R]):
     async def update_progress(self, progress: int | float | Mapping[str, Any]) -> None:
         """Store the job's progress and emit a `progress` event."""
         check_progress(progress)
-        await self._ctx.update_job(self.id, [("progress", encode_json(progress))])
+        await self._ctx.update_job(self.id, [("progress", encode_progress(progress))])
         self.progress = progress
         if self._worker is not None:
             self._worker.events.emit("progress", self, progress)

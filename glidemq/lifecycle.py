@@ -22,7 +22,7 @@ class WorkerLifecycle:
     events: Emitter
     opts: WorkerOptions
     # entry id -> (job, the task running it; None while it waits for its batch)
-    _active: dict[str, tuple[Any, asyncio.Task[None] | None]]
+    _active: dict[str, tuple[Any, asyncio.Task[Any] | None]]
 
     def __init__(self) -> None:
         self._started = False

@@ -13,7 +13,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
-from .errors import JobTimeoutError, ValidationError
+from .errors import JobTimeoutError, ProcessorExitError, ValidationError
 from .keys import validate_queue_name
 
 __all__ = ["ProcessorSpec", "load_processor", "processor"]
@@ -33,6 +33,45 @@ def check_processor(processor: object) -> Callable[[Any], Any]:
             hint = " (a 'module:attr' target runs only with sandbox=SandboxOptions(...))"
         raise ValidationError("processor", f"must be callable, got {processor!r}{hint}")
     return processor
+
+
+def _from_sigint_handler(exc: BaseException) -> bool:
+    """Whether `exc` is the KeyboardInterrupt asyncio.run raises on a second Ctrl-C (its
+    SIGINT handler is where the traceback ends): a real interrupt, not the processor's."""
+    if not isinstance(exc, KeyboardInterrupt):
+        return False
+    tb = exc.__traceback__
+    if tb is None:
+        return False
+    while tb.tb_next is not None:
+        tb = tb.tb_next
+    code = tb.tb_frame.f_code
+    return code.co_name == "_on_sigint" and code.co_filename.endswith(
+        os.path.join("asyncio", "runners.py")
+    )
+
+
+def user_exit(exc: BaseException) -> BaseException:
+    """What a job fails with when its processor raised `exc`, which is not an Exception
+    (KeyboardInterrupt, SystemExit, ...): a ProcessorExitError. Left in asyncio, those end
+    the event loop and every other job with it. A real Ctrl-C stays what it is."""
+    if isinstance(exc, Exception | asyncio.CancelledError) or _from_sigint_handler(exc):
+        return exc
+    error = ProcessorExitError(exc)
+    error.__cause__ = exc
+    return error
+
+
+async def _guarded(call: Awaitable[Any]) -> Any:
+    # Inside its own task (wait_for's): an asyncio Task re-raises KeyboardInterrupt and
+    # SystemExit into the event loop, so they must not leave this coroutine.
+    try:
+        return await call
+    except (KeyboardInterrupt, SystemExit) as exc:
+        error = user_exit(exc)
+        if error is exc:
+            raise
+        raise error from exc
 
 
 class ProcessorCall:
@@ -70,19 +109,33 @@ class ProcessorCall:
     async def job(self, job: Any, timeout_ms: int | None = None) -> Any:
         """Run the processor on one job and return its result; with `timeout_ms`, fail with
         JobTimeoutError('timeout') when it takes longer. A sync processor's awaitable
-        result is awaited."""
-        if timeout_ms:
-            try:
-                return await asyncio.wait_for(self._call(job), timeout_ms / 1000)
-            except TimeoutError:
-                raise JobTimeoutError("timeout") from None
-        return await self._call(job)
+        result is awaited. KeyboardInterrupt, SystemExit and other BaseExceptions from the
+        processor come out as ProcessorExitError."""
+        try:
+            if timeout_ms:
+                try:
+                    return await asyncio.wait_for(_guarded(self._call(job)), timeout_ms / 1000)
+                except TimeoutError:
+                    raise JobTimeoutError("timeout") from None
+            return await self._call(job)
+        except (KeyboardInterrupt, SystemExit) as exc:
+            error = user_exit(exc)
+            if error is exc:
+                raise
+            raise error from exc
 
     async def batch(self, jobs: list[Any]) -> Any:
-        """Run a batch processor on `jobs` and return what it returned."""
-        if self.is_async:
-            return await self.fn(jobs)
-        return await self._in_thread(jobs)
+        """Run a batch processor on `jobs` and return what it returned (BaseExceptions as in
+        `job`)."""
+        try:
+            if self.is_async:
+                return await self.fn(jobs)
+            return await self._in_thread(jobs)
+        except (KeyboardInterrupt, SystemExit) as exc:
+            error = user_exit(exc)
+            if error is exc:
+                raise
+            raise error from exc
 
     def shutdown(self) -> None:
         """Release the threads; calls in progress run on until they return."""

@@ -111,8 +111,24 @@ def _same(a: Any, b: Any) -> bool:
     return bool(a == b)
 
 
-def _matches(job: Job[Any, Any], name: str | None, data: Mapping[str, Any] | None) -> bool:
+def ascii_lower(text: str) -> str:
+    """`text` with only its ASCII letters lowercased (as the server's Lua `string.lower`)."""
+    return "".join(c.lower() if c.isascii() else c for c in text)
+
+
+def _data_text(job: Job[Any, Any]) -> str:
+    try:
+        return orjson.dumps(job.data).decode()
+    except TypeError:
+        return str(job.data)
+
+
+def _matches(
+    job: Job[Any, Any], name: str | None, data: Mapping[str, Any] | None, text: str | None
+) -> bool:
     if name is not None and not fnmatch.fnmatchcase(job.name, name):
+        return False
+    if text is not None and text not in ascii_lower(_data_text(job)):
         return False
     if data:
         if not isinstance(job.data, dict):
@@ -130,9 +146,11 @@ async def search_jobs(
     data: Mapping[str, Any] | None,
     limit: int,
     scan: int,
+    text: str | None = None,
 ) -> list[J]:
-    """Jobs whose name matches the glob `name` and whose data has the given top-level
-    values, in the given states (default: all), at most `limit` of them."""
+    """Jobs whose name matches the glob `name`, whose data has the given top-level values
+    and whose data's JSON text contains `text` (ASCII case ignored), in the given states
+    (default: all), at most `limit` of them."""
     if name is not None and (not isinstance(name, str) or name.count("*") > _MAX_STARS):
         raise ValidationError("name", f"must be a glob pattern with at most {_MAX_STARS} '*'")
     states = SEARCH_STATES if state is None else (state,) if isinstance(state, str) else state
@@ -143,6 +161,11 @@ async def search_jobs(
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
             raise ValidationError(label, "must be an integer >= 1")
     filters = _data_filters(data)
+    if text is not None:
+        if not isinstance(text, str) or not text:
+            raise ValidationError("text", "must be a non-empty string")
+        text = ascii_lower(text)
+        filters += ["", "t", text]
     pattern = b"" if name in (None, "*") else glob_to_lua(name)
     ids: list[str] = []
     for s in dict.fromkeys(states):  # each state once, in the order given
@@ -158,7 +181,7 @@ async def search_jobs(
             break
     jobs = await fetch(ids)
     # The server cannot read compressed data; check every found job here, exactly.
-    return [j for j in jobs if _matches(j, name, data)]
+    return [j for j in jobs if _matches(j, name, data, text)]
 
 
 # -- metrics ---------------------------------------------------------------------------------

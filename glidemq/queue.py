@@ -1,6 +1,6 @@
 """Queue: the producer side of one queue (adding jobs, waiting for results, backpressure,
 job schedulers) and its lifecycle; reading and maintenance come from `QueueAdmin`
-(glidemq/admin.py), queue-wide limits from `QueueLimits` (glidemq/limiting.py)."""
+(glidemq/admin/base.py), queue-wide limits from `QueueLimits` (glidemq/limiting.py)."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from typing import Any, Generic, Self, TypeVar
 
 from glide import Batch, ClusterBatch, GlideClusterClient
 
-from . import backpressure, scheduler
+from . import backpressure, otel, scheduler
 from .admin import JobCounts, QueueAdmin
 from .connection import Client, ConnectionLike, close_client, resolve_connection
 from .context import QueueContext, now_ms
@@ -55,6 +55,12 @@ async def _exec(batch: Batch | ClusterBatch, client: Client) -> Any:
 
 def _reply(value: Any) -> str:
     return value.decode() if isinstance(value, bytes) else str(value)
+
+
+def _stamp(args: list[str | bytes], at: int, traceparent: str) -> None:
+    """Add the producer's trace context to the opts JSON at `args[at]`."""
+    opts = args[at]
+    args[at] = otel.stamp_opts(opts.encode() if isinstance(opts, str) else opts, traceparent)
 
 
 def pack_bulk(now: int, jobs: Iterable[Sequence[str | bytes]]) -> list[str | bytes]:
@@ -115,6 +121,8 @@ class Queue(QueueAdmin[D, R], QueueLimits, Generic[D, R]):
         self._adds: list[tuple[list[str | bytes], asyncio.Future[Any]]] = []
         self._add_scheduled = False
         self._add_tasks: set[asyncio.Task[None]] = set()
+        # Asked once: None (OpenTelemetry absent or no provider) adds no span and no field.
+        self._tracing = otel.job_tracing()
 
     async def __aenter__(self) -> Self:
         await self._context()
@@ -249,18 +257,37 @@ class Queue(QueueAdmin[D, R], QueueLimits, Generic[D, R]):
         Adds made in the same event-loop iteration share one round trip; each is still
         atomic on its own.
         """
+        tracing = self._tracing
+        if tracing is None:
+            return await self._add(name, data, opts, None)
+        with tracing.producer("add", self.name, **{"glidemq.job.name": str(name)}) as span:
+            job = await self._add(name, data, opts, tracing.traceparent())
+            if job is not None:
+                span.set_attribute("messaging.message.id", job.id)
+            return job
+
+    async def _add(
+        self,
+        name: str,
+        data: D | None,
+        opts: JobOptions | Mapping[str, Any] | None,
+        traceparent: str | None,
+    ) -> Job[D, R] | None:
         options = default_result_ttl(JobOptions.coerce(opts), self.result_ttl)
         ctx = await self._context()
         if options.deduplication is not None:
             now = now_ms()
             k = self.keys
+            dedup_args = self._dedup_args(name, data, options, now)
+            if traceparent:
+                _stamp(dedup_args, 5, traceparent)
             reply = await ctx.fcall(
-                "glidemq_dedup",
-                [k.dedup, k.id, k.stream, k.scheduled, k.events],
-                self._dedup_args(name, data, options, now),
+                "glidemq_dedup", [k.dedup, k.id, k.stream, k.scheduled, k.events], dedup_args
             )
             return self._added(reply, name, data, options, now)
         args = self._compact(name, data, options)
+        if traceparent:
+            _stamp(args, 1, traceparent)
         future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
         self._adds.append((args, future))
         if not self._add_scheduled:
@@ -310,6 +337,19 @@ class Queue(QueueAdmin[D, R], QueueLimits, Generic[D, R]):
         Every job is validated before anything is sent. Each add is atomic on its own; the
         result list matches the input order (None where a job was skipped as a duplicate).
         """
+        tracing = self._tracing
+        if tracing is None:
+            return await self._add_bulk(jobs, None)
+        with tracing.producer("add_bulk", self.name) as span:
+            added = await self._add_bulk(jobs, tracing.traceparent())
+            span.set_attribute("messaging.batch.message_count", len(added))
+            return added
+
+    async def _add_bulk(
+        self,
+        jobs: Iterable[Mapping[str, Any] | tuple[str, Any] | tuple[str, Any, Any]],
+        traceparent: str | None,
+    ) -> list[Job[D, R] | None]:
         items: list[tuple[str, Any, JobOptions, list[str | bytes]]] = []
         now = now_ms()
         for i, item in enumerate(jobs):
@@ -320,8 +360,12 @@ class Queue(QueueAdmin[D, R], QueueLimits, Generic[D, R]):
                 options = default_result_ttl(JobOptions.coerce(raw_opts), self.result_ttl)
                 if options.deduplication is not None:
                     args = self._dedup_args(name, data, options, now)
+                    if traceparent:
+                        _stamp(args, 5, traceparent)
                 else:
                     args = self._compact(name, data, options)
+                    if traceparent:  # one value for the whole bulk: runs stay shared
+                        _stamp(args, 1, traceparent)
             except PayloadTooLargeError as exc:
                 raise PayloadTooLargeError(exc.size, exc.limit, f"jobs[{i}].data") from None
             except ValidationError as exc:

@@ -50,6 +50,7 @@ _FIRST_CHECK = 0.25  # seconds before a silent waiter is first checked on the se
 _MAX_CHECK = 1.0  # longest interval between checks of a silent waiter
 _CHECK_BATCH = 500
 _RECENT_MAX = 2000
+_NOT_IN_EVENT: Any = object()  # a completed event without its (large) return value
 
 
 def result_key(queue: Queue[Any, Any] | QueueContext, job_id: str) -> str:
@@ -305,7 +306,8 @@ class ResultWaiter:
             if jid not in self._waiters and not self._inflight:
                 continue
             if event == b"completed":
-                outcome = Outcome("completed", decode_json(extra))
+                value = _NOT_IN_EVENT if extra is None else decode_json(extra)
+                outcome = Outcome("completed", value)
             elif event == b"failed":
                 outcome = Outcome("failed", reason=_s(extra))
             else:
@@ -338,6 +340,11 @@ class ResultWaiter:
 
     async def _result(self, ctx: QueueContext, job_id: str, outcome: Outcome) -> Any:
         if outcome.state == "completed":
+            if outcome.value is _NOT_IN_EVENT:  # too large for the event: read it
+                found = (await fetch_outcomes(ctx, [job_id])).get(job_id)
+                if found is None or found.state != "completed":
+                    raise JobNotFoundError(self.queue.name, job_id)
+                return found.value
             return outcome.value
         if outcome.state == "failed":
             stack = outcome.stacktrace

@@ -34,6 +34,7 @@ __all__ = [
     "ServerError",
     "free_port",
     "parse_info",
+    "port_is_free",
     "valkey_cli_path",
     "valkey_server_path",
 ]
@@ -98,6 +99,11 @@ def _port_is_free(host: str, port: int) -> bool:
         except OSError:
             return False
     return True
+
+
+def port_is_free(host: str, port: int) -> bool:
+    """Whether `port` can be bound on `host` now (a port in TIME_WAIT counts as free)."""
+    return _port_is_free(host, port)
 
 
 def free_port(host: str = "127.0.0.1") -> int:
@@ -506,3 +512,9 @@ class EmbeddedValkey:
     def __repr__(self) -> str:
         state = f"pid={self.pid}" if self.running else "stopped"
         return f"EmbeddedValkey({self._host}:{self._port}, {state})"
+
+
+if __name__ == "__main__":  # python -m glidemq.server: the glidemq-server command
+    from glidemq.server_cli import main
+
+    raise SystemExit(main())

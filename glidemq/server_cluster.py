@@ -9,6 +9,7 @@ import signal
 import subprocess
 import time
 from collections.abc import Sequence
+from pathlib import Path
 from types import TracebackType
 from typing import Self
 
@@ -84,6 +85,10 @@ class EmbeddedCluster:
     Every node is an :class:`EmbeddedValkey` with its own port, temp dir and
     ``nodes-PORT.conf``. Roles are always read from the live nodes, because failovers move
     them. :attr:`url` lists every node: ``valkey://h:p1,h:p2,...``.
+
+    ``ports`` fixes the nodes' ports (default: free ones). With ``dir``, node ``PORT`` keeps
+    its data and ``nodes-PORT.conf`` in ``dir/PORT`` (kept on stop), and a cluster whose
+    nodes all have their config there is restarted as it was instead of created anew.
     """
 
     def __init__(
@@ -94,11 +99,22 @@ class EmbeddedCluster:
         host: str = "127.0.0.1",
         node_timeout_ms: int = 2000,
         extra_args: Sequence[str] = (),
+        ports: Sequence[int] | None = None,
+        dir: Path | None = None,
+        appendonly: bool = False,
     ) -> None:
         if primaries < 3:
             raise ValueError("a Valkey cluster needs at least 3 primaries")
         if replicas_per_primary < 0:
             raise ValueError("replicas_per_primary must be >= 0")
+        count = primaries * (1 + replicas_per_primary)
+        if ports is not None and len(set(ports)) != count:
+            raise ValueError(f"ports must name {count} different ports")
+        if dir is not None and ports is None:
+            raise ValueError("a cluster with a data dir needs fixed ports")
+        self._ports = list(ports) if ports is not None else None
+        self._dir = dir
+        self._appendonly = appendonly
         self._host = host
         self._primaries = primaries
         self._replicas_per_primary = replicas_per_primary
@@ -139,14 +155,27 @@ class EmbeddedCluster:
             return self
         deadline = time.monotonic() + timeout
         count = self._primaries * (1 + self._replicas_per_primary)
+        ports: Sequence[int | None] = self._ports or [None] * count
         self._nodes = [
-            EmbeddedValkey(host=self._host, cluster_enabled=True, extra_args=self._node_args)
-            for _ in range(count)
+            EmbeddedValkey(
+                host=self._host,
+                port=port,
+                cluster_enabled=True,
+                extra_args=self._node_args,
+                appendonly=self._appendonly,
+                dir=None if self._dir is None or port is None else self._dir / str(port),
+            )
+            for port in ports
         ]
+        # Nodes that all kept their cluster config rejoin by themselves.
+        known = self._dir is not None and all(
+            (self._dir / str(port) / f"nodes-{port}.conf").is_file() for port in ports
+        )
         try:
             for node in self._nodes:
                 node.start(max(1.0, deadline - time.monotonic()))
-            self._create(max(1.0, deadline - time.monotonic()))
+            if not known:
+                self._create(max(1.0, deadline - time.monotonic()))
             self.wait_healthy(max(1.0, deadline - time.monotonic()))
         except BaseException:
             self.stop()

@@ -360,6 +360,7 @@ class WorkerOptions:
     dead_letter: park jobs that fail for good in the queue's dead-letter set; sandbox: run
     the processor (then a 'module:attr' or file target) in child processes (docs/SANDBOX.md);
     limiter: at most `max` jobs start per `duration` ms, counted over all workers of the queue;
+    max_result_bytes: largest serialized return value stored (bytes); a larger one fails the try.
     serializer: how results are encoded, `"json"` or `"msgpack"`: must be the queue's.
     """
 
@@ -380,6 +381,7 @@ class WorkerOptions:
     batch: BatchOptions | None = None
     sandbox: SandboxOptions | None = None
     limiter: RateLimit | None = None
+    max_result_bytes: int = 1_048_576
     serializer: str = "json"
 
     def __post_init__(self) -> None:
@@ -393,6 +395,7 @@ class WorkerOptions:
         _int("stalled_interval", self.stalled_interval, low=50)
         _int("max_stalled_count", self.max_stalled_count)
         _int("promotion_interval", self.promotion_interval, low=10)
+        _int("max_result_bytes", self.max_result_bytes, low=1)
         _check_retention("remove_on_complete", self.remove_on_complete)
         _check_retention("remove_on_fail", self.remove_on_fail)
         if not isinstance(self.close_timeout, int | float) or self.close_timeout < 0:

@@ -13,7 +13,7 @@ from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 from uuid import uuid4
 
-from . import limiting
+from . import limiting, otel
 from .batch import BatchRunner
 from .connection import Client, ConnectionLike, close_client, create_client, resolve_connection
 from .context import QueueContext, now_ms
@@ -94,6 +94,7 @@ class Worker(WorkerLifecycle, Generic[D, R]):
                 on_error=lambda exc: self.events.emit("error", exc),
                 hand_back=True,
                 on_room=self._wake_up,
+                result_limit=base.max_result_bytes,
                 secrets=(self.connection.password,),
             )
             pool = self.sandbox_pool
@@ -115,6 +116,8 @@ class Worker(WorkerLifecycle, Generic[D, R]):
             held += self.sandbox_pool.max_pipeline_slots
         self._prefetch = base.prefetch or held
         self._flush_size = max(base.batch.size if base.batch else 1, -(-held // _FLUSH_DIVISOR))
+        # Asked once: None (OpenTelemetry absent or no provider) keeps the job path as is.
+        self._tracing = otel.job_tracing()
         self._batches: BatchRunner[D, R] | None = (
             BatchRunner(self, base.batch) if base.batch else None
         )
@@ -125,7 +128,7 @@ class Worker(WorkerLifecycle, Generic[D, R]):
         self._blocking: Client | None = None
         self._ctx: QueueContext | None = None
         # entry id -> (job, task) for every job this worker holds in the stream's PEL
-        self._active: dict[str, tuple[Job[D, R], asyncio.Task[None] | None]] = {}
+        self._active: dict[str, tuple[Job[D, R], asyncio.Task[Any] | None]] = {}
         self._running = 0
         self._reserved = 0
         self._pending: list[tuple[Job[D, R], bytes, tuple[int, int]]] = []
@@ -146,7 +149,8 @@ class Worker(WorkerLifecycle, Generic[D, R]):
 
     def on(self, event: str, handler: Callable[..., Any]) -> Callable[..., Any]:
         """Listen to a worker event: active, completed, failed, stalled, drained, error,
-        paused, resumed, closing, closed."""
+        paused, resumed, closing, closed, quarantined (entry_id, reason: a stream entry
+        glidemq did not write was moved to the queue's quarantine stream)."""
         return self.events.on(event, handler)
 
     async def start(self) -> None:
@@ -238,6 +242,7 @@ class Worker(WorkerLifecycle, Generic[D, R]):
         loop = asyncio.get_running_loop()
         ctx = self._ctx
         emit_active = self.events.listens("active")
+        tracing = self._tracing
         for i in range(0, len(flat), 3):
             entry_id = flat[i].decode()
             fields = _pairs(flat[i + 2])
@@ -256,7 +261,8 @@ class Worker(WorkerLifecycle, Generic[D, R]):
                 self._active[entry_id] = (job, None)
                 self._batches.add(job)
             else:
-                task = loop.create_task(self._run(job))
+                run = self._run(job) if tracing is None else self._traced_run(tracing, job)
+                task = loop.create_task(run)
                 self._active[entry_id] = (job, task)
             if emit_active:
                 self.events.emit("active", job)
@@ -279,47 +285,51 @@ class Worker(WorkerLifecycle, Generic[D, R]):
 
     # -- running --------------------------------------------------------------------------
 
-    async def _run(self, job: Job[D, R]) -> None:
+    async def _traced_run(self, tracing: otel.JobTracing, job: Job[D, R]) -> str:
+        return await tracing.process(job, self._run, sandbox=self.sandbox_pool is not None)
+
+    async def _run(self, job: Job[D, R]) -> str:
+        """Run one try of the job; returns its outcome (`completed`, `retry`, `failed`, ...)
+        for the tracing, which is the only reader."""
         try:
             if job.expire_at is not None and now_ms() > job.expire_at:
                 raise expired_error()
             # A sandbox times out by killing the child.
             timeout = job.opts.get("timeout") if self.sandbox_pool is None else None
             result = await self._proc.job(job, timeout)
-            rv = encode_result(result, self._serializer)
+            rv = encode_result(result, self.opts.max_result_bytes, self._serializer)
         except asyncio.CancelledError:
             self._running -= 1
             if job.id in self._revoked and not self._closing:
                 self._revoked.discard(job.id)
-                await self._fail(job, UnrecoverableError(_REASON_REVOKED), counted=True)
+                return await self._fail(job, UnrecoverableError(_REASON_REVOKED), counted=True)
             # On close, the job stays in the PEL and is handed back by deferActive.
-            return
+            return "handed-back"
         except SandboxHandBack:
             self._running -= 1
             await self._defer([job])
-            return
+            return "handed-back"
         except DelayedError:
             self._running -= 1
             if job._moved:
                 self._active.pop(job.entry_id or "", None)
                 self._wake.set()
-            else:
-                await self._fail(job, DelayedError("DelayedError without move_to_delayed"), True)
-            return
+                return "moved"
+            return await self._fail(job, DelayedError("DelayedError without move_to_delayed"), True)
         except BaseException as exc:
             self._running -= 1
             if job._moved:  # move_to_failed already recorded the failure
                 self._active.pop(job.entry_id or "", None)
                 self._wake.set()
-                return
-            await self._fail(job, exc, counted=True)
-            return
+                return "moved"
+            return await self._fail(job, exc, counted=True)
         if job._moved:
             self._running -= 1
             self._active.pop(job.entry_id or "", None)
             self._wake.set()
-            return
+            return "moved"
         self._complete_later(job, result, rv)
+        return "completed"
 
     # -- completing -----------------------------------------------------------------------
 
@@ -379,6 +389,8 @@ class Worker(WorkerLifecycle, Generic[D, R]):
                     )
             if reply[1]:
                 self._start_jobs(reply[1])
+            if len(reply) > 4 and reply[4]:
+                self._fetcher.quarantined(reply[4])
         finally:
             self._reserved -= fetch
             self._flushes -= 1
@@ -404,11 +416,12 @@ class Worker(WorkerLifecycle, Generic[D, R]):
         """`Job.move_to_failed` from inside the processor."""
         await self._fail(job, error, counted=False)
 
-    async def _fail(self, job: Job[D, R], error: BaseException, counted: bool) -> None:
+    async def _fail(self, job: Job[D, R], error: BaseException, counted: bool) -> str:
+        """Record a failed try; returns the engine's answer (`retry`, `failed`, `stale`, ...)."""
         assert self._ctx is not None
         if isinstance(error, RateLimitError):  # back to the queue, no attempt counted
             await limiting.hand_back(self, job, error, counted)
-            return
+            return "rate-limited"
         f = job_failure(job, error, self.opts, self._keep_fail, self.events)
         try:
             reply = await self._ctx.fcall(
@@ -437,7 +450,10 @@ class Worker(WorkerLifecycle, Generic[D, R]):
         record_failure(self, job, error, f.reason, status)
         if status == "stale":
             log.info("glidemq: job %s was reclaimed by another worker; failure dropped", job.id)
+        if self._tracing is not None:
+            self._tracing.failed(error, status, f.reason, f.delay)
         self._wake.set()
+        return status
 
     # -- aborting -------------------------------------------------------------------------
 

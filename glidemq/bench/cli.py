@@ -22,8 +22,9 @@ from typing import Any
 
 import orjson
 
+from ..progress import Progress
 from . import loadtest
-from .harness import PROFILES, format_table, print_progress, ratios, run_profile, scale_jobs
+from .harness import PROFILES, format_table, ratios, run_profile, scale_jobs
 from .peer import DEFAULT_SYSTEMS, SYSTEMS, PeerError, ScenarioParams, parse_systems
 
 __all__ = ["CI_BASELINE", "gate_check", "main", "select_scenarios"]
@@ -129,10 +130,14 @@ def _cmd_run(args: argparse.Namespace, profile_name: str) -> tuple[int, dict[str
         profile = scale_jobs(PROFILES[profile_name], args.scale)
         if getattr(args, "only", None):
             profile = select_scenarios(profile, args.only)
-        records = run_profile(
-            profile, args.reps, out, systems=systems, progress=print_progress,
-            glidemq_extra=extra, raw_dir=raw_dir,
-        )  # fmt: skip
+        # A live line (step k of n, elapsed, time left) only on a terminal; CI logs get
+        # the one result line per run.
+        total = args.reps * len(profile) * len(parse_systems(systems))
+        with Progress(total, name="glidemq-bench") as steps:
+            records = run_profile(
+                profile, args.reps, out, systems=systems, progress=steps.note,
+                glidemq_extra=extra, raw_dir=raw_dir, steps=steps,
+            )  # fmt: skip
     except PeerError as exc:
         print(f"glidemq-bench: error: {exc}", file=sys.stderr)
         return 2, {}
@@ -202,7 +207,13 @@ def _cmd_report(args: argparse.Namespace) -> int:
         else:
             report = out / "report.md"
             print(report.read_text())
+            plots = sorted((out / "plots").glob("*.png"))
             print(f"report, tables and plots written to {out}", file=sys.stderr)
+            print(f"report: {report}", file=sys.stderr)
+            print(
+                f"plots ({len(plots)}): {out / 'plots'}" + "".join(f"\n  {p}" for p in plots),
+                file=sys.stderr,
+            )
             return 0
     return _plain_report(_load_records(results), out)
 
@@ -244,6 +255,10 @@ def _plain_report(records: list[dict[str, Any]], out: Path) -> int:
     (out / "report.md").write_text(text)
     print(text)
     print(f"report written to {out / 'report.md'}", file=sys.stderr)
+    print(
+        "plots: none (the plain report has no plots; they need Spark and matplotlib)",
+        file=sys.stderr,
+    )
     return 0
 
 

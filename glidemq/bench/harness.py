@@ -17,12 +17,13 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from dataclasses import replace
+from dataclasses import asdict, replace
 from pathlib import Path
 from typing import Any
 
 import orjson
 
+from ..progress import Progress
 from ..server import EmbeddedValkey
 from ..server_cluster import EmbeddedCluster
 from .jobrecords import RAW_SCENARIOS, raw_file_name, read_jsonl, write_parquet
@@ -211,8 +212,11 @@ def run_profile(
     progress: Callable[[str], None] | None = None,
     glidemq_extra: list[str] | None = None,
     raw_dir: Path | None = None,
+    steps: Progress | None = None,
 ) -> list[dict[str, Any]]:
     """Run every scenario `reps` times for each system, alternating which goes first.
+    `steps` (a `glidemq.progress.Progress` for all of them) is told when each run starts
+    and ends.
 
     With `raw_dir`, the runs of `RAW_SCENARIOS` also write per-job records there, one
     Parquet file per run (see `glidemq.bench.jobrecords`). `systems` (see
@@ -233,6 +237,8 @@ def run_profile(
                 order = list(systems) if rep % 2 == 0 else list(reversed(systems))
                 for system in order:
                     step += 1
+                    if steps is not None:
+                        steps.start(f"{scenario_key(asdict(params))} {system}")
                     extra = glidemq_extra if system == "glidemq" else None
                     raw = None
                     if raw_dir is not None and params.scenario in RAW_SCENARIOS:
@@ -259,6 +265,8 @@ def run_profile(
                     if out is not None:
                         with out.open("ab") as fh:
                             fh.write(orjson.dumps(rec) + b"\n")
+                    if steps is not None:
+                        steps.done()
                     if progress is not None:
                         progress(f"[{step}/{total}] {scenario_key(rec)} {system}: {_headline(rec)}")
     return records

@@ -15,6 +15,7 @@ import itertools
 import random
 import re
 import shutil
+import sys
 import tempfile
 import time
 import uuid
@@ -24,6 +25,7 @@ from typing import Any
 
 from ..connection import ConnectionOptions, close_client, create_client
 from ..keys import QueueKeys
+from ..progress import Progress
 from ..queue import Queue
 from .app import DIR_ENV
 from .collect import EventsTail, read_in_queue, read_jobs, read_leftovers
@@ -91,31 +93,42 @@ def _fleet_args(run: ChaosRun) -> list[str]:
 
 
 async def _monitor(run: ChaosRun, queue: Queue[Any, Any]) -> None:
-    """Keep `run.progress` current and print a progress line every 2 s."""
+    """Keep `run.progress` current. On a terminal one line is redrawn in place (jobs done of
+    all, elapsed, time left); in logs a status line is printed every 30 s."""
     p = run.progress
+    tty = not run.quiet and sys.stderr.isatty()
+    line = Progress(run.jobs, name=f"glidemq-chaos {run.scenario}", enabled=tty)
+    every = 2.0 if tty else 30.0
     last_say, last_done, last_t = 0.0, 0, time.monotonic()
-    while True:
-        try:
-            c = await queue.get_job_counts()
-        except Exception:  # the server may be down on purpose: read again
-            p.errors += 1
+    try:
+        while True:
+            try:
+                c = await queue.get_job_counts()
+            except Exception:  # the server may be down on purpose: read again
+                p.errors += 1
+                await asyncio.sleep(0.1)
+                continue
+            p.completed, p.failed = c.completed, c.failed
+            p.done = c.completed + c.failed
+            p.waiting, p.active = c.waiting + c.prioritized + c.delayed, c.active
+            p.peak_backlog = max(p.peak_backlog, p.waiting)
+            p.read_at = time.time()
+            now = time.monotonic()
+            if now - last_say >= every:
+                rate = (p.done - last_done) / max(now - last_t, 1e-6)
+                procs = len(run.fleet.workers()) if run.fleet else 0
+                status = (
+                    f"{p.done:,}/{run.jobs:,} done ({rate:,.0f}/s), backlog {p.waiting:,}, "
+                    f"active {p.active}, failed {p.failed}, {procs} procs"
+                )
+                if tty:
+                    line.update(p.done, status)
+                else:
+                    run.say(status)
+                last_say, last_done, last_t = now, p.done, now
             await asyncio.sleep(0.1)
-            continue
-        p.completed, p.failed = c.completed, c.failed
-        p.done = c.completed + c.failed
-        p.waiting, p.active = c.waiting + c.prioritized + c.delayed, c.active
-        p.peak_backlog = max(p.peak_backlog, p.waiting)
-        p.read_at = time.time()
-        now = time.monotonic()
-        if now - last_say >= 2.0:
-            rate = (p.done - last_done) / max(now - last_t, 1e-6)
-            procs = len(run.fleet.workers()) if run.fleet else 0
-            run.say(
-                f"{p.done:,}/{run.jobs:,} done ({rate:,.0f}/s), backlog {p.waiting:,}, "
-                f"active {p.active}, failed {p.failed}, {procs} procs"
-            )
-            last_say, last_done, last_t = now, p.done, now
-        await asyncio.sleep(0.1)
+    finally:
+        line.close()
 
 
 async def _drain(run: ChaosRun, producer: Producer, timeout: float, settle: float) -> bool:

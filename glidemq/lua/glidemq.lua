@@ -681,6 +681,14 @@ redis.register_function{function_name = 'glidemq_version', callback = function(k
   return LIBRARY_VERSION
 end, flags = {'no-writes'}}
 
+-- The mark of this project's library (from version 11): its clients replace an older version of
+-- it, but never another project's library that is also named glidemq, nor run on one.
+redis.register_function{function_name = 'glidemq_library', callback = function(keys, args)
+  if #keys > 1 then return badCall('ERR:BAD_KEYS', 'glidemq_library', 'takes at most 1 key') end
+  if #args > 0 then return badCall('ERR:BAD_ARGS', 'glidemq_library', 'takes no arguments') end
+  return 'glidemq-python'
+end, flags = {'no-writes'}}
+
 ---------------------------------------------------------------------------------------------
 -- add
 
@@ -1131,14 +1139,56 @@ local function leaveActive(prefix, jobKey, jobId, outcome, value, now)
   return h[3]
 end
 
-local function activate(prefix, stream, entries, now, out, emitEvents, events)
+-- An entry this library did not write (no 'id' field: another producer shares the stream) is
+-- never deleted unread. It moves to the 'quarantine' stream with its fields plus glidemqEntryId,
+-- glidemqReason and glidemqAt; meta field 'quarantined' counts such entries and a
+-- 'quarantined' event names them. A job hash it names by 'jobId' (glide-mq's field) that is
+-- waiting for this entry fails with the same reason. now: ms, or nil for the server's clock.
+local function quarantine(prefix, stream, events, entryId, f, now)
+  now = now or clockMs()
+  local reason = 'stream entry ' .. entryId .. " has no 'id' field (written by another producer?); "
+    .. 'moved to ' .. prefix .. 'quarantine'
+  local kept, named = {}, nil
+  for i = 1, #f, 2 do
+    kept[#kept + 1] = f[i]
+    kept[#kept + 1] = f[i + 1] or ''
+    if f[i] == 'jobId' then named = f[i + 1] end
+  end
+  kept[#kept + 1] = 'glidemqEntryId'
+  kept[#kept + 1] = entryId
+  kept[#kept + 1] = 'glidemqReason'
+  kept[#kept + 1] = reason
+  kept[#kept + 1] = 'glidemqAt'
+  kept[#kept + 1] = now
+  redis.call('XADD', prefix .. 'quarantine', '*', unpack(kept))
+  redis.call('XACK', stream, GROUP, entryId)
+  redis.call('XDEL', stream, entryId)
+  redis.call('HINCRBY', prefix .. 'meta', 'quarantined', 1)
+  emit(events, 'quarantined', named or '', 'entryId', entryId, 'reason', reason)
+  if named and validCustomId(named) then
+    local jobKey = prefix .. 'job:' .. named
+    local h = redis.call('HMGET', jobKey, 'state', 'sid')
+    if h[1] and not isTerminal(h[1]) and h[1] ~= 'active' and (not h[2] or h[2] == entryId) then
+      redis.call('HSET', jobKey, 'state', 'failed', 'failedReason', reason, 'finishedOn', now)
+      redis.call('ZADD', prefix .. 'failed', now, named)
+      countMetric(prefix .. 'metrics:failed', now, 1)
+      emit(events, 'failed', named, 'failedReason', reason)
+    end
+  end
+end
+
+-- moved: where the ids of quarantined entries are listed (or nil).
+local function activate(prefix, stream, entries, now, out, emitEvents, events, moved)
   for _, e in ipairs(entries) do
     local entryId, f = e[1], e[2]
     local jobId = entryJobId(f)
     local jobKey = jobId and (prefix .. 'job:' .. jobId)
     local h = jobKey and redis.call('HMGET', jobKey, 'state', 'groupKey')
     local state = h and h[1]
-    if not state or isTerminal(state) or state == 'active' or state == 'group-waiting'
+    if f and not jobId then
+      quarantine(prefix, stream, events, entryId, f, now)
+      if moved then moved[#moved + 1] = entryId end
+    elseif not state or isTerminal(state) or state == 'active' or state == 'group-waiting'
         or state == 'rate-limited' then
       -- Orphan entry (job removed, finished or parked): drop it so it is not redelivered.
       redis.call('XACK', stream, GROUP, entryId)
@@ -1164,7 +1214,7 @@ end
 
 -- Returns the entries read (-1: the queue is paused) and, when a queue-wide limit stopped
 -- the fetch, the ms until it may succeed. lim: the worker's limiter or nil.
-local function fetch(prefix, keys, consumer, count, now, emitEvents, out, lim)
+local function fetch(prefix, keys, consumer, count, now, emitEvents, out, lim, moved)
   local stream, scheduled, events, meta = keys[1], keys[4], keys[3], keys[5]
   if count <= 0 then return 0, 0 end
   local m = redis.call('HMGET', meta, unpack(META_LIMITS))
@@ -1189,16 +1239,18 @@ local function fetch(prefix, keys, consumer, count, now, emitEvents, out, lim)
     end
   end
   local before = #out
-  activate(prefix, stream, entries, now, out, emitEvents, events)
+  activate(prefix, stream, entries, now, out, emitEvents, events, moved)
   if charge then chargeWindows(prefix, charge, (#out - before) / 3) end
   return #entries, 0
 end
+
+local EVENT_VALUE_MAX = 16384 -- bytes of a return value a 'completed' event carries
 
 -- KEYS: stream, completed, events, scheduled, meta.
 -- ARGS: now, consumer, fetchCount, emitEvents, nCompletions,
 --       then per completion: jobId, entryId, returnvalue, keepCount, keepAge,
 --       then optionally the worker's limiter: max, duration (ms).
--- Returns {statuses, fetched (flat triples), paused, waitMs}; waitMs > 0 when a queue-wide
+-- Returns {statuses, fetched (flat triples), paused, waitMs, quarantined entry ids}; waitMs > 0 when a queue-wide
 -- limit (rate, concurrency, Worker.rate_limit) stopped the fetch: ask again after that long. A completion whose entry is no longer
 -- pending for the group (the job was reclaimed and handed to another worker) is a no-op
 -- reported as 'stale', so a job is never completed twice.
@@ -1219,7 +1271,14 @@ local function completeOne(prefix, stream, completed, events, now, jobId, entryI
     redis.call('ZADD', completed, now, jobId)
     retain(prefix, completed, now, keepCount, keepAge)
   end
-  if emitEvents then emit(events, 'completed', jobId, 'returnvalue', rv) end
+  if emitEvents then
+    -- events stay small: a larger value is read from the job
+    if #rv <= EVENT_VALUE_MAX then
+      emit(events, 'completed', jobId, 'returnvalue', rv)
+    else
+      emit(events, 'completed', jobId, 'returnvalueBytes', #rv)
+    end
+  end
   return 'ok'
 end
 
@@ -1270,10 +1329,10 @@ redis.register_function('glidemq_completeAndFetchNext', function(keys, args)
     if statuses[c] == 'ok' then done = done + 1 end
   end
   if done > 0 then countMetric(prefix .. 'metrics:completed', now, done) end
-  local out = {}
+  local out, moved = {}, {}
   local got, wait = fetch(prefix, keys, consumer, fetchCount, now, emitEvents, out,
-    limiterArg(args[i], args[i + 1]))
-  return {statuses, out, got == -1 and 1 or 0, wait}
+    limiterArg(args[i], args[i + 1]), moved)
+  return {statuses, out, got == -1 and 1 or 0, wait, moved}
 end)
 
 -- KEYS: stream, completed, events, scheduled, meta. ARGS: same as completeAndFetchNext with
@@ -1313,7 +1372,16 @@ redis.register_function('glidemq_moveToActive', function(keys, args)
   end
   local entries = {}
   for i = 5, #args, 2 do
-    entries[#entries + 1] = {args[i], {'id', args[i + 1]}}
+    local f = {'id', args[i + 1]}
+    if args[i + 1] == '' then
+      -- The reader found no job id: see what the entry holds (another producer's is kept).
+      local r = redis.call('XRANGE', stream, args[i], args[i])
+      if r[1] and not entryJobId(r[1][2]) then
+        quarantine(prefix, stream, keys[3], args[i], r[1][2], now)
+        f = nil
+      end
+    end
+    if f then entries[#entries + 1] = {args[i], f} end
   end
   local out = {}
   local m = redis.call('HMGET', keys[5], unpack(META_LIMITS))
@@ -1462,6 +1530,10 @@ redis.register_function('glidemq_reclaimStalled', function(keys, args)
   local requeued, failed = 0, 0
   for _, e in ipairs(r[2]) do
     local entryId, f = e[1], e[2]
+    if f and not entryJobId(f) then -- not ours: kept aside, then nothing below applies
+      quarantine(prefix, stream, events, entryId, f, now)
+      f = nil
+    end
     redis.call('XACK', stream, GROUP, entryId)
     redis.call('XDEL', stream, entryId)
     local jobId = entryJobId(f)
@@ -1525,6 +1597,12 @@ redis.register_function('glidemq_deferActive', function(keys, args)
   local n = 0
   for _, p in ipairs(pairs_) do
     local entryId, jobId = p[1], p[2]
+    if jobId == '' then -- another producer's entry is kept aside, not dropped
+      local e = redis.call('XRANGE', stream, entryId, entryId)
+      if e[1] and not entryJobId(e[1][2]) then
+        quarantine(prefix, stream, events, entryId, e[1][2], nil)
+      end
+    end
     if redis.call('XACK', stream, GROUP, entryId) == 1 then
       redis.call('XDEL', stream, entryId)
       local jobKey = prefix .. 'job:' .. jobId
@@ -2336,36 +2414,48 @@ redis.register_function('glidemq_clean', function(keys, args)
       removed[#removed + 1] = jobId
     end
   elseif state == 'delayed' or state == 'prioritized' then
-    local ids = redis.call('ZRANGE', scheduled, 0, -1)
-    for _, jobId in ipairs(ids) do
-      if #removed >= limit then break end
-      local jobKey = prefix .. 'job:' .. jobId
-      local h = redis.call('HMGET', jobKey, 'state', 'timestamp')
-      if h[1] == state and (tonumber(h[2]) or 0) < olderThan then
-        redis.call('ZREM', scheduled, jobId)
-        flowNotify(prefix, jobKey, jobId, 'removed', nil, nil)
-        forgetJob(prefix, jobKey, jobId, clockMs())
-        deleteJob(prefix, jobId)
-        removed[#removed + 1] = jobId
-      end
-    end
-  elseif state == 'waiting' then
-    local entries = redis.call('XRANGE', stream, '-', '+')
-    for _, e in ipairs(entries) do
-      if #removed >= limit then break end
-      local f = e[2]
-      local jobId = entryJobId(f)
-      if jobId then
+    -- read 1000 at a time: a call that reaches its limit early never loads the whole set
+    local pos = 0
+    while #removed < limit do
+      local ids = redis.call('ZRANGE', scheduled, pos, pos + 999)
+      for _, jobId in ipairs(ids) do
+        if #removed >= limit then break end
         local jobKey = prefix .. 'job:' .. jobId
         local h = redis.call('HMGET', jobKey, 'state', 'timestamp')
-        if h[1] == 'waiting' and (tonumber(h[2]) or 0) < olderThan then
-          redis.call('XDEL', stream, e[1])
+        if h[1] == state and (tonumber(h[2]) or 0) < olderThan then
+          redis.call('ZREM', scheduled, jobId)
           flowNotify(prefix, jobKey, jobId, 'removed', nil, nil)
           forgetJob(prefix, jobKey, jobId, clockMs())
           deleteJob(prefix, jobId)
           removed[#removed + 1] = jobId
+          pos = pos - 1  -- the set shrank under the cursor
+        end
+        pos = pos + 1
+      end
+      if #ids < 1000 then break end
+    end
+  elseif state == 'waiting' then
+    local from = '-'
+    while #removed < limit do
+      local entries = redis.call('XRANGE', stream, from, '+', 'COUNT', 1000)
+      for _, e in ipairs(entries) do
+        if #removed >= limit then break end
+        local f = e[2]
+        local jobId = entryJobId(f)
+        if jobId then
+          local jobKey = prefix .. 'job:' .. jobId
+          local h = redis.call('HMGET', jobKey, 'state', 'timestamp')
+          if h[1] == 'waiting' and (tonumber(h[2]) or 0) < olderThan then
+            redis.call('XDEL', stream, e[1])
+            flowNotify(prefix, jobKey, jobId, 'removed', nil, nil)
+            forgetJob(prefix, jobKey, jobId, clockMs())
+            deleteJob(prefix, jobId)
+            removed[#removed + 1] = jobId
+          end
         end
       end
+      if #entries < 1000 then break end
+      from = '(' .. entries[#entries][1]
     end
   else
     return redis.error_reply('ERR glidemq: clean: unknown state ' .. tostring(state))
@@ -2452,11 +2542,23 @@ local function dataMatches(raw, filters)
   if #filters == 0 then return true end
   if not raw then return false end
   if string.find(raw, '^%l[%l%d_]*:') then return true end
-  local ok, d = pcall(cjson.decode, raw)
-  if not ok or type(d) ~= 'table' then return false end
+  local d
   for _, f in ipairs(filters) do
-    local v, kind, want = d[f[1]], f[2], f[3]
-    if kind == 's' then
+    local kind, want = f[2], f[3]
+    if kind == 't' then
+      -- text anywhere in the stored JSON, ASCII case ignored (want comes lowercased)
+      if not string.find(string.lower(raw), want, 1, true) then return false end
+    elseif d == nil then
+      local ok, decoded = pcall(cjson.decode, raw)
+      if not ok or type(decoded) ~= 'table' then return false end
+      d = decoded
+    end
+  end
+  for _, f in ipairs(filters) do
+    local v, kind, want = d and d[f[1]], f[2], f[3]
+    if kind == 't' then
+      -- matched above
+    elseif kind == 's' then
       if v ~= want then return false end
     elseif kind == 'n' then
       if type(v) ~= 'number' or v ~= tonumber(want) then return false end
@@ -2471,7 +2573,8 @@ end
 
 -- KEYS: stream, scheduled. ARGS: state (waiting, active, delayed, prioritized, completed,
 -- failed, dlq), namePattern (a Lua pattern; '' matches every name), limit, scanMax, then
--- field/kind/value triples for dataMatches. Looks at no more than scanMax jobs of the state
+-- field/kind/value triples for dataMatches (kind 't': the lowercased value appears anywhere
+-- in the data's JSON text, field ignored). Looks at no more than scanMax jobs of the state
 -- (finished ones newest first). Returns up to limit matching job ids.
 redis.register_function{function_name = 'glidemq_searchByName', callback = function(keys, args)
   local err = shape('glidemq_searchByName', keys, args, 2, 4)
@@ -2502,8 +2605,14 @@ redis.register_function{function_name = 'glidemq_searchByName', callback = funct
     for _, jobId in ipairs(redis.call('ZREVRANGE', prefix .. state, 0, scanMax - 1)) do
       if consider(jobId) then break end
     end
-  elseif state == 'delayed' or state == 'prioritized' then
+  elseif state == 'delayed' then
     for _, jobId in ipairs(redis.call('ZRANGE', scheduled, 0, scanMax - 1)) do
+      if consider(jobId) then break end
+    end
+  elseif state == 'prioritized' then
+    -- prioritized jobs live in the bands >= 1, after every delayed job of band 0
+    local ids = redis.call('ZRANGEBYSCORE', scheduled, SHIFT, '+inf', 'LIMIT', 0, scanMax)
+    for _, jobId in ipairs(ids) do
       if consider(jobId) then break end
     end
   elseif state == 'waiting' then
@@ -2567,8 +2676,23 @@ redis.register_function{function_name = 'glidemq_getCounts', callback = function
     groupWaiting, rateLimited}
 end, flags = {'no-writes'}}
 
+-- Calls visit(member) on a sorted set's members in order, reading 1000 at a time, until visit
+-- returns true (then returns true). A page near the front never reads the whole set.
+local function eachMember(key, visit)
+  local pos = 0
+  while true do
+    local ids = redis.call('ZRANGE', key, pos, pos + 999)
+    for _, id in ipairs(ids) do
+      if visit(id) then return true end
+    end
+    if #ids < 1000 then return false end
+    pos = pos + 1000
+  end
+end
+
 -- KEYS: stream, scheduled. ARGS: state, start, stop (inclusive indices). Returns job ids:
--- finished sets newest first, others in the order they would run.
+-- finished sets newest first, others in the order they would run. Reads the stream and the
+-- sets in chunks, so the cost grows with start + count, not with the size of the queue.
 redis.register_function{function_name = 'glidemq_getJobIds', callback = function(keys, args)
   local err = shape('glidemq_getJobIds', keys, args, 2, 3, 3)
   if err then return err end
@@ -2599,14 +2723,43 @@ redis.register_function{function_name = 'glidemq_getJobIds', callback = function
       end
     end
   elseif state == 'waiting' then
-    local entries = redis.call('XRANGE', stream, '-', '+')
-    for _, e in ipairs(entries) do
-      local jobId = entryJobId(e[2])
-      if jobId and consider(jobId) then return out end
+    -- Entries before `start` are counted as getCounts counts them (every stream entry not
+    -- pending is waiting), without reading their hashes, when the PEL is small enough to
+    -- hold in a table; the entries of the page itself are always checked.
+    local pending
+    local ok, summary = pcall(redis.call, 'XPENDING', stream, GROUP)
+    local npending = ok and tonumber(summary[1]) or 0
+    if start > 0 and npending <= 10000 then
+      pending = {}
+      if npending > 0 then
+        for _, p in ipairs(redis.call('XPENDING', stream, GROUP, '-', '+', npending)) do
+          pending[p[1]] = true
+        end
+      end
     end
-    local lifo = redis.call('LRANGE', prefix .. 'list', 0, -1)
-    for x = #lifo, 1, -1 do
-      if consider(lifo[x]) then return out end
+    local from = '-'
+    while true do
+      local entries = redis.call('XRANGE', stream, from, '+', 'COUNT', 1000)
+      for _, e in ipairs(entries) do
+        if pending and seen < start then
+          if not pending[e[1]] and entryJobId(e[2]) then seen = seen + 1 end
+        else
+          local jobId = entryJobId(e[2])
+          if jobId and consider(jobId) then return out end
+        end
+      end
+      if #entries < 1000 then break end
+      from = '(' .. entries[#entries][1]
+    end
+    local list = prefix .. 'list'
+    local hi = redis.call('LLEN', list) - 1
+    while hi >= 0 do
+      local lo = math.max(0, hi - 999)
+      local part = redis.call('LRANGE', list, lo, hi)
+      for x = #part, 1, -1 do
+        if consider(part[x]) then return out end
+      end
+      hi = lo - 1
     end
   elseif state == 'group-waiting' or state == 'rate-limited' then
     local sets = {prefix .. 'ratelimited'}
@@ -2617,18 +2770,12 @@ redis.register_function{function_name = 'glidemq_getJobIds', callback = function
       end
     end
     for _, key in ipairs(sets) do
-      for _, jobId in ipairs(redis.call('ZRANGE', key, 0, -1)) do
-        if consider(jobId) then return out end
-      end
+      if eachMember(key, consider) then return out end
     end
   elseif state == 'delayed' or state == 'prioritized' then
-    for _, jobId in ipairs(redis.call('ZRANGE', scheduled, 0, -1)) do
-      if consider(jobId) then return out end
-    end
+    if eachMember(scheduled, consider) then return out end
   elseif state == 'waiting-children' then
-    for _, jobId in ipairs(redis.call('ZRANGE', prefix .. 'waiting-children', 0, -1)) do
-      if consider(jobId) then return out end
-    end
+    if eachMember(prefix .. 'waiting-children', consider) then return out end
   else
     return redis.error_reply('ERR glidemq: getJobIds: unknown state ' .. tostring(state))
   end

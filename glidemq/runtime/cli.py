@@ -138,9 +138,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     server = None
     try:
         if cfg.embedded:
-            from ..server import EmbeddedValkey
+            from ..server import EmbeddedValkey, port_is_free
 
-            server = EmbeddedValkey().start()
+            wanted = cfg.embedded_port
+            if wanted is not None and not port_is_free("127.0.0.1", wanted):
+                print(
+                    f"glidemq-run: error: --embedded-port {wanted}: the port is already in use",
+                    file=sys.stderr,
+                )
+                return ExitCode.USAGE
+            server = EmbeddedValkey(port=wanted).start()
             print(f"glidemq-run: embedded Valkey at {server.url}", file=sys.stderr, flush=True)
             conn = ConnectionOptions.from_url(server.url)
         assert conn is not None

@@ -40,6 +40,7 @@ class RuntimeConfig:
     url: str | None = None
     cluster: str | None = None
     embedded: bool = False
+    embedded_port: int | None = None
     prefix: str = "glide"
     prefetch: int | None = None
     batch_size: int | None = None
@@ -71,6 +72,7 @@ _EXAMPLES = """examples:
   glidemq-run app:process --queue a --queue b --url valkey://10.0.0.5:6379
   glidemq-run app:process --queue q --cluster 10.0.0.5:7000,10.0.0.6:7000
   glidemq-run app:process --queue q --embedded          # local try-out, prints the address
+  glidemq-run app:process --queue q --embedded --embedded-port 6400
   GLIDEMQ_PROCS=8 GLIDEMQ_URL=valkey://cache:6379 glidemq-run app:process --queue q
   glidemq-run app:process --queue q --url-file /run/secrets/valkey-url --tls-ca-file ca.pem
 
@@ -119,6 +121,12 @@ def build_parser() -> argparse.ArgumentParser:
         "--embedded",
         action="store_true",
         help="start an embedded Valkey for local use and print its address",
+    )
+    p.add_argument(
+        "--embedded-port",
+        type=port,
+        metavar="PORT",
+        help="port of the --embedded Valkey (default: a free one)",
     )
     tls = p.add_argument_group("TLS (each implies TLS, as a valkeys:// URL does)")
     tls.add_argument("--tls-ca-file", metavar="PATH", help="PEM file of the CAs to trust")
@@ -208,6 +216,7 @@ _ENV_FIELDS: dict[str, tuple[str, str]] = {
     "URL": ("url", "str"),
     "CLUSTER": ("cluster", "str"),
     "EMBEDDED": ("embedded", "bool"),
+    "EMBEDDED_PORT": ("embedded_port", "int"),
     "PREFIX": ("prefix", "str"),
     "PREFETCH": ("prefetch", "int"),
     "BATCH_SIZE": ("batch_size", "int"),
@@ -240,6 +249,7 @@ _ARG_FIELDS = {
     "url": "url",
     "cluster": "cluster",
     "embedded": "embedded",
+    "embedded_port": "embedded_port",
     "prefix": "prefix",
     "prefetch": "prefetch",
     "batch_size": "batch_size",
@@ -301,6 +311,8 @@ def parse_config(argv: Sequence[str], env: Mapping[str, str] | None = None) -> R
     if any(getattr(args, a) not in (None, False) for a in _SERVER_FIELDS):
         for key in _SERVER_FIELDS:
             values.pop(key, None)  # a flag chooses the server; the environment does not mix in
+        if not args.embedded:
+            values.pop("embedded_port", None)
     for attr, fld in _ARG_FIELDS.items():
         value = getattr(args, attr)
         if value is None or value is False:
@@ -310,6 +322,8 @@ def parse_config(argv: Sequence[str], env: Mapping[str, str] | None = None) -> R
     if len(chosen) > 1:
         got = ", ".join(chosen)
         raise UsageError(f"choose one of --url, --url-file, --cluster, --embedded (got {got})")
+    if values.get("embedded_port") is not None and not values.get("embedded"):
+        raise UsageError("--embedded-port needs --embedded")
     cfg = RuntimeConfig(target=args.target, **values)  # type: ignore[arg-type]
     for name in (
         "procs",

@@ -50,6 +50,7 @@ class ChildSet:
         on_messages: Callable[[Child, list[dict[str, Any]]], None],
         on_ready: Callable[[Child], None],
         on_failed: Callable[[SandboxBootError], None],
+        result_limit: int | None = None,
         secrets: tuple[str | None, ...] = (),
     ) -> None:
         self.target = target
@@ -80,6 +81,7 @@ class ChildSet:
         self._empty: asyncio.Event | None = None
         self._maintainer: asyncio.Task[None] | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
+        self._result_limit = result_limit
         self._rss_limit = (
             options.max_memory_per_child_mb << 20 if options.max_memory_per_child_mb else None
         )
@@ -184,6 +186,7 @@ class ChildSet:
             "hard_limit": self.options.hard_limit_bytes,
             "sys_path": sys.path,
             "cap": self._async_capacity,
+            "result_limit": self._result_limit,
         }
 
     async def _boot_child(self) -> None:

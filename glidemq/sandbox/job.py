@@ -11,10 +11,9 @@ import operator
 from collections.abc import Mapping, Sequence
 from typing import Any, Protocol, TypeVar
 
-import orjson
-
 from ..errors import DelayedError, ValidationError
 from ..job import Job, JobState
+from ..serialize import encode_json
 from .protocol import error_to_wire
 
 __all__ = ["PROXIED_METHODS", "SandboxJob", "job_fields", "job_to_wire"]
@@ -282,9 +281,10 @@ class SandboxJob(Job[D, R]):
 
 
 def _checked(name: str, value: Any) -> Any:
-    """Fail in the child, with the in-process error, on a value that cannot cross."""
+    """Fail in the child, with the in-process error, on a value that cannot cross (the
+    socket's orjson would turn NaN and Infinity into null)."""
     try:
-        orjson.dumps(value)
+        encode_json(value, name)
     except TypeError as exc:
         raise ValidationError(name, f"not JSON-serializable: {exc}") from None
     return value

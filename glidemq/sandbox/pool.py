@@ -64,6 +64,7 @@ class SandboxPool:
         on_error: Callable[[BaseException], None] | None = None,
         hand_back: bool = False,
         on_room: Callable[[], None] | None = None,
+        result_limit: int | None = None,
         secrets: tuple[str | None, ...] = (),
     ) -> None:
         self.target = normalize_target(target)
@@ -108,6 +109,7 @@ class SandboxPool:
             on_messages=self._on_messages,
             on_ready=self._child_ready,
             on_failed=self._child_failed,
+            result_limit=result_limit,
             secrets=secrets,
         )
 

@@ -6,7 +6,8 @@ A message is a JSON object with `t` (its type) and, for the ones about work, `i`
 invocation id, chosen by the parent per run; or the call id, chosen by the child per proxied
 call). The parent opens with `hello`; the child answers `ready` or `boot_error`.
 
-    parent -> child   hello  {v, target, batch, hb, rss_limit, hard_limit, sys_path, cap}
+    parent -> child   hello  {v, target, batch, hb, rss_limit, hard_limit, sys_path, cap,
+                                result_limit}
                       run    {i, jobs: [job...], batch}       run a job (or a batch)
                       abort  {i}                              cancel that run
                       take   {ids}                            give back these runs if not started
@@ -104,6 +105,7 @@ class HelloMessage(TypedDict):
     hard_limit: int | None
     sys_path: list[str]
     cap: int
+    result_limit: int | None
 
 
 class RunMessage(TypedDict):

@@ -30,8 +30,10 @@ from typing import Any
 
 import orjson
 
+from .. import otel
 from ..errors import BatchError
-from ..processor import load_processor
+from ..processor import load_processor, user_exit
+from ..serialize import encode_result
 from .channel import Channel, FrameDecoder, encode_frame
 from .job import SandboxJob
 from .protocol import (
@@ -219,6 +221,8 @@ class _Runner:
         self.rss_limit = limit if isinstance(limit, int) and limit > 0 else None
         self.rss = _Rss() if self.rss_limit else None
         self.hard_limit = hello.get("hard_limit")
+        limit = hello.get("result_limit")
+        self.result_limit = limit if isinstance(limit, int) and limit > 0 else None
         cap = hello.get("cap")
         # runs at once; a sync processor runs one (on its thread), whatever the parent says
         self.cap = cap if is_async and isinstance(cap, int) and cap > 0 else 1
@@ -233,6 +237,8 @@ class _Runner:
         self.loop: asyncio.AbstractEventLoop | None = None  # (get_running_loop costs a getpid)
         self.done: asyncio.Future[None] | None = None
         self.early: list[dict[str, Any]] = []
+        # Asked once, after the processor's module (which may set up a provider) loaded.
+        self.tracing = otel.job_tracing()
         # A sync processor runs on a thread of its own, as in-process: the loop stays free
         # for heartbeats, aborts and proxied calls, and the code may call asyncio.run().
         self.thread: ThreadPoolExecutor | None = None
@@ -364,7 +370,10 @@ class _Runner:
         batch = bool(m.get("batch"))
         jobs: list[SandboxJob[Any, Any]] = [SandboxJob(j, self) for j in m["jobs"]]
         assert self.loop is not None
-        task = self.loop.create_task(self.invoke(inv, jobs, batch))
+        run = self.invoke(inv, jobs, batch)
+        if self.tracing is not None and not batch:
+            run = self.tracing.child_run(jobs[0], run)
+        task = self.loop.create_task(run)
         self.tasks[inv] = task
 
     async def invoke(self, inv: int, jobs: list[SandboxJob[Any, Any]], batch: bool) -> None:
@@ -382,7 +391,8 @@ class _Runner:
                 value = await self._in_thread(self.thread.submit(self.fn, arg))
                 if inspect.isawaitable(value):
                     value = await value
-            message = {"t": RESULT, "i": inv, "v": orjson.Fragment(_encode_result(value, batch))}
+            rv = _encode_result(value, batch, self.result_limit)
+            message = {"t": RESULT, "i": inv, "v": orjson.Fragment(rv)}
         except asyncio.CancelledError:
             message = {
                 "t": ERROR,
@@ -390,7 +400,8 @@ class _Runner:
                 "err": {"type": CANCELLED, "name": "CancelledError", "message": "aborted"},
             }
         except BaseException as exc:
-            message = {"t": ERROR, "i": inv, "err": _describe(exc)}
+            # KeyboardInterrupt, SystemExit: this run's failure, described as in-process
+            message = {"t": ERROR, "i": inv, "err": _describe(user_exit(exc))}
             if isinstance(exc, MemoryError):
                 message["retire"] = "memory"  # the heap may be fragmented or near the cap
         finally:
@@ -452,21 +463,24 @@ def _describe(exc: BaseException) -> WireError:
         }
 
 
-def _encode_result(value: Any, batch: bool) -> bytes:
-    """The result as JSON, or the error the in-process Worker would give for it."""
+def _encode_result(value: Any, batch: bool, limit: int | None) -> bytes:
+    """The result as JSON, or the error the in-process Worker would give for it (not JSON,
+    NaN or Infinity, over the Worker's max_result_bytes): checked here, so an oversized
+    result never crosses the socket."""
+    if not (batch and isinstance(value, list | tuple)):
+        return encode_result(value, limit)
     try:
-        return orjson.dumps(value)
-    except TypeError as exc:
-        if not (batch and isinstance(value, list | tuple)):
-            raise TypeError(f"return value is not JSON-serializable: {exc}") from None
-    # In a batch only the items that cannot be encoded fail, as in-process.
+        return encode_result(value, limit)  # a whole batch within one result's limit
+    except (TypeError, ValueError):
+        pass
+    # In a batch only the items that cannot be stored fail, as in-process.
     results: list[Any] = []
     for item in value:
         try:
-            orjson.dumps(item)
+            encode_result(item, limit)
             results.append(item)
-        except TypeError as exc:
-            results.append(TypeError(f"return value is not JSON-serializable: {exc}"))
+        except (TypeError, ValueError) as exc:
+            results.append(exc.with_traceback(None))
     raise BatchError(results)
 
 

@@ -7,6 +7,8 @@ import fnmatch
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+import orjson
+
 from . import groups
 from .limits import group_waiting
 from .store import SHIFT, QueueStore
@@ -169,12 +171,18 @@ def search(
     data: Mapping[str, Any] | None,
     limit: int,
     scan: int,
+    text: str | None = None,
 ) -> list[str]:
-    """Ids of jobs in `state` whose name matches the glob `name` and whose data has the
-    given top-level values, looking at the first `scan` jobs of the state, at most `limit`."""
+    """Ids of jobs in `state` whose name matches the glob `name`, whose data has the given
+    top-level values and whose data's JSON text contains `text` (already ASCII-lowercased),
+    looking at the first `scan` jobs of the state, at most `limit`."""
+    from ..queries import ascii_lower
     from ..serialize import decode_data
 
-    if state in store.finished:
+    if state == "prioritized":  # the bands >= 1, after every delayed job of band 0
+        scores = store.scheduled.scores
+        candidates = [i for i in store.scheduled.ordered() if scores[i] >= SHIFT][:scan]
+    elif state in store.finished:
         candidates = store.finished[state].ordered()[::-1][:scan]
     elif state == "active":
         candidates = list(store.active.values())[:scan]
@@ -188,6 +196,10 @@ def search(
         if rec is None or (state not in store.finished and rec.state != state):
             continue
         if name is not None and not fnmatch.fnmatchcase(rec.name, name):
+            continue
+        if text is not None and text not in ascii_lower(
+            orjson.dumps(decode_data(rec.data)).decode()
+        ):
             continue
         if data:
             value = decode_data(rec.data)

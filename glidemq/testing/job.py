@@ -26,7 +26,7 @@ from ..job import (
     check_progress,
     retry_source,
 )
-from ..serialize import decode_data, decode_json, encode_data, encode_json
+from ..serialize import decode_data, decode_json, encode_data, encode_progress
 from ..serializers import get_serializer
 from . import flows
 from .bulk import retry_jobs
@@ -139,7 +139,7 @@ class TestJob(Job[D, R]):
     async def update_progress(self, progress: int | float | Mapping[str, Any]) -> None:
         """Store the job's progress and emit a `progress` event."""
         check_progress(progress)
-        if not self._store.update(self.id, progress=encode_json(progress)):
+        if not self._store.update(self.id, progress=encode_progress(progress)):
             raise JobNotFoundError(self._store.name, self.id)
         self.progress = progress
         if self._runner is not None:

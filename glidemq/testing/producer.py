@@ -54,6 +54,7 @@ class TestFlowProducer(FlowProducer):
         self._contexts = {}
         self._lock = asyncio.Lock()
         self._closed = False
+        self._tracing = None  # the in-memory engine opens no OpenTelemetry spans
 
     async def __aenter__(self) -> TestFlowProducer:
         self._ready()

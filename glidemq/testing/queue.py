@@ -24,7 +24,7 @@ from ..flowview import DEFAULT_MAX_FLOW_NODES, Flow
 from ..job import retry_source
 from ..keys import DEFAULT_PREFIX, QueueKeys
 from ..limits import RateLimit
-from ..queries import Metrics, WorkerInfo
+from ..queries import Metrics, WorkerInfo, ascii_lower
 from ..queue import JobCounts, Queue
 from ..request import default_result_ttl, validate_result_ttl
 from ..serialize import decode_json, encode_data
@@ -354,10 +354,12 @@ class TestQueue(SchedulerMethods, Generic[D, R]):
         data: Mapping[str, Any] | None = None,
         limit: int = 100,
         scan: int = 10_000,
+        text: str | None = None,
     ) -> list[TestJob[D, R]]:
-        """Jobs whose name matches the glob `name` and whose data has the given top-level
-        field values, in `state` (one or several; default all), at most `limit`. Looks at no
-        more than `scan` jobs per state."""
+        """Jobs whose name matches the glob `name`, whose data has the given top-level field
+        values and whose data's JSON text contains `text` (ASCII case ignored), in `state`
+        (one or several; default all), at most `limit`. Looks at no more than `scan` jobs per
+        state."""
         if name is not None and (not isinstance(name, str) or name.count("*") > _MAX_STARS):
             raise ValidationError("name", f"must be a glob pattern with at most {_MAX_STARS} '*'")
         states = _SEARCH_STATES if state is None else (state,) if isinstance(state, str) else state
@@ -368,10 +370,14 @@ class TestQueue(SchedulerMethods, Generic[D, R]):
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise ValidationError(label, "must be an integer >= 1")
         _check_data_filter(data)
+        if text is not None:
+            if not isinstance(text, str) or not text:
+                raise ValidationError("text", "must be a non-empty string")
+            text = ascii_lower(text)
         store = await self._ready()
         ids: list[str] = []
         for s in dict.fromkeys(states):  # each state once, in the order given
-            ids += bulk.search(store, _wire_state(s), name, data, limit - len(ids), scan)
+            ids += bulk.search(store, _wire_state(s), name, data, limit - len(ids), scan, text)
             if len(ids) >= limit:
                 break
         return [TestJob.from_record(store, store.jobs[i]) for i in ids]

@@ -80,7 +80,10 @@ class JobRecord:
 
 
 class ZSet:
-    """A sorted set: members ordered by (score, member), as Valkey orders them."""
+    """A sorted set: members ordered by score, ties in the order they were (re)added.
+
+    The server's scheduled set breaks ties the same way (a per-queue sequence folded into the
+    score keeps jobs of one priority first-in first-out)."""
 
     def __init__(self) -> None:
         self.scores: dict[str, int] = {}
@@ -92,13 +95,14 @@ class ZSet:
         return member in self.scores
 
     def add(self, member: str, score: int) -> None:
+        self.scores.pop(member, None)  # re-added: behind the members already there
         self.scores[member] = score
 
     def remove(self, member: str) -> bool:
         return self.scores.pop(member, None) is not None
 
     def ordered(self) -> list[str]:
-        return sorted(self.scores, key=lambda m: (self.scores[m], m))
+        return sorted(self.scores, key=self.scores.__getitem__)  # stable: ties keep add order
 
     def by_score(self, low: int, high: int) -> list[str]:
         return [m for m in self.ordered() if low <= self.scores[m] <= high]

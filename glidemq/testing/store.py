@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 from ..errors import SerializerMismatchError
 from ..keys import DEFAULT_PREFIX
 from ..limits import RateLimit
+from ..serialize import EVENT_VALUE_MAX_BYTES
 from ..types import JobOptions
 from . import flows, groups
 from .clock import Clock
@@ -377,8 +378,10 @@ class QueueStore:
         else:
             self.finished["completed"].add(job_id, now)
             self._retain("completed", now, *keep)
-        if emit:
+        if emit and len(rv) <= EVENT_VALUE_MAX_BYTES:
             self.emit("completed", job_id, returnvalue=rv.decode())
+        elif emit:  # as the library: a large value stays out of the event
+            self.emit("completed", job_id, returnvalueBytes=str(len(rv)))
         self.notify()
         return "ok"
 

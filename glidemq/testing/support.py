@@ -72,6 +72,7 @@ SUPPORTED_WORKER_OPTIONS = frozenset(
         "consumer",
         "batch",
         "limiter",
+        "max_result_bytes",
         "serializer",
     }
 )

@@ -203,7 +203,7 @@ class TestWorker(WorkerLifecycle, Generic[D, R]):
             if self._expired(job):
                 raise expired_error()
             result = await self._proc.job(job, job.opts.get("timeout"))
-            rv = encode_result(result, self._serializer)
+            rv = encode_result(result, self.opts.max_result_bytes, self._serializer)
         except asyncio.CancelledError:
             if job.id in self._revoked and not self._closing:
                 self._revoked.discard(job.id)

@@ -42,6 +42,19 @@ async def test_priorities_run_first_and_in_order_of_adding_within_one(backend: B
     assert seen == ["plain", "high-0", "high-1", "high-2", "low-0", "low-1", "low-2"]
 
 
+async def test_one_priority_added_in_one_millisecond_runs_first_in_first_out(
+    backend: Backend,
+) -> None:
+    # no clock step between the adds: equal times must not fall back to id order
+    seen: list[str] = []
+    await backend.queue.add_bulk([("j", f"b{n:02d}", JobOptions(priority=3)) for n in range(12)])
+    for n in range(5):
+        await backend.queue.add("j", f"s{n}", {"priority": 3})
+    async with backend.worker(_recorder(seen)):
+        await wait_for(lambda: len(seen) == 17)
+    assert seen == [f"b{n:02d}" for n in range(12)] + [f"s{n}" for n in range(5)]
+
+
 async def test_lifo_jobs_run_newest_first_after_plain_before_prioritized(
     backend: Backend,
 ) -> None:

@@ -7,6 +7,7 @@ their own so the shared session servers keep the real library.
 from __future__ import annotations
 
 import asyncio
+import re
 from collections.abc import Iterator
 from typing import Any
 
@@ -14,16 +15,28 @@ import pytest
 
 from glidemq import ConnectionOptions, GlideMQError, Job, LibraryError, Queue, Worker
 from glidemq.connection import close_client, create_client
-from glidemq.functions import LIBRARY_VERSION, ensure_library
+from glidemq.functions import LIBRARY_VERSION, ensure_library, library_source
 from glidemq.server import EmbeddedValkey, parse_info
 from tests.helpers import wait_for
 
+# Another project's library by the same name: refused (tests/integration/test_foreign_library.py).
 FAKE_NEWER = (
-    "#!lua name=glidemq\nredis.register_function('glidemq_version', function() return '999' end)"
+    "#!lua name=glidemq\nredis.register_function{function_name='glidemq_version', "
+    "callback=function() return '999' end, flags={'no-writes'}}"
 )
-FAKE_OLDER = (
-    "#!lua name=glidemq\nredis.register_function('glidemq_version', function() return '0' end)"
-)
+
+
+def own_library(version: int, marked: bool) -> str:
+    """This project's library at another version; `marked=False` as before version 11,
+    which added the marker function `glidemq_library`."""
+    src = re.sub(
+        r"local LIBRARY_VERSION = '\d+'", f"local LIBRARY_VERSION = '{version}'", library_source()
+    )
+    if not marked:
+        start = src.index("redis.register_function{function_name = 'glidemq_library'")
+        end = src.index("end, flags = {'no-writes'}}", start) + len("end, flags = {'no-writes'}}")
+        src = src[:start] + src[end:]
+    return src
 
 
 @pytest.fixture
@@ -206,7 +219,7 @@ async def test_newer_library_on_server_raises_library_error(own_server: Embedded
 
 
 async def test_older_library_on_server_is_replaced(own_server: EmbeddedValkey) -> None:
-    own_server.execute("FUNCTION", "LOAD", "REPLACE", FAKE_OLDER)
+    own_server.execute("FUNCTION", "LOAD", "REPLACE", own_library(0, marked=False))
     opts = ConnectionOptions.from_url(own_server.url)
     async with Queue("older", connection=opts) as q:
         assert own_server.cli("FCALL", "glidemq_version", "0") == str(LIBRARY_VERSION)

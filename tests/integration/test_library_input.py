@@ -164,6 +164,7 @@ def build_cases(r: Any, p: str) -> list[Case]:
     fail_keys = k("stream", "failed", "events", "scheduled", "meta")
     return [
         Case("glidemq_version", [f"{p}:_"], [], read_only=True, wrong_keys=[[f"{p}:_", f"{p}:x"]]),
+        Case("glidemq_library", [f"{p}:_"], [], read_only=True, wrong_keys=[[f"{p}:_", f"{p}:x"]]),
         Case(
             "glidemq_addJob",
             add_keys,

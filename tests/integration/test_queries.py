@@ -313,3 +313,26 @@ async def test_next_step_must_be_a_non_empty_string(
     async with Worker(queue.name, bad, connection=conn, **FAST):
         await wait_state(queue, job.id, "completed")
     assert len(errors) == 1 and isinstance(errors[0], ValidationError)
+
+
+async def test_search_prioritized_jobs_behind_many_delayed_ones(queue: Queue[Any, Any]) -> None:
+    # Delayed jobs sort first in the scheduled set; the scan of prioritized jobs must not
+    # spend its budget on them.
+    await queue.add_bulk([("later", i, {"delay": 3_600_000}) for i in range(30)])
+    urgent = await queue.add("urgent", 1, {"priority": 2})
+    assert urgent is not None
+    found = await queue.search_jobs(name="urgent", state="prioritized", scan=10)
+    assert [j.id for j in found] == [urgent.id]
+
+
+async def test_search_by_text_in_the_data_ignoring_case(queue: Queue[Any, Any]) -> None:
+    a = await queue.add("mail", {"to": "Ann@Example.com", "tags": ["vip"]})
+    await queue.add("mail", {"to": "bob@example.com"})
+    c = await queue.add("other", "a plain string mentioning ANN@example.COM")
+    found = await queue.search_jobs(text="ann@example.com", state="waiting")
+    assert {j.id for j in found} == {a.id, c.id}  # type: ignore[union-attr]
+    assert [j.id for j in await queue.search_jobs(text='"vip"')] == [a.id]  # type: ignore[union-attr]
+    both = await queue.search_jobs(name="mail", text="ann@")
+    assert [j.id for j in both] == [a.id]  # type: ignore[union-attr]
+    with pytest.raises(ValidationError):
+        await queue.search_jobs(text="")

@@ -8,6 +8,8 @@ import asyncio
 import traceback
 from typing import Any
 
+import pytest
+
 from glidemq import ConnectionOptions, JobOptions, Queue, Worker
 from glidemq.sandbox import SandboxOptions
 from tests.helpers import wait_for
@@ -220,3 +222,51 @@ async def test_pool_recovers_when_the_import_is_fixed(
         assert added is not None
         job = await finished(queue, added.id)
     assert job.returnvalue == "deployed"
+
+
+@pytest.mark.parametrize("attr", ["raising", "raising_sync"])
+async def test_base_exception_in_a_sandbox_child_fails_only_its_job(
+    queue: Queue[Any, Any], conn: ConnectionOptions, attr: str
+) -> None:
+    raising = [await queue.add("r", {"raise": e}) for e in ("KeyboardInterrupt", "SystemExit")]
+    normal = [await queue.add("n", {"sleep": 0.2}) for _ in range(4)]
+    worker = Worker(
+        queue.name,
+        f"tests.fixtures.base_exception_app:{attr}",
+        connection=conn,
+        sandbox=SandboxOptions(max_children=1),
+        concurrency=2,
+        stalled_interval=60_000,
+    )
+    async with worker:
+        failed = [await finished(queue, j.id) for j in raising if j is not None]
+        done = [await finished(queue, j.id) for j in normal if j is not None]
+        pool = worker.sandbox_pool
+        assert pool is not None
+    assert [j.failed_reason for j in failed] == [
+        "processor raised KeyboardInterrupt",
+        "processor raised SystemExit: 3",
+    ]
+    assert all(j.state == "completed" for j in done)
+
+
+async def test_nan_or_oversized_result_fails_in_the_child_as_in_process(
+    queue: Queue[Any, Any], conn: ConnectionOptions
+) -> None:
+    nan = await queue.add("n", {"nan": True})
+    big = await queue.add("b", {"size": 5000})
+    ok = await queue.add("o", {"size": 10})
+    worker = Worker(
+        queue.name,
+        "tests.fixtures.base_exception_app:returning",
+        connection=conn,
+        sandbox=SandboxOptions(max_children=1),
+        max_result_bytes=4096,
+        stalled_interval=60_000,
+    )
+    assert nan is not None and big is not None and ok is not None
+    async with worker:
+        f1, f2, done = [await finished(queue, j.id) for j in (nan, big, ok)]
+    assert f1.failed_reason == "returnvalue: contains NaN or Infinity, which JSON cannot represent"
+    assert f2.failed_reason == "returnvalue: serialized payload is 5002 bytes, the limit is 4096"
+    assert done.returnvalue == "r" * 10

@@ -25,9 +25,9 @@ def test_msgpack_values_round_trip_plain_and_compressed() -> None:
         raw = encode_data(value, compress=compress, serializer=mp)
         assert raw.startswith(b"gz:" if compress else b"msgpack:")
         assert decode_data(raw) == value
-    assert decode_json(encode_result(b"r", mp)) == b"r"
+    assert decode_json(encode_result(b"r", serializer=mp)) == b"r"
     with pytest.raises(TypeError, match="msgpack-serializable"):
-        encode_result(object(), mp)
+        encode_result(object(), serializer=mp)
 
 
 def test_a_registered_serializer_is_used_by_name_and_read_by_tag() -> None:

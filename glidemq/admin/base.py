@@ -9,16 +9,16 @@ from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 from glide import Batch, ClusterBatch, GlideClusterClient
 
-from . import queries
-from .context import QueueContext, now_ms
-from .errors import GlideMQError, ValidationError
-from .flowview import DEFAULT_MAX_FLOW_NODES, Flow, read_flow
-from .job import Job, retry_source
-from .queries import Metrics, WorkerInfo
-from .request import fetch_outcomes
+from .. import queries
+from ..context import QueueContext, now_ms
+from ..errors import GlideMQError, ValidationError
+from ..flowview import DEFAULT_MAX_FLOW_NODES, Flow, read_flow
+from ..job import Job, retry_source
+from ..queries import Metrics, WorkerInfo
+from ..request import fetch_outcomes
 
 if TYPE_CHECKING:
-    from .keys import QueueKeys
+    from ..keys import QueueKeys
 
 __all__ = ["JOB_STATES", "JobCounts", "QueueAdmin"]
 
@@ -189,10 +189,12 @@ class QueueAdmin(Generic[D, R]):
         data: Mapping[str, Any] | None = None,
         limit: int = 100,
         scan: int = 10_000,
+        text: str | None = None,
     ) -> list[Job[D, R]]:
-        """Jobs whose name matches the glob `name` and whose data has the given top-level
-        field values, in `state` (one or several; default all), at most `limit`. Looks at no
-        more than `scan` jobs per state, on the server (docs/ADVANCED.md, "Queries")."""
+        """Jobs whose name matches the glob `name`, whose data has the given top-level field
+        values and whose data's JSON text contains `text` (ASCII case ignored), in `state`
+        (one or several; default all), at most `limit`. Looks at no more than `scan` jobs per
+        state, on the server (docs/ADVANCED.md, "Queries")."""
         return await queries.search_jobs(
             await self._context(),
             self._jobs_by_ids,
@@ -201,6 +203,7 @@ class QueueAdmin(Generic[D, R]):
             data=data,
             limit=limit,
             scan=scan,
+            text=text,
         )
 
     async def get_metrics(self, kind: str = "completed", *, minutes: int = 60) -> Metrics:

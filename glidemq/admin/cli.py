@@ -1,0 +1,325 @@
+"""`glidemq`: look inside queues and act on them from a shell (docs/ADMIN.md).
+
+Every command reads or acts through `glidemq.admin.session.Admin` and only formats what it
+returns: tables for people, `--json` for scripts. Exit codes: 0 done, 1 failed (server
+unreachable, an unexpected error), 2 bad input (flags, unknown queue or job, a job in the
+wrong state, a destructive command without `--yes`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import os
+import signal
+import socket
+import sys
+from collections.abc import Sequence
+from typing import Any, NoReturn
+
+import orjson
+
+from ..argtypes import duration_ms, positive_int
+from ..connection import ConnectionOptions, resolve_connection
+from ..context import now_ms
+from ..errors import (
+    ConnectionError,
+    GlideMQError,
+    JobNotFoundError,
+    QueueNotFoundError,
+    ValidationError,
+)
+from . import format as fmt
+from .actions import CLEAN_STATES, RETRY_STATES
+from .base import JOB_STATES
+from .model import ActionResult, to_jsonable
+from .session import Admin
+
+__all__ = ["main"]
+
+OK, FAILED, USAGE = 0, 1, 2
+
+
+class _Usage(Exception):
+    """Bad input found after parsing; the message is the one line to print."""
+
+
+class _Parser(argparse.ArgumentParser):
+    """An argparse parser whose errors are one line (and exit 2)."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(USAGE, f"{self.prog}: error: {message} (see {self.prog} -h)\n")
+
+
+_EXAMPLES = """examples:
+  glidemq queues
+  glidemq status emails
+  glidemq jobs emails --state failed --limit 20 --search welcome
+  glidemq job emails 42
+  glidemq retry emails 42 43            glidemq retry emails --state failed
+  glidemq clean emails --state completed --grace 1h --yes
+  glidemq events emails --follow
+
+The server is --url, else $GLIDEMQ_URL, else valkey://127.0.0.1:6379. Every command takes
+--json. Exit codes: 0 done, 1 failed, 2 bad input."""
+
+
+def _common() -> _Parser:
+    # SUPPRESS: given before or after the command, neither place resets the other.
+    p = _Parser(add_help=False, allow_abbrev=False)
+    p.add_argument("--url", default=argparse.SUPPRESS, help="server (default: $GLIDEMQ_URL)")
+    p.add_argument("--prefix", default=argparse.SUPPRESS, help="key prefix (default: glide)")
+    p.add_argument(
+        "--json", action="store_true", default=argparse.SUPPRESS, help="print JSON for scripts"
+    )
+    return p
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The `glidemq` argument parser."""
+    from .. import __version__
+
+    common = _common()
+    p = _Parser(
+        prog="glidemq",
+        description="Look inside glidemq queues and act on them.",
+        epilog=_EXAMPLES,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        parents=[common],
+        allow_abbrev=False,
+    )
+    p.add_argument("--version", action="version", version=f"glidemq {__version__}")
+    sub = p.add_subparsers(dest="command", metavar="COMMAND", required=True, parser_class=_Parser)
+
+    def command(name: str, help: str) -> argparse.ArgumentParser:
+        return sub.add_parser(
+            name, help=help, description=help, parents=[common], allow_abbrev=False
+        )
+
+    def queue_arg(c: argparse.ArgumentParser) -> None:
+        c.add_argument("queue", metavar="QUEUE")
+
+    def confirm(c: argparse.ArgumentParser) -> None:
+        c.add_argument("--yes", "-y", action="store_true", help="do it without asking")
+
+    command("queues", "every queue under the prefix with its counts, paused, workers")
+    queue_arg(command("status", "counts, workers, throughput, limits, schedulers of a queue"))
+    c = command("jobs", "list a queue's jobs (newest finished first)")
+    queue_arg(c)
+    c.add_argument(
+        "--state", action="append", choices=JOB_STATES, help="only this state (repeatable)"
+    )
+    c.add_argument("--limit", type=positive_int, default=20, help="jobs per page (default 20)")
+    c.add_argument("--offset", type=int, default=0, help="skip this many (default 0)")
+    c.add_argument("--search", metavar="TEXT", help="names containing TEXT (or a glob: a*b)")
+    c = command("job", "one job with every field, logs, progress, stacktrace, parent, children")
+    queue_arg(c)
+    c.add_argument("id", metavar="ID")
+    c.add_argument("--logs", type=int, default=100, metavar="N", help="last N log lines (100)")
+    c = command("retry", "send failed / dead-letter / completed jobs back to waiting")
+    queue_arg(c)
+    c.add_argument("ids", nargs="*", metavar="ID")
+    c.add_argument("--state", choices=RETRY_STATES, help="every job in this state (not with IDs)")
+    c.add_argument("--limit", type=positive_int, help="with --state: at most this many")
+    c = command("remove", "delete jobs that are not running")
+    queue_arg(c)
+    c.add_argument("ids", nargs="+", metavar="ID")
+    confirm(c)
+    c = command("promote", "run delayed jobs now")
+    queue_arg(c)
+    c.add_argument("ids", nargs="+", metavar="ID")
+    queue_arg(command("pause", "stop workers from taking new jobs"))
+    queue_arg(command("resume", "let workers take jobs again"))
+    c = command("clean", "remove old jobs of one state")
+    queue_arg(c)
+    c.add_argument("--state", required=True, choices=CLEAN_STATES)
+    c.add_argument(
+        "--grace", type=duration_ms, required=True, help="only jobs older than this: 30s, 1h, 2d"
+    )
+    c.add_argument("--limit", type=positive_int, help="at most this many (default: all)")
+    confirm(c)
+    c = command("drain", "remove every job waiting to run (running ones are left alone)")
+    queue_arg(c)
+    c.add_argument("--delayed", action="store_true", help="delayed jobs too")
+    confirm(c)
+    c = command("obliterate", "delete the queue and everything in it")
+    queue_arg(c)
+    confirm(c)
+    c.add_argument("--force", action="store_true", help="confirm, and even while jobs run")
+    c = command("events", "the queue's recent events, or a live tail with --follow")
+    queue_arg(c)
+    c.add_argument("--follow", "-f", action="store_true", help="keep printing new events")
+    c.add_argument("--count", type=positive_int, default=20, help="recent events (default 20)")
+    queue_arg(command("schedulers", "the queue's job schedulers"))
+    return p
+
+
+def _out(text: str) -> None:
+    print(text, flush=True)
+
+
+def _emit(args: argparse.Namespace, value: Any, text: str) -> None:
+    if getattr(args, "json", False):
+        _out(orjson.dumps(to_jsonable(value), option=orjson.OPT_INDENT_2).decode())
+    else:
+        _out(text)
+
+
+def _reachable(conn: ConnectionOptions, timeout: float = 3.0) -> str | None:
+    """None when some address accepts a TCP connection, else why not (a fast, clear error
+    instead of the client's reconnect loop)."""
+    last = ""
+    for host, port in conn.addresses:
+        try:
+            with socket.create_connection((host, port), timeout=timeout):
+                return None
+        except OSError as exc:
+            last = f"{host}:{port}: {exc.strerror or exc}"
+    return f"cannot reach Valkey at {conn.url} ({last})"
+
+
+def _confirm(args: argparse.Namespace, what: str) -> None:
+    """Go on only with --yes / --force, or a 'y' typed at a terminal."""
+    if args.yes or getattr(args, "force", False):
+        return
+    if getattr(args, "json", False) or not (sys.stdin.isatty() and sys.stderr.isatty()):
+        raise _Usage(f"{what}: pass --yes to confirm")
+    print(f"{what}. Go on? [y/N] ", end="", file=sys.stderr, flush=True)
+    if sys.stdin.readline().strip().lower() not in ("y", "yes"):
+        raise _Usage("cancelled")
+
+
+def _results(args: argparse.Namespace, results: list[ActionResult]) -> int:
+    _emit(args, results, fmt.action_results(results))
+    return OK if all(r.ok for r in results) else USAGE
+
+
+async def _follow(admin: Admin, args: argparse.Namespace) -> int:
+    await admin.view(args.queue)  # an unknown queue is an error, not an empty tail
+    loop = asyncio.get_running_loop()
+    task = asyncio.current_task()
+    assert task is not None
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, task.cancel)
+    try:
+        async with admin.follow(args.queue) as feed:
+            print(f"following events of {args.queue!r}; Ctrl-C stops", file=sys.stderr, flush=True)
+            async for ev in feed:
+                if getattr(args, "json", False):
+                    _out(orjson.dumps(to_jsonable(ev)).decode())
+                else:
+                    _out(fmt.event_line(ev))
+    except asyncio.CancelledError:
+        return OK
+    return OK
+
+
+async def _run(args: argparse.Namespace, conn: ConnectionOptions) -> int:
+    prefix = getattr(args, "prefix", "glide")
+    async with Admin(conn, prefix=prefix) as admin:
+        cmd, now = args.command, now_ms()
+        if cmd == "queues":
+            rows = await admin.queues()
+            _emit(args, rows, fmt.queues(rows))
+        elif cmd == "status":
+            status = await admin.status(args.queue)
+            _emit(args, status, fmt.queue_status(status))
+        elif cmd == "jobs":
+            if args.offset < 0:
+                raise _Usage("--offset: must be >= 0")
+            page = await admin.jobs(
+                args.queue, args.state or (), limit=args.limit, offset=args.offset,
+                search=args.search,
+            )  # fmt: skip
+            _emit(args, page, fmt.job_page(page, now))
+        elif cmd == "job":
+            detail = await admin.job(args.queue, args.id, log_lines=max(0, args.logs))
+            _emit(args, detail, fmt.job_detail(detail, now))
+        elif cmd == "retry":
+            if args.ids and args.state:
+                raise _Usage("retry: name job IDs or --state, not both")
+            if args.limit is not None and not args.state:
+                raise _Usage("retry: --limit goes with --state")
+            if args.state:
+                bulk = await admin.retry_state(args.queue, args.state, args.limit)
+                _emit(args, bulk, fmt.bulk_result(bulk))
+            elif args.ids:
+                return _results(args, await admin.retry(args.queue, args.ids))
+            else:
+                raise _Usage("retry: name job IDs or --state failed|dead_letter|completed")
+        elif cmd in ("remove", "promote"):
+            await admin.view(args.queue)
+            if cmd == "remove":
+                _confirm(args, f"remove {len(args.ids)} job(s) of {args.queue!r}")
+                return _results(args, await admin.remove(args.queue, args.ids))
+            return _results(args, await admin.promote(args.queue, args.ids))
+        elif cmd in ("pause", "resume"):
+            bulk = await (admin.pause if cmd == "pause" else admin.resume)(args.queue)
+            _emit(args, bulk, fmt.bulk_result(bulk))
+        elif cmd == "clean":
+            await admin.view(args.queue)
+            _confirm(args, f"remove {args.state} jobs of {args.queue!r} older than {args.grace} ms")
+            bulk = await admin.clean(args.queue, args.state, args.grace, args.limit)
+            _emit(args, bulk, fmt.bulk_result(bulk))
+        elif cmd == "drain":
+            counts = await (await admin.view(args.queue)).get_job_counts()
+            n = counts.waiting + counts.prioritized + (counts.delayed if args.delayed else 0)
+            _confirm(args, f"remove the {n} job(s) waiting in {args.queue!r}")
+            bulk = await admin.drain(args.queue, args.delayed)
+            _emit(args, bulk, fmt.bulk_result(bulk))
+        elif cmd == "obliterate":
+            counts = await (await admin.view(args.queue)).get_job_counts()
+            total = sum(counts.as_dict().values())
+            _confirm(args, f"delete queue {args.queue!r} and its {total} job(s)")
+            if counts.active and not args.force:
+                raise _Usage(f"queue {args.queue!r} has {counts.active} running job(s): stop "
+                             "its workers, or pass --force")  # fmt: skip
+            bulk = await admin.obliterate(args.queue, force=args.force)
+            _emit(args, bulk, fmt.bulk_result(bulk))
+        elif cmd == "events":
+            if args.follow:
+                return await _follow(admin, args)
+            events = await admin.events(args.queue, args.count)
+            text = "\n".join(fmt.event_line(e) for e in events) or "no events"
+            _emit(args, events, text)
+        elif cmd == "schedulers":
+            found = await admin.schedulers(args.queue)
+            _emit(args, found, fmt.schedulers(found, now))
+    return OK
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of `glidemq`; returns the exit code."""
+    args = build_parser().parse_args(sys.argv[1:] if argv is None else list(argv))
+    try:
+        conn = resolve_connection(getattr(args, "url", None))
+    except ValidationError as exc:
+        print(f"glidemq: error: --url: {exc}", file=sys.stderr)
+        return USAGE
+    problem = _reachable(conn)
+    if problem is not None:
+        print(f"glidemq: error: {problem}", file=sys.stderr)
+        return FAILED
+    try:
+        return asyncio.run(_run(args, conn))
+    except (_Usage, ValidationError, QueueNotFoundError, JobNotFoundError) as exc:
+        print(f"glidemq: error: {exc}", file=sys.stderr)
+        return USAGE
+    except ConnectionError as exc:
+        print(f"glidemq: error: {exc}", file=sys.stderr)
+        return FAILED
+    except GlideMQError as exc:
+        print(f"glidemq: error: {exc}", file=sys.stderr)
+        return FAILED
+    except KeyboardInterrupt:
+        return OK
+    except BrokenPipeError:
+        # `glidemq jobs q | head`: the reader left; say nothing more.
+        with contextlib.suppress(OSError):
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return OK
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

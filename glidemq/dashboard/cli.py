@@ -1,0 +1,169 @@
+"""`glidemq-dashboard`: the dashboard as a standalone web server (uvicorn), bound to
+127.0.0.1 unless told otherwise."""
+
+from __future__ import annotations
+
+import argparse
+import socket
+import sys
+from collections.abc import Sequence
+from typing import NoReturn
+
+from ..argtypes import port
+from ..connection import resolve_connection
+from ..errors import ValidationError
+from ..keys import validate_prefix
+from ..web.auth import BasicAuth
+
+__all__ = ["build_parser", "main"]
+
+OK, FAILED, USAGE = 0, 1, 2
+
+_EXAMPLES = """examples:
+  glidemq-dashboard                                   # http://127.0.0.1:8080, $GLIDEMQ_URL
+  glidemq-dashboard --url valkey://10.0.0.5:6379 --read-only
+  glidemq-dashboard --bind 0.0.0.0 --basic-auth-file /etc/glidemq/users
+
+The basic auth file holds 'user:password' lines (or 'user:pbkdf2_sha256$...' hashes made by
+--hash-password). Exit codes: 0 stopped, 1 failed, 2 bad input."""
+
+
+class _Parser(argparse.ArgumentParser):
+    """Errors are one line and exit 2."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(USAGE, f"{self.prog}: error: {message} (see {self.prog} -h)\n")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The `glidemq-dashboard` argument parser."""
+    from .. import __version__
+
+    p = _Parser(
+        prog="glidemq-dashboard",
+        description="Serve the glidemq web dashboard.",
+        epilog=_EXAMPLES,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        allow_abbrev=False,
+    )
+    p.add_argument("--version", action="version", version=f"glidemq-dashboard {__version__}")
+    p.add_argument("--url", help="Valkey server (default: $GLIDEMQ_URL, else 127.0.0.1:6379)")
+    p.add_argument("--prefix", default="glide", help="key prefix of the queues (default glide)")
+    p.add_argument("--port", type=port, default=8080, help="HTTP port (default 8080)")
+    p.add_argument(
+        "--bind", default="127.0.0.1", help="address to listen on (default 127.0.0.1 only)"
+    )
+    p.add_argument("--read-only", action="store_true", help="show, never act (actions get 403)")
+    p.add_argument(
+        "--basic-auth-file", metavar="FILE", help="ask for a user and password from FILE"
+    )
+    p.add_argument(
+        "--queue",
+        action="append",
+        metavar="NAME",
+        help="show only this queue (repeatable; default: every queue found)",
+    )
+    p.add_argument(
+        "--refresh", type=float, default=2.0, help="seconds between live updates (default 2)"
+    )
+    p.add_argument(
+        "--hash-password",
+        action="store_true",
+        help="read a password from stdin, print its hash for the auth file, and exit",
+    )
+    return p
+
+
+def _port_free(host: str, number: int) -> str | None:
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    with socket.socket(family, socket.SOCK_STREAM) as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            s.bind((host, number))
+        except OSError as exc:
+            return f"cannot listen on {host}:{number}: {exc.strerror or exc}"
+    return None
+
+
+def _reachable(addresses: Sequence[tuple[str, int]], timeout: float = 2.0) -> bool:
+    for host, number in addresses:
+        try:
+            with socket.create_connection((host, number), timeout=timeout):
+                return True
+        except OSError:
+            continue
+    return False
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of `glidemq-dashboard`; returns the exit code."""
+    prog = "glidemq-dashboard"
+    args = build_parser().parse_args(sys.argv[1:] if argv is None else list(argv))
+    if args.hash_password:
+        from ..web.auth import hash_password
+
+        password = sys.stdin.readline().rstrip("\n")
+        if not password:
+            print(f"{prog}: error: no password on stdin", file=sys.stderr)
+            return USAGE
+        print(hash_password(password))
+        return OK
+    try:
+        try:
+            conn = resolve_connection(args.url)
+        except ValidationError as exc:
+            raise ValidationError("--url", exc.reason) from None
+        prefix = validate_prefix(args.prefix)
+        basic = BasicAuth.from_file(args.basic_auth_file) if args.basic_auth_file else None
+        if args.refresh <= 0:
+            raise ValidationError("--refresh", "must be a positive number of seconds")
+    except ValidationError as exc:
+        print(f"{prog}: error: {exc}", file=sys.stderr)
+        return USAGE
+    problem = _port_free(args.bind, args.port)
+    if problem is not None:
+        print(f"{prog}: error: {problem}", file=sys.stderr)
+        return USAGE
+
+    import uvicorn
+
+    from .app import create_app
+
+    try:
+        app = create_app(
+            conn,
+            prefix=prefix,
+            read_only=args.read_only,
+            basic_auth=basic,
+            queues=args.queue,
+            refresh=args.refresh,
+        )
+    except ValidationError as exc:
+        print(f"{prog}: error: {exc}", file=sys.stderr)
+        return USAGE
+    host = f"[{args.bind}]" if ":" in args.bind else args.bind
+    mode = " (read-only)" if args.read_only else ""
+    print(f"glidemq dashboard on http://{host}:{args.port}/ for {conn.url}{mode}", flush=True)
+    if args.bind not in ("127.0.0.1", "localhost", "::1") and basic is None:
+        print(
+            f"{prog}: warning: listening on {args.bind} without --basic-auth-file",
+            file=sys.stderr,
+            flush=True,
+        )
+    if not _reachable(conn.addresses):
+        print(
+            f"{prog}: warning: cannot reach Valkey at {conn.url} now; pages answer 503 "
+            "until it is up",
+            file=sys.stderr,
+            flush=True,
+        )
+    config = uvicorn.Config(app, host=args.bind, port=args.port, log_level="warning", lifespan="on")
+    try:
+        uvicorn.Server(config).run()
+    except KeyboardInterrupt:
+        return OK
+    return OK
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

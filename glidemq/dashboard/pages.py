@@ -1,0 +1,128 @@
+"""The dashboard's pages: overview, one queue, one job, workers. Each reads through the
+admin layer and renders a template; `?fragment=…` renders only the part that live updates
+replace."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from starlette.requests import Request
+from starlette.responses import Response
+
+from ..admin.base import JOB_STATES
+from ..admin.model import QueueSummary
+from ..errors import ValidationError
+from ..keys import validate_job_id, validate_queue_name
+from . import data
+from .state import dashboard_of
+
+__all__ = ["job", "overview", "queue", "workers"]
+
+PAGE_SIZES = (10, 25, 50, 100, 200)
+DEFAULT_SIZE = 25
+JOB_EVENTS = 500  # recent queue events searched for a job's timeline
+
+
+def _int(request: Request, name: str, default: int, low: int, high: int) -> int:
+    raw = request.query_params.get(name)
+    if raw in (None, ""):
+        return default
+    try:
+        value = int(raw)
+    except ValueError:
+        raise ValidationError(name, "must be a whole number") from None
+    if not low <= value <= high:
+        raise ValidationError(name, f"must be from {low} to {high}")
+    return value
+
+
+def _queue_param(request: Request, name: str = "name") -> str:
+    return validate_queue_name(request.query_params.get(name, ""))
+
+
+async def overview(request: Request) -> Response:
+    """Every queue under the prefix: counts per state, paused, workers, and the chart."""
+    dash = dashboard_of(request)
+    names = await dash.queue_names()
+    summaries, chart = await asyncio.gather(data.overview(dash, names), data.chart(dash, names))
+    rows = [(s, data.state_sizes(s)) for s in summaries]
+    return dash.render(
+        request, "overview.html", rows=rows, chart=chart, states=JOB_STATES, live_queue=""
+    )
+
+
+async def queue(request: Request) -> Response:
+    """One queue: status, limits, schedulers, and a page of its jobs in one state (or the
+    jobs a search found)."""
+    dash = dashboard_of(request)
+    name = _queue_param(request)
+    state = request.query_params.get("state") or "waiting"
+    if state not in JOB_STATES:
+        raise ValidationError("state", f"unknown state {state!r}")
+    size = _int(request, "size", DEFAULT_SIZE, 1, max(PAGE_SIZES))
+    number = _int(request, "page", 1, 1, 1_000_000)
+    text = request.query_params.get("q", "").strip()
+    status = await dash.admin.status(name)
+    offset = (number - 1) * size
+    if text:
+        page = await dash.admin.find(name, text, limit=size, offset=offset)
+    else:
+        page = await dash.admin.jobs(name, [state], limit=size, offset=offset)
+    summary = QueueSummary(name, status.counts, status.paused, len(status.workers))
+    context: dict[str, Any] = dict(
+        status=status,
+        sizes=data.state_sizes(summary),
+        states=JOB_STATES,
+        state=state,
+        page=page,
+        number=number,
+        size=size,
+        sizes_allowed=PAGE_SIZES,
+        q=text,
+        chart=data.chart_of(status.completed, status.failed),
+        live_queue=name,
+        now=status.now,
+    )
+    if request.query_params.get("fragment") == "jobs":
+        return dash.render(request, "_jobs.html", **context)
+    return dash.render(request, "queue.html", **context)
+
+
+async def job(request: Request) -> Response:
+    """One job in full: data, options, progress, logs, stacktrace, result, attempts and
+    timeline, flow links, and its actions."""
+    dash = dashboard_of(request)
+    name = _queue_param(request, "queue")
+    job_id = validate_job_id(request.query_params.get("id", ""), "id")
+    detail, events = await asyncio.gather(
+        dash.admin.job(name, job_id, log_lines=200), dash.admin.events(name, JOB_EVENTS)
+    )
+    mine = [e for e in events if e.job_id == job_id]
+    children_done = [
+        (ref.partition(":")[0], ref.partition(":")[2], value)
+        for ref, value in detail.children_values.items()
+    ]
+    children_failed = [
+        (ref.partition(":")[0], ref.partition(":")[2], reason)
+        for ref, reason in detail.children_failures.items()
+    ]
+    context: dict[str, Any] = dict(
+        job=detail,
+        events=mine,
+        children_done=children_done,
+        children_failed=children_failed,
+        live_queue=name,
+        live_job=job_id,
+    )
+    if request.query_params.get("fragment") == "detail":
+        return dash.render(request, "_job_detail.html", **context)
+    return dash.render(request, "job.html", **context)
+
+
+async def workers(request: Request) -> Response:
+    """Every live worker of every queue: queue, host, pid, concurrency, heartbeat."""
+    dash = dashboard_of(request)
+    names = await dash.queue_names()
+    found = await data.workers(dash, names)
+    return dash.render(request, "workers.html", workers=found, live_queue="")

@@ -1,0 +1,43 @@
+"""`glidemq-bench report` says where the report and its plots were written."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+
+from glidemq.bench.cli import main
+
+RESULTS = Path(__file__).parents[1] / "spark" / "data" / "results"
+
+
+def test_the_plain_report_says_where_it_went_and_that_it_has_no_plots(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    results = tmp_path / "results"
+    results.mkdir()
+    shutil.copy(RESULTS / "records-a.jsonl", results)
+    out = tmp_path / "plain"
+    assert main(["report", str(results), "--output", str(out), "--plain"]) == 0
+    err = capsys.readouterr().err
+    assert f"report written to {out / 'report.md'}" in err
+    assert "plots: none" in err
+
+
+@pytest.mark.spark
+@pytest.mark.slow
+@pytest.mark.timeout(600)  # a cold Spark start on a busy machine
+def test_the_spark_report_lists_every_plot_it_wrote(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    if shutil.which("java") is None:
+        pytest.skip("no java on PATH: the Spark report needs Java 17")
+    out = tmp_path / "report"
+    assert main(["report", str(RESULTS), "--output", str(out)]) == 0
+    err = capsys.readouterr().err
+    plots = sorted((out / "plots").glob("*.png"))
+    assert plots
+    assert f"plots ({len(plots)}): {out / 'plots'}" in err
+    for png in plots:
+        assert f"\n  {png}" in err

@@ -1,0 +1,147 @@
+"""A real browser: headless Chromium (Debian's `chromium` and `chromium-driver`) driven by
+selenium clicks overview -> queue -> failed job -> retry against `glidemq-dashboard`, and
+checks the page changed and the job is waiting again; a live update arrives without a page
+reload. Screenshots go to $GLIDEMQ_SCREENSHOTS (default: the test's tmp dir). Skipped with
+the reason when the browser or its driver is not installed."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import shutil
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from glidemq import Queue
+
+from .conftest import Populated, running_dashboard
+
+CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
+DRIVER = shutil.which("chromedriver")
+
+
+def _browser() -> Any:
+    if CHROMIUM is None or DRIVER is None:
+        pytest.skip(
+            "no headless browser: install Debian's chromium and chromium-driver "
+            "(apt-get install -y chromium chromium-driver)"
+        )
+    try:
+        from selenium import webdriver
+        from selenium.webdriver.chrome.service import Service
+    except ImportError:
+        pytest.skip("selenium is not installed (pip install -e '.[dev]')")
+    os.environ.setdefault("SE_OFFLINE", "true")  # never let selenium fetch a browser
+    options = webdriver.ChromeOptions()
+    options.binary_location = CHROMIUM
+    for arg in (
+        "--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
+        "--window-size=1360,1000", "--force-device-scale-factor=1", "--lang=en-US",
+    ):  # fmt: skip
+        options.add_argument(arg)
+    try:
+        return webdriver.Chrome(options=options, service=Service(executable_path=DRIVER))
+    except Exception as exc:  # selenium's WebDriverException and OS errors alike
+        pytest.skip(f"chromium could not start here: {exc}")
+
+
+@pytest.fixture
+def browser() -> Iterator[Any]:
+    driver = _browser()
+    driver.set_page_load_timeout(30)
+    try:
+        yield driver
+    finally:
+        driver.quit()
+
+
+@pytest.fixture
+def shots(tmp_path: Path) -> Path:
+    where = Path(os.environ.get("GLIDEMQ_SCREENSHOTS") or tmp_path / "screenshots")
+    where.mkdir(parents=True, exist_ok=True)
+    return where
+
+
+def _wait(driver: Any, condition: Any, timeout: float = 20) -> Any:
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    return WebDriverWait(driver, timeout, poll_frequency=0.1).until(condition)
+
+
+def _text(driver: Any, css: str) -> str:
+    from selenium.webdriver.common.by import By
+
+    return str(driver.find_element(By.CSS_SELECTOR, css).text)
+
+
+def _click_through(driver: Any, base: str, p: Populated, shots: Path) -> str:
+    """Overview -> queue -> failed tab -> first failed job -> Retry; the retried job's id."""
+    from selenium.webdriver.common.by import By
+
+    driver.get(base + "/")
+    _wait(driver, lambda d: d.find_elements(By.CSS_SELECTOR, "#chart rect"))
+    driver.save_screenshot(str(shots / "overview.png"))
+    driver.find_element(By.LINK_TEXT, p.name).click()
+    _wait(driver, lambda d: _text(d, "#queue-name") == p.name)
+    driver.find_element(By.CSS_SELECTOR, 'a.tab[data-state="failed"]').click()
+    _wait(driver, lambda d: "current" in d.find_element(
+        By.CSS_SELECTOR, 'a.tab[data-state="failed"]').get_attribute("class"))  # fmt: skip
+    rows = driver.find_elements(By.CSS_SELECTOR, "#job-table tr.job")
+    assert {r.get_attribute("data-job-id") for r in rows} == set(p.ids["failed"])
+    driver.save_screenshot(str(shots / "queue-failed.png"))
+    link = driver.find_element(By.CSS_SELECTOR, "#job-table a.job-link")
+    job_id = str(link.text)
+    link.click()
+    _wait(driver, lambda d: _text(d, "#job-id") == job_id)
+    assert _text(driver, "#job-state") == "failed"
+    assert "mailbox unavailable" in _text(driver, "#job-reason")
+    driver.save_screenshot(str(shots / "job-failed.png"))
+    driver.find_element(By.ID, "job-retry").click()
+    _wait(driver, lambda d: d.find_elements(By.ID, "notice"))
+    assert _text(driver, "#job-state") == "waiting"
+    assert _text(driver, "#notice") == "retry: 1 done"
+    assert not driver.find_elements(By.ID, "job-retry")  # a waiting job has no Retry
+    driver.save_screenshot(str(shots / "job-retried.png"))
+    return job_id
+
+
+def _live_update(driver: Any, base: str, p: Populated) -> int:
+    """Open the overview once the live feed is connected, mark the page (a reload would
+    drop the mark), and return the waiting count it shows."""
+    driver.get(base + "/")
+    _wait(driver, lambda d: _text(d, "#live") and "on" in d.find_element(
+        "id", "live").get_attribute("class"))  # fmt: skip
+    driver.execute_script("window.__notReloaded = true;")
+    return int(_text(driver, f'a[data-live-count="{p.name}"][data-state="waiting"]'))
+
+
+def _live_after(driver: Any, p: Populated, want: int) -> None:
+    from selenium.webdriver.common.by import By
+
+    css = f'a[data-live-count="{p.name}"][data-state="waiting"]'
+    _wait(driver, lambda d: _text(d, css) == str(want))
+    assert driver.execute_script("return window.__notReloaded === true;")
+    assert _text(driver, f'[data-live-paused="{p.name}"]') == "paused"
+    assert driver.find_elements(By.CSS_SELECTOR, "#chart rect.bar-completed")
+
+
+async def test_a_browser_retries_a_failed_job_and_sees_live_updates(
+    populated: Populated, browser: Any, shots: Path
+) -> None:
+    args = ("--prefix", populated.prefix, "--refresh", "0.3")
+    with running_dashboard(populated.url, *args) as (base, _):
+        job_id = await asyncio.to_thread(_click_through, browser, base, populated, shots)
+        async with Queue(populated.name, connection=populated.url, prefix=populated.prefix) as q:
+            job = await q.get_job(job_id)
+            assert job is not None and job.state == "waiting"
+            waiting = await asyncio.to_thread(_live_update, browser, base, populated)
+            assert waiting == (await q.get_job_counts()).waiting
+            await q.pause()
+            await q.add("late", {"n": 1})
+            await asyncio.to_thread(_live_after, browser, populated, waiting + 1)
+    for name in ("overview.png", "queue-failed.png", "job-failed.png", "job-retried.png"):
+        assert (shots / name).stat().st_size > 10_000, name
+    print(f"screenshots in {shots}")

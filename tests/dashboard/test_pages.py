@@ -1,0 +1,367 @@
+"""The dashboard's pages, read over ASGI with httpx against a real Valkey: overview, queue
+(every state, pagination, search), job, workers, errors, static assets and headers."""
+
+from __future__ import annotations
+
+import html as html_module
+import re
+from typing import Any
+
+import pytest
+
+from glidemq import Job, Queue, Worker
+from tests.helpers import FAST, wait_for
+
+from .conftest import Populated
+
+
+def _count(html: str, queue: str, state: str) -> int:
+    found = re.search(
+        rf'data-live-count="{re.escape(queue)}" data-state="{re.escape(state)}">(\d+)<', html
+    )
+    assert found is not None, f"no {state} count for {queue}"
+    return int(found.group(1))
+
+
+async def test_overview_lists_the_queue_with_counts_per_state_and_paused(
+    populated: Populated, client_for: Any
+) -> None:
+    client = await client_for(populated)
+    r = await client.get("/")
+    assert r.status_code == 200
+    html = r.text
+    name = populated.name
+    assert f'data-queue="{name}"' in html
+    expected = {
+        "completed": 3, "failed": 2, "dead_letter": 1, "waiting": 4, "delayed": 1,
+        "prioritized": 1, "waiting-children": 1, "active": 0,
+    }  # fmt: skip
+    for state, n in expected.items():
+        assert _count(html, name, state) == n, state
+    assert f'data-live-paused="{name}">running<' in html
+    assert 'id="chart"' in html and "data-chart=" in html
+
+
+async def test_queue_page_lists_the_jobs_of_each_state(
+    populated: Populated, client_for: Any
+) -> None:
+    client = await client_for(populated)
+    for state in ("completed", "failed", "dead_letter", "waiting", "delayed", "prioritized"):
+        r = await client.get("/queue", params={"name": populated.name, "state": state})
+        assert r.status_code == 200, (state, r.text[:300])
+        listed = set(re.findall(r'data-job-id="([^"]+)"', r.text))
+        assert listed == set(populated.ids[state]), state
+    r = await client.get("/queue", params={"name": populated.name, "state": "waiting-children"})
+    assert set(re.findall(r'data-job-id="([^"]+)"', r.text)) == set(populated.ids["parent"])
+
+
+async def test_queue_page_shows_schedulers_limits_and_dead_letters(
+    populated: Populated, client_for: Any
+) -> None:
+    async with Queue(populated.name, connection=populated.url, prefix=populated.prefix) as q:
+        await q.set_global_concurrency(4)
+    client = await client_for(populated)
+    html = (await client.get("/queue", params={"name": populated.name})).text
+    assert "nightly-report" in html and "0 3 * * *" in html
+    assert re.search(r"<dt>global concurrency</dt><dd>4</dd>", html)
+    assert re.search(r"<dt>dead letters</dt><dd><a [^>]+>1</a></dd>", html)
+
+
+async def test_queue_page_paginates_by_range(populated: Populated, client_for: Any) -> None:
+    async with Queue(populated.name, connection=populated.url, prefix=populated.prefix) as q:
+        added = await q.add_bulk([("bulk", {"i": i}) for i in range(25)])
+    waiting = populated.ids["waiting"] + [j.id for j in added if j is not None]
+    client = await client_for(populated)
+    seen: list[str] = []
+    for page in (1, 2, 3):
+        r = await client.get(
+            "/queue",
+            params={"name": populated.name, "state": "waiting", "size": 10, "page": page},
+        )
+        assert r.status_code == 200
+        seen += re.findall(r'data-job-id="([^"]+)"', r.text)
+        assert ('id="next"' in r.text) == (page < 3)
+    assert seen == waiting  # in the order they will run, each once
+    assert 'of <span id="total">29</span>' in r.text
+
+
+@pytest.mark.parametrize("by", ["id", "name", "data"])
+async def test_search_finds_jobs_by_id_name_or_data_text(
+    populated: Populated, client_for: Any, by: str
+) -> None:
+    client = await client_for(populated)
+    text, want = {
+        "id": (populated.ids["delayed"][0], populated.ids["delayed"]),
+        "name": ("dige", populated.ids["prioritized"]),
+        "data": ("LATER1@example", [populated.ids["waiting"][1]]),
+    }[by]
+    r = await client.get("/queue", params={"name": populated.name, "q": text})
+    assert r.status_code == 200
+    found = re.findall(r'data-job-id="([^"]+)"', r.text)
+    assert found[: len(want)] == want
+    if by != "id":
+        assert found == want
+
+
+async def test_job_page_shows_data_logs_progress_result_and_attempts(
+    populated: Populated, client_for: Any
+) -> None:
+    client = await client_for(populated)
+    done = populated.ids["completed"][0]
+    html = (await client.get("/job", params={"queue": populated.name, "id": done})).text
+    assert 'id="job-state">completed<' in html
+    assert "user0@example.com" in html  # data and return value
+    assert '"sent": "user0@example.com"' in html_module.unescape(html)
+    assert "sending to user0@example.com" in html  # the log line
+    assert '<progress id="job-progress" max="100" value="100.0">' in html
+    failed = populated.ids["failed"][0]
+    html = (await client.get("/job", params={"queue": populated.name, "id": failed})).text
+    assert 'id="job-state">failed<' in html
+    assert "mailbox unavailable" in html
+    assert 'id="job-attempts">1 of 1<' in html
+    assert 'id="job-stacktrace"' in html and "ValueError" in html
+    assert 'id="job-retry"' in html
+
+
+async def test_job_page_links_flow_parent_and_children(
+    populated: Populated, client_for: Any
+) -> None:
+    client = await client_for(populated)
+    parent, child = populated.ids["parent"][0], populated.ids["child"][0]
+    html = (await client.get("/job", params={"queue": populated.name, "id": parent})).text
+    assert f"/job?queue={populated.name}&amp;id={child}" in html
+    html = (await client.get("/job", params={"queue": populated.name, "id": child})).text
+    assert f"/job?queue={populated.name}&amp;id={parent}" in html
+
+
+async def test_workers_page_shows_each_worker_with_queue_host_pid_concurrency(
+    populated: Populated, client_for: Any
+) -> None:
+    import os
+
+    async def idle(job: Job[Any, Any]) -> None:
+        return None
+
+    client = await client_for(populated)
+    async with Queue(populated.name, connection=populated.url, prefix=populated.prefix) as q:
+        await q.pause()  # keep the populated jobs where they are
+        async with Worker(
+            populated.name, idle, connection=populated.url, prefix=populated.prefix,
+            concurrency=7, **FAST,
+        ):  # fmt: skip
+            await wait_for(q.get_workers, timeout=10)
+            html = (await client.get("/workers")).text
+    row = re.search(
+        r'<tr>\s*<td><a href="[^"]+">' + re.escape(populated.name) + r"</a>.*?</tr>", html, re.S
+    )
+    assert row is not None, html[-2000:]
+    cells = re.findall(r"<td[^>]*>(.*?)</td>", row.group(0), re.S)
+    assert cells[3] == str(os.getpid()) and cells[4] == "7"
+    assert "ago" in cells[6]
+
+
+async def test_unknown_queue_or_job_is_404_and_bad_input_400(
+    populated: Populated, client_for: Any
+) -> None:
+    client = await client_for(populated)
+    r = await client.get("/queue", params={"name": "no-such-queue"})
+    assert r.status_code == 404 and "no-such-queue" in r.text
+    r = await client.get("/job", params={"queue": populated.name, "id": "999999"})
+    assert r.status_code == 404
+    r = await client.get("/queue", params={"name": populated.name, "state": "bogus"})
+    assert r.status_code == 400
+    r = await client.get("/queue", params={"name": populated.name, "page": "x"})
+    assert r.status_code == 400
+    r = await client.get("/queue", params={"name": "a{b}"})
+    assert r.status_code == 400
+
+
+async def test_assets_ship_in_the_package_and_pages_carry_security_headers(
+    populated: Populated, client_for: Any
+) -> None:
+    client = await client_for(populated)
+    r = await client.get("/")
+    csp = r.headers["content-security-policy"]
+    assert "script-src 'self'" in csp and "unsafe-inline" not in csp
+    assert r.headers["x-frame-options"] == "DENY"
+    assert r.headers["x-content-type-options"] == "nosniff"
+    for src in re.findall(r'(?:src|href)="(/static/[^"]+)"', r.text):
+        asset = await client.get(src)
+        assert asset.status_code == 200, src
+    assert "http://" not in re.sub(r"http://www\.w3\.org/2000/svg", "", r.text)
+    assert "https://" not in r.text
+    js = (await client.get("/static/dashboard.js")).text
+    assert "innerHTML = html" in js and "EventSource" in js
+
+
+async def test_mounted_under_a_path_every_link_asset_and_action_stays_under_it(
+    populated: Populated,
+) -> None:
+    import httpx
+    from starlette.applications import Starlette
+    from starlette.routing import Mount
+
+    from glidemq.dashboard import create_app
+
+    from .conftest import csrf_of
+
+    dashboard = create_app(populated.url, prefix=populated.prefix, names_ttl=0)
+    host = Starlette(routes=[Mount("/ops/queues", app=dashboard)])
+    transport = httpx.ASGITransport(app=host)
+    try:
+        async with httpx.AsyncClient(transport=transport, base_url="http://svc") as client:
+            home = await client.get("/ops/queues/")
+            assert home.status_code == 200
+            links = re.findall(r'(?:href|src|action)="([^"#]+)"', home.text)
+            assert links and all(u.startswith("/ops/queues/") for u in links), links
+            page = await client.get(
+                "/ops/queues/queue", params={"name": populated.name, "state": "failed"}
+            )
+            assert "/ops/queues/static/dashboard.js" in page.text
+            assert (await client.get("/ops/queues/static/dashboard.js")).status_code == 200
+            r = await client.post(
+                "/ops/queues/action",
+                data={"csrf": csrf_of(page.text), "queue": populated.name, "action": "pause"},
+            )
+            assert r.status_code == 303
+            assert r.headers["location"] == f"/ops/queues/queue?name={populated.name}"
+    finally:
+        await dashboard.state.dashboard.close()
+    async with Queue(populated.name, connection=populated.url, prefix=populated.prefix) as q:
+        assert await q.is_paused()
+
+
+@pytest.mark.cluster
+async def test_overview_queue_and_job_pages_on_a_cluster(
+    valkey_cluster: Any, client_for: Any
+) -> None:
+    import uuid
+
+    from glidemq import ConnectionOptions
+
+    from .conftest import populate
+
+    conn = ConnectionOptions(addresses=tuple(valkey_cluster.addresses), cluster=True)
+    p = await populate(conn, f"dashc{uuid.uuid4().hex[:8]}")
+    client = await client_for(p)
+    html = (await client.get("/")).text
+    assert _count(html, p.name, "failed") == 2 and _count(html, p.name, "completed") == 3
+    r = await client.get("/queue", params={"name": p.name, "state": "failed"})
+    assert set(re.findall(r'data-job-id="([^"]+)"', r.text)) == set(p.ids["failed"])
+    r = await client.get("/job", params={"queue": p.name, "id": p.ids["failed"][0]})
+    assert 'id="job-state">failed<' in r.text
+
+
+async def test_a_running_job_shows_as_active_with_no_action_that_would_touch_it(
+    populated: Populated, client_for: Any
+) -> None:
+    import asyncio
+
+    release = asyncio.Event()
+    started: list[str] = []
+
+    async def hold(job: Job[Any, Any]) -> None:
+        started.append(job.id)
+        await job.update_progress({"step": "render", "of": 3})
+        await release.wait()
+
+    client = await client_for(populated)
+    async with Worker(
+        populated.name, hold, connection=populated.url, prefix=populated.prefix, **FAST
+    ):
+        await wait_for(lambda: started, timeout=20)
+        job_id = started[0]
+        html = (await client.get("/")).text
+        assert _count(html, populated.name, "active") == 1
+        r = await client.get("/queue", params={"name": populated.name, "state": "active"})
+        assert re.findall(r'data-job-id="([^"]+)"', r.text) == [job_id]
+        r = await client.get("/job", params={"queue": populated.name, "id": job_id})
+        assert 'id="job-state">active<' in r.text
+        assert "&#34;step&#34;: &#34;render&#34;" in r.text  # a progress object, as JSON text
+        for action in ("job-retry", "job-remove", "job-promote", "job-priority"):
+            assert f'id="{action}"' not in r.text
+        release.set()
+
+
+async def test_fragments_render_only_the_parts_live_updates_replace(
+    populated: Populated, client_for: Any
+) -> None:
+    client = await client_for(populated)
+    r = await client.get(
+        "/queue", params={"name": populated.name, "state": "failed", "fragment": "jobs"}
+    )
+    assert r.status_code == 200 and "<html" not in r.text and 'id="job-table"' in r.text
+    r = await client.get(
+        "/job",
+        params={"queue": populated.name, "id": populated.ids["failed"][0], "fragment": "detail"},
+    )
+    assert r.status_code == 200 and "<html" not in r.text and 'id="job-state"' in r.text
+
+
+async def test_the_live_snapshot_of_a_job_page_carries_the_job(
+    populated: Populated, client_for: Any
+) -> None:
+    from glidemq.dashboard.live import snapshot
+
+    client = await client_for(populated)
+    await client.get("/")  # the dashboard connects on first use
+    dash = client._transport.app.state.dashboard  # type: ignore[attr-defined]
+    snap = await snapshot(dash, populated.name, populated.ids["failed"][0])
+    assert snap["job"]["state"] == "failed" and snap["job"]["attempts_made"] == 1
+    assert snap["queues"][populated.name]["counts"]["failed"] == 2
+    gone = await snapshot(dash, populated.name, "no-such-job")
+    assert gone["job"] is None
+    everything = await snapshot(dash, None, None)
+    assert populated.name in everything["queues"] and "job" not in everything
+
+
+async def test_jobs_waiting_for_their_group_are_listed_under_group_waiting(
+    populated: Populated, client_for: Any
+) -> None:
+    import asyncio
+
+    from glidemq import JobOptions
+
+    release = asyncio.Event()
+
+    async def hold(job: Job[Any, Any]) -> None:
+        await release.wait()
+
+    name = "grouped"
+    client = await client_for(populated)
+    async with Queue(name, connection=populated.url, prefix=populated.prefix) as q:
+        opts = JobOptions(group_key="acme", group_concurrency=1)
+        await q.add_bulk([("sync", n, opts) for n in range(3)])
+        async with Worker(
+            name, hold, connection=populated.url, prefix=populated.prefix, concurrency=5, **FAST
+        ):
+            counts = await wait_for(
+                lambda: _when(q.get_job_counts(), lambda c: c.group_waiting >= 1), timeout=20
+            )
+            html = (await client.get("/")).text
+            assert _count(html, name, "group-waiting") == counts.group_waiting
+            r = await client.get("/queue", params={"name": name, "state": "group-waiting"})
+            rows = re.findall(r'data-job-id="([^"]+)"', r.text)
+            assert len(rows) == counts.group_waiting
+            assert r.text.count('<span class="badge state-group-waiting">') == len(rows)
+            release.set()
+
+
+async def _when(value: Any, test: Any) -> Any:
+    got = await value
+    return got if test(got) else None
+
+
+async def test_a_job_id_with_slashes_spaces_and_url_characters_links_to_its_page(
+    populated: Populated, client_for: Any
+) -> None:
+    odd = "report/2026 Q4?x=1&y=#2"
+    async with Queue(populated.name, connection=populated.url, prefix=populated.prefix) as q:
+        await q.add("report", {"q": 4}, {"job_id": odd})
+    client = await client_for(populated)
+    r = await client.get("/queue", params={"name": populated.name, "state": "waiting"})
+    links = re.findall(r'<a class="job-link" href="([^"]+)">([^<]+)</a>', r.text)
+    href = next(h for h, text in links if html_module.unescape(text) == odd)
+    page = await client.get(html_module.unescape(href))
+    assert page.status_code == 200
+    assert f'id="job-id">{html_module.escape(odd, quote=False)}<' in page.text
