@@ -33,6 +33,7 @@ from .errors import (
     QueueFullError,
     QueueNotFoundError,
     RateLimitError,
+    SerializerMismatchError,
     ServerError,
     UnrecoverableError,
     UnsupportedOptionError,
@@ -41,6 +42,7 @@ from .errors import (
 )
 from .events import QueueEvent, QueueEvents
 from .flow import FlowJob, FlowProducer, JobNode
+from .flowview import Dependencies, Flow, FlowNode
 from .job import Job
 from .limits import RateLimit, TokenBucket
 from .processor import ProcessorSpec, processor
@@ -73,8 +75,11 @@ __all__ = [
     "DagNode",
     "Deduplication",
     "DelayedError",
+    "Dependencies",
     "DuplicateJobError",
+    "Flow",
     "FlowJob",
+    "FlowNode",
     "FlowProducer",
     "ForeignLibraryError",
     "GlideMQError",
@@ -106,6 +111,7 @@ __all__ = [
     "RateLimitError",
     "RetryPolicy",
     "SandboxOptions",
+    "SerializerMismatchError",
     "ServerError",
     "TokenBucket",
     "UnrecoverableError",

@@ -15,6 +15,7 @@ from .failure import expired_error
 from .job import Job
 from .sandbox.errors import SandboxHandBack
 from .serialize import encode_result
+from .serializers import Serializer
 from .types import BatchOptions
 
 if TYPE_CHECKING:
@@ -89,14 +90,16 @@ async def batch_outcomes(call: Awaitable[Any], n: int) -> Sequence[Any]:
     return [ValidationError("batch", f"batch processor returned {got} results for {n} jobs")] * n
 
 
-def encoded_outcome(result: Any, limit: int | None) -> bytes | BaseException:
+def encoded_outcome(
+    result: Any, limit: int | None, serializer: Serializer | None = None
+) -> bytes | BaseException:
     """A job's outcome as stored: its encoded result, or the exception it fails with (an
     outcome that is an exception, or a result that is not JSON-serializable, holds NaN or
     Infinity, or is over `limit` bytes)."""
     if isinstance(result, BaseException):
         return result
     try:
-        return encode_result(result, limit)
+        return encode_result(result, limit, serializer)
     except (TypeError, ValueError) as exc:
         return exc.with_traceback(None)  # the stored stack: just the reason, as for a result
 
@@ -134,7 +137,7 @@ class BatchRunner(BatchCollector[Job[D, R]]):
             return
         failures: list[tuple[Job[D, R], BaseException]] = []
         for job, result in zip(jobs, results, strict=True):
-            outcome = encoded_outcome(result, w.opts.max_result_bytes)
+            outcome = encoded_outcome(result, w.opts.max_result_bytes, w._serializer)
             if isinstance(outcome, BaseException):
                 failures.append((job, outcome))
             else:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Awaitable, Callable, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from glide import GlideError as _GlideError
 
@@ -17,6 +17,9 @@ from .errors import JobNotFoundError, JobStateError, ServerError, ValidationErro
 from .functions import ensure_library
 from .keys import QueueKeys
 from .retry import DEFAULT_RETRY, RETRY_SAFE_FUNCTIONS, RetryPolicy, retrying, to_glidemq_error
+
+if TYPE_CHECKING:
+    from .serializers import Serializer
 
 __all__ = ["QueueContext", "now_ms"]
 
@@ -49,6 +52,7 @@ class QueueContext:
         "on_success",
         "on_transport_failure",
         "retry",
+        "serializer",
     )
 
     def __init__(
@@ -58,8 +62,10 @@ class QueueContext:
         *,
         compress: bool = False,
         retry: RetryPolicy = DEFAULT_RETRY,
+        serializer: Serializer | None = None,
     ) -> None:
         self.client = client
+        self.serializer = serializer  # of job data written through this context; None: JSON
         self.keys = keys
         self.name = keys.name
         self.compress = compress

@@ -25,6 +25,7 @@ __all__ = [
     "QueueFullError",
     "QueueNotFoundError",
     "RateLimitError",
+    "SerializerMismatchError",
     "ServerError",
     "UnrecoverableError",
     "UnsupportedOptionError",
@@ -235,15 +236,35 @@ class CycleError(ValidationError):
 
 class CrossSlotError(GlideMQError):
     """A flow in a cluster uses queues whose keys hash to different slots; one atomic call
-    cannot reach them. `slots` maps each queue to its slot. Raised before anything is written."""
+    cannot reach them. `slots` maps each queue to its slot. Raised before anything is written.
+    The message names the two ways out (docs/WORKFLOWS.md, "Clusters: one slot per flow")."""
 
     def __init__(self, slots: dict[str, int]) -> None:
         listed = ", ".join(f"{q!r}: {s}" for q, s in sorted(slots.items(), key=lambda x: x[1]))
         super().__init__(
             "a flow's queues must share one cluster slot, these do not: "
-            f"{listed} (pick queue names with the same slot, see glidemq.keys.queue_slot)"
+            f"{listed}. Either pick queue names with the same slot (glidemq.keys.queue_slot), "
+            "or keep the flow in the parent's slot and relay the remote work: a child in the "
+            "parent's queue whose processor calls Queue.add_and_wait on the other queue "
+            "(docs/WORKFLOWS.md, 'Clusters: one slot per flow')"
         )
         self.slots = dict(slots)
+
+
+class SerializerMismatchError(GlideMQError):
+    """A Queue or Worker uses another serializer than the one recorded for its queue (in the
+    queue's meta hash by the first non-JSON Queue or Worker). `recorded` and `wanted` name
+    them; nothing was added or run."""
+
+    def __init__(self, queue: str, recorded: str, wanted: str, who: str) -> None:
+        super().__init__(
+            f"queue {queue!r} uses the {recorded!r} serializer, this {who} was given "
+            f"serializer={wanted!r}: give it serializer={recorded!r}, or obliterate the queue "
+            "to start over with another serializer"
+        )
+        self.queue = queue
+        self.recorded = recorded
+        self.wanted = wanted
 
 
 class DuplicateJobError(GlideMQError):

@@ -14,6 +14,7 @@ from .errors import DelayedError, JobNotFoundError, JobStateError, JobTimeoutErr
 from .serialize import decode_data, decode_json, encode_data, encode_progress
 
 if TYPE_CHECKING:
+    from .flowview import Dependencies
     from .worker import Worker
 
 __all__ = ["Job", "JobState"]
@@ -247,7 +248,13 @@ class Job(Generic[D, R]):
     async def update_data(self, data: D) -> None:
         """Replace the job's data."""
         await self._ctx.update_job(
-            self.id, [("data", encode_data(data, compress=self._ctx.compress))]
+            self.id,
+            [
+                (
+                    "data",
+                    encode_data(data, compress=self._ctx.compress, serializer=self._ctx.serializer),
+                )
+            ],
         )
         self.data = data
 
@@ -306,6 +313,29 @@ class Job(Generic[D, R]):
         from .flow import ignored_failures
 
         return await ignored_failures(self._ctx, self.id)
+
+    async def get_children_failures(self) -> dict[str, str]:
+        """Failure reasons recorded for this job's children (those failed with
+        `ignore_dependency_on_failure` or `continue_parent_on_failure`), by
+        `"<queue>:<id>"`."""
+        from .flow import ignored_failures
+
+        return await ignored_failures(self._ctx, self.id)
+
+    async def get_dependencies(
+        self, *, processed: bool = True, unprocessed: bool = True
+    ) -> Dependencies:
+        """This job's children: completed ones with their values and recorded failures
+        (`processed`), pending ones (`unprocessed`), and the count of each."""
+        from .flowview import read_dependencies
+
+        return await read_dependencies(self._ctx, self.id, processed, unprocessed)
+
+    async def get_parents(self) -> list[tuple[str, str]]:
+        """(queue name, job id) of every flow parent of this job; empty for none."""
+        from .flowview import read_parents
+
+        return await read_parents(self._ctx, self.id)
 
     async def move_to_failed(self, error: BaseException) -> None:
         """From inside a processor: fail this run now with `error` (retries still apply)."""

@@ -35,6 +35,7 @@ from .request import ResultWaiter, default_result_ttl, validate_result_ttl
 from .retry import retry_batch
 from .scheduler import JobScheduler, JobTemplate
 from .serialize import encode_data
+from .serializers import DEFAULT_SERIALIZER, claim_serializer, get_serializer
 from .types import JobOptions, bulk_item, wire_opts
 from .watchdog import queue_renewal
 
@@ -90,7 +91,9 @@ class Queue(QueueAdmin[D, R], QueueLimits, Generic[D, R]):
 
     `Queue("emails", connection="valkey://localhost:6379")`; use it as `async with` or call
     `close()`. The connection is made on first use. `result_ttl` (ms) is the default of
-    `JobOptions.result_ttl` for jobs added through this Queue.
+    `JobOptions.result_ttl` for jobs added through this Queue. `serializer` encodes job data:
+    `"json"` (the default, readable by every language) or `"msgpack"` (Python only); it is
+    recorded for the queue, and a Queue or Worker with another one is refused.
     """
 
     def __init__(
@@ -101,8 +104,11 @@ class Queue(QueueAdmin[D, R], QueueLimits, Generic[D, R]):
         prefix: str = DEFAULT_PREFIX,
         compression: bool = False,
         result_ttl: int | None = None,
+        serializer: str = DEFAULT_SERIALIZER,
     ) -> None:
         self.keys = QueueKeys(name, prefix)
+        self._serializer = get_serializer(serializer)
+        self.serializer = serializer
         self.result_ttl = validate_result_ttl(result_ttl)
         self._results: ResultWaiter | None = None
         self.name = name
@@ -138,9 +144,20 @@ class Queue(QueueAdmin[D, R], QueueLimits, Generic[D, R]):
                     self.connection, name=f"glidemq-queue-{self.name}"
                 )
                 self._client = client
-                self._ctx = QueueContext(
-                    client, self.keys, compress=self.compression, retry=self.connection.retry
+                ctx = QueueContext(
+                    client,
+                    self.keys,
+                    compress=self.compression,
+                    retry=self.connection.retry,
+                    serializer=self._serializer,
                 )
+                try:
+                    await claim_serializer(ctx, self.serializer, "Queue")
+                except BaseException:
+                    self._client = None
+                    await close_client(client)
+                    raise
+                self._ctx = ctx
                 queue_renewal(self._ctx, self.connection, f"glidemq-queue-{self.name}")
         return self._ctx
 
@@ -170,7 +187,7 @@ class Queue(QueueAdmin[D, R], QueueLimits, Generic[D, R]):
             str(opts.ttl),
             opts.job_id or "",
             *compact_limit_args(opts),
-            encode_data(data, compress=self.compression),
+            encode_data(data, compress=self.compression, serializer=self._serializer),
         ]
 
     def _dedup_args(self, name: str, data: Any, opts: JobOptions, now: int) -> list[str | bytes]:
@@ -183,7 +200,7 @@ class Queue(QueueAdmin[D, R], QueueLimits, Generic[D, R]):
             str(d.ttl),
             d.mode,
             name,
-            encode_data(data, compress=self.compression),
+            encode_data(data, compress=self.compression, serializer=self._serializer),
             wire_opts(opts),
             str(now),
             str(opts.delay),
@@ -462,11 +479,14 @@ class Queue(QueueAdmin[D, R], QueueLimits, Generic[D, R]):
         end_date: int | datetime | None = None,
         limit: int | None = None,
         template: JobTemplate | Mapping[str, Any] | None = None,
+        repeat_after_complete: bool = False,
     ) -> JobScheduler:
         """Create or replace the scheduler `name`: running workers add a job from `template`
         (name, data, opts) on the `cron` expression (in time zone `tz`) or every `every_ms`,
         from `start_date` until `end_date` or `limit` jobs. Replacing it keeps its next run
-        when the schedule is unchanged. Returns the stored scheduler."""
+        when the schedule is unchanged. With `repeat_after_complete` the next run is planned
+        when the previous run's job finished, so runs never overlap. Returns the stored
+        scheduler."""
         new = scheduler.build(
             name,
             cron=cron,
@@ -477,6 +497,7 @@ class Queue(QueueAdmin[D, R], QueueLimits, Generic[D, R]):
             limit=limit,
             template=template,
             compress=self.compression,
+            repeat_after_complete=repeat_after_complete,
         )
         return await scheduler.upsert(await self._context(), new, now_ms())
 

@@ -9,6 +9,11 @@ job is added for it. Each run's job has the id `repeat-<scheduler>-<run time in 
 
 Runs missed while no worker was running are not made up: the first worker to see the
 scheduler fires once (for the oldest missed run) and schedules the next run after now.
+
+With `repeat_after_complete` a scheduler never overlaps its own jobs: firing a run records
+the run's job id in the entry (`awaiting`) instead of the next run; a worker that finds that
+job finished (completed, failed for good, or gone) plans the next run from its finish time
+(`every_ms` later, or the cron's next time after it) with the same compare-and-set.
 """
 
 from __future__ import annotations
@@ -89,7 +94,10 @@ class JobScheduler:
 
     `next_run`: when it fires next; `last_run`: the run time of its last job (None before the
     first); `count`: jobs it has added (kept across upserts, reset by removing it);
-    `compress`: job data is stored compressed (set by a Queue with `compression=True`).
+    `compress`: job data is stored compressed (set by a Queue with `compression=True`);
+    `repeat_after_complete`: the next run is planned when the previous run's job finished;
+    `awaiting`: the id of that job while it has not finished (then `next_run` is the run
+    that added it).
     """
 
     name: str
@@ -104,6 +112,8 @@ class JobScheduler:
     last_run: int | None
     count: int
     compress: bool = False
+    repeat_after_complete: bool = False
+    awaiting: str | None = None
 
     def job_id(self, run: int) -> str:
         """The id of the job this scheduler adds for the run at `run` ms."""
@@ -185,6 +195,8 @@ def decode_entry(name: str, raw: bytes | str) -> JobScheduler:
             last_run=e.get("lastRun"),
             count=int(e.get("iterationCount", 0)),
             compress=e.get("compress") is True,
+            repeat_after_complete=e.get("repeatAfterComplete") is True,
+            awaiting=e.get("awaiting"),
         )
     except (orjson.JSONDecodeError, KeyError, TypeError, ValueError, AttributeError) as exc:
         raise ValidationError(f"scheduler {name!r}", f"unreadable entry: {exc}") from None
@@ -218,6 +230,10 @@ def encode_entry(s: JobScheduler) -> bytes:
     entry["iterationCount"] = s.count
     if s.compress:
         entry["compress"] = True
+    if s.repeat_after_complete:
+        entry["repeatAfterComplete"] = True
+    if s.awaiting is not None:
+        entry["awaiting"] = s.awaiting
     return orjson.dumps(entry)
 
 
@@ -265,7 +281,13 @@ def _finished(s: JobScheduler, next_run: int, count: int) -> bool:
 
 
 def _same_schedule(a: JobScheduler, b: JobScheduler) -> bool:
-    return (a.cron, a.every_ms, a.tz, a.start_date) == (b.cron, b.every_ms, b.tz, b.start_date)
+    return (a.cron, a.every_ms, a.tz, a.start_date, a.repeat_after_complete) == (
+        b.cron,
+        b.every_ms,
+        b.tz,
+        b.start_date,
+        b.repeat_after_complete,
+    )
 
 
 def build(
@@ -279,6 +301,7 @@ def build(
     limit: int | None,
     template: JobTemplate | Mapping[str, Any] | None,
     compress: bool,
+    repeat_after_complete: bool = False,
 ) -> JobScheduler:
     """A validated scheduler, not yet placed in time (next_run 0)."""
     validate_job_id(name, "name")
@@ -302,6 +325,8 @@ def build(
         raise ValidationError("end_date", "is before start_date")
     if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit < 1):
         raise ValidationError("limit", f"must be an integer >= 1, got {limit!r}")
+    if not isinstance(repeat_after_complete, bool):
+        raise ValidationError("repeat_after_complete", "must be a bool")
     tmpl = JobTemplate.coerce(template)
     try:
         encode_data(tmpl.data, compress=compress)  # JSON-serializable, within the size limit
@@ -309,13 +334,27 @@ def build(
         raise PayloadTooLargeError(exc.size, exc.limit, "template.data") from None
     except ValidationError as exc:
         raise ValidationError("template.data", exc.reason) from None
-    return JobScheduler(name, cron, every_ms, tz, start, end, limit, tmpl, 0, None, 0, compress)
+    return JobScheduler(
+        name,
+        cron,
+        every_ms,
+        tz,
+        start,
+        end,
+        limit,
+        tmpl,
+        0,
+        None,
+        0,
+        compress,
+        repeat_after_complete,
+    )
 
 
 def place(new: JobScheduler, old: JobScheduler | None, now: int) -> JobScheduler:
     """`new` placed in time, taking over from `old` (the stored entry of the same name): an
     unchanged schedule keeps its next run, a changed one is planned afresh; the job count
-    carries over."""
+    carries over, and so does the job a `repeat_after_complete` scheduler still waits for."""
     count = old.count if old else 0
     last_run = old.last_run if old else None
     if old is not None and _same_schedule(old, new):
@@ -326,7 +365,10 @@ def place(new: JobScheduler, old: JobScheduler | None, now: int) -> JobScheduler
         raise ValidationError("limit", f"already reached: this scheduler added {count} jobs")
     if new.end_date is not None and next_run > new.end_date:
         raise ValidationError("end_date", "no run left before end_date")
-    return dataclasses.replace(new, next_run=next_run, last_run=last_run, count=count)
+    awaiting = old.awaiting if old is not None and new.repeat_after_complete else None
+    return dataclasses.replace(
+        new, next_run=next_run, last_run=last_run, count=count, awaiting=awaiting
+    )
 
 
 # -- server calls ----------------------------------------------------------------------------
@@ -398,13 +440,49 @@ def _add_args(s: JobScheduler, run: int, now: int) -> list[str | bytes]:
 
 def plan_fire(s: JobScheduler, now: int) -> tuple[bytes, int | None]:
     """The entry to store after firing the due run `s.next_run` at `now`, and the run after
-    it (None when this was the last). Runs missed before now are skipped."""
+    it (None when this was the last, or not known before its job finished). Runs missed
+    before now are skipped."""
     count = s.count + 1
+    if s.repeat_after_complete:
+        if s.limit is not None and count >= s.limit:
+            return b"", None
+        waiting = dataclasses.replace(
+            s, last_run=s.next_run, count=count, awaiting=s.job_id(s.next_run)
+        )
+        return encode_entry(waiting), None
     nxt = _after(s, max(now, s.next_run))
     if _finished(s, nxt, count):
         return b"", None
     fired = dataclasses.replace(s, next_run=nxt, last_run=s.next_run, count=count)
     return encode_entry(fired), nxt
+
+
+def plan_after(s: JobScheduler, finished_on: int) -> JobScheduler | None:
+    """`s` once the job it waited for finished at `finished_on`: its next run planned from
+    then, or None when no run is left before its end date."""
+    if s.cron is not None:
+        nxt = _cron(s.cron, s.tz).next_after(finished_on)
+    else:
+        assert s.every_ms is not None
+        nxt = finished_on + s.every_ms
+    if s.end_date is not None and nxt > s.end_date:
+        return None
+    return dataclasses.replace(s, next_run=nxt, awaiting=None)
+
+
+_FINISHED_STATES = (b"completed", b"failed")
+
+
+async def _awaited_finish(ctx: QueueContext, job_id: str, now: int) -> int | None:
+    """When the awaited job finished (now if it is gone), or None while it has not."""
+    state, finished_on = await ctx.command(
+        lambda c: c.hmget(ctx.keys.job(job_id), ["state", "finishedOn"])
+    )
+    if state is None:
+        return now
+    if state not in _FINISHED_STATES:
+        return None
+    return int(finished_on) if finished_on else now
 
 
 class SchedulerRunner:
@@ -433,6 +511,15 @@ class SchedulerRunner:
                     self._bad.add(value)
                     self.on_error(exc)
                 continue
+            if s.awaiting is not None:
+                try:
+                    found = await self._resume(ctx, s, value, now)
+                except GlideMQError as exc:
+                    self.on_error(exc)
+                    continue
+                if found is None:
+                    continue  # still running, or another worker moved it on
+                s, value = found
             nxt: int | None = s.next_run
             if s.next_run <= now:
                 try:
@@ -455,3 +542,25 @@ class SchedulerRunner:
             if nxt is not None and (earliest is None or nxt < earliest):
                 earliest = nxt
         return earliest
+
+    async def _resume(
+        self, ctx: QueueContext, s: JobScheduler, raw: bytes, now: int
+    ) -> tuple[JobScheduler, bytes] | None:
+        """Plan the next run of a `repeat_after_complete` scheduler whose job finished:
+        the stored scheduler and its entry, or None while the job runs (or when another
+        worker changed the entry first, or no run is left and it was removed)."""
+        assert s.awaiting is not None
+        finished_on = await _awaited_finish(ctx, s.awaiting, now)
+        if finished_on is None:
+            return None
+        after = plan_after(s, finished_on)
+        entry = b"" if after is None else encode_entry(after)
+        written = await ctx.fcall(
+            "glidemq_setScheduler",
+            [schedulers_key(ctx)],
+            [s.name, _sha1(raw), entry],
+            safe=True,
+        )
+        if int(written) != 1 or after is None:
+            return None
+        return after, entry

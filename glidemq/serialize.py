@@ -13,6 +13,7 @@ from typing import Any
 import orjson
 
 from .errors import PayloadTooLargeError, ValidationError
+from .serializers import Serializer, untag
 
 __all__ = [
     "EVENT_VALUE_MAX_BYTES",
@@ -74,14 +75,17 @@ def _finite(raw: bytes, value: Any) -> bool:
     return raw.find(b"null") < 0 or value is None or not _non_finite(value)
 
 
-def encode_data(data: Any, *, compress: bool = False) -> bytes:
-    """Serialize job data; refuse NaN and Infinity, and more than 1 MiB (measured before
-    compression)."""
+def encode_data(
+    data: Any, *, compress: bool = False, serializer: Serializer | None = None
+) -> bytes:
+    """Serialize job data (JSON, or tagged by `serializer`); refuse NaN and Infinity in
+    JSON, and more than 1 MiB (measured before compression)."""
     try:
-        raw = orjson.dumps(data)
+        raw = orjson.dumps(data) if serializer is None else serializer.tag + serializer.dumps(data)
     except TypeError as exc:
-        raise ValidationError("data", f"not JSON-serializable: {exc}") from None
-    if not _finite(raw, data):
+        what = "JSON" if serializer is None else serializer.name
+        raise ValidationError("data", f"not {what}-serializable: {exc}") from None
+    if serializer is None and not _finite(raw, data):
         raise ValidationError("data", _NON_FINITE)
     if len(raw) > MAX_PAYLOAD_BYTES:
         raise PayloadTooLargeError(len(raw), MAX_PAYLOAD_BYTES)
@@ -98,6 +102,9 @@ def decode_data(raw: bytes | str | None) -> Any:
         raw = raw.encode()
     if raw.startswith(_GZ):
         raw = gzip.decompress(base64.b64decode(raw[3:]))
+    tagged = untag(raw)
+    if tagged is not None:
+        return tagged[0].loads(tagged[1])
     return orjson.loads(raw)
 
 
@@ -119,15 +126,21 @@ def encode_progress(progress: Any) -> bytes:
     return raw
 
 
-def encode_result(value: Any, limit: int | None = MAX_RESULT_BYTES) -> bytes:
-    """Serialize a processor's return value. The job fails instead with TypeError (not
-    JSON-serializable), ValidationError (NaN or Infinity) or PayloadTooLargeError (over
-    `limit` bytes; None: no limit)."""
+def encode_result(
+    value: Any, limit: int | None = MAX_RESULT_BYTES, serializer: Serializer | None = None
+) -> bytes:
+    """Serialize a processor's return value (JSON, or tagged by `serializer`). The job fails
+    instead with TypeError (not serializable), ValidationError (NaN or Infinity in JSON) or
+    PayloadTooLargeError (over `limit` bytes; None: no limit)."""
     try:
-        raw = orjson.dumps(value)
+        if serializer is None:
+            raw = orjson.dumps(value)
+        else:
+            raw = serializer.tag + serializer.dumps(value)
     except TypeError as exc:
-        raise TypeError(f"return value is not JSON-serializable: {exc}") from None
-    if not _finite(raw, value):
+        what = "JSON" if serializer is None else serializer.name
+        raise TypeError(f"return value is not {what}-serializable: {exc}") from None
+    if serializer is None and not _finite(raw, value):
         raise ValidationError("returnvalue", _NON_FINITE)
     if limit is not None and len(raw) > limit:
         raise PayloadTooLargeError(len(raw), limit, field="returnvalue")
@@ -138,6 +151,10 @@ def decode_json(raw: bytes | str | None) -> Any:
     """Parse a JSON field; None for a missing or empty one, the raw text if it is not JSON."""
     if raw is None or raw == b"" or raw == "":
         return None
+    if isinstance(raw, bytes):
+        tagged = untag(raw)
+        if tagged is not None:
+            return tagged[0].loads(tagged[1])
     try:
         return orjson.loads(raw)
     except orjson.JSONDecodeError:

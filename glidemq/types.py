@@ -152,15 +152,23 @@ class Deduplication:
             raise ValidationError("deduplication.ttl", "throttle mode needs a ttl > 0")
 
 
+_DEPENDENCY_POLICIES = (
+    "ignore_dependency_on_failure",
+    "remove_dependency_on_failure",
+    "continue_parent_on_failure",
+)
+
+
 def _check_dependency_policy(opts: JobOptions) -> None:
-    """A flow child's failure policy: at most one of the two options (docs/WORKFLOWS.md)."""
-    for name in ("ignore_dependency_on_failure", "remove_dependency_on_failure"):
+    """A flow child's failure policy: at most one of the options (docs/WORKFLOWS.md)."""
+    chosen = []
+    for name in _DEPENDENCY_POLICIES:
         if not isinstance(getattr(opts, name), bool):
             raise ValidationError(name, "must be a bool")
-    if opts.ignore_dependency_on_failure and opts.remove_dependency_on_failure:
-        raise ValidationError(
-            "remove_dependency_on_failure", "cannot be combined with ignore_dependency_on_failure"
-        )
+        if getattr(opts, name):
+            chosen.append(name)
+    if len(chosen) > 1:
+        raise ValidationError(chosen[1], f"cannot be combined with {chosen[0]}")
 
 
 @dataclass(frozen=True, slots=True)
@@ -171,8 +179,9 @@ class JobOptions:
     `ttl` fails a job that has not started within that time; `job_id` makes adding idempotent;
     `result_ttl` keeps the job's outcome readable for that long after it finished, whatever
     its retention (0: not at all, None: the Queue's default). In a flow, a child that fails
-    for good fails its parents unless `ignore_dependency_on_failure` or
-    `remove_dependency_on_failure` is set (docs/WORKFLOWS.md).
+    for good fails its parents unless `ignore_dependency_on_failure`,
+    `remove_dependency_on_failure` or `continue_parent_on_failure` (run the parents at once,
+    the failure recorded) is set (docs/WORKFLOWS.md).
     Jobs with one `ordering_key` run one at a time in the order they were added; jobs with one
     `group_key` run at most `group_concurrency` at a time (default 1, which is an ordering
     key); both may add a `group_rate_limit` and a `token_bucket` that each job takes `cost`
@@ -189,6 +198,7 @@ class JobOptions:
     deduplication: Deduplication | None = None
     ignore_dependency_on_failure: bool = False
     remove_dependency_on_failure: bool = False
+    continue_parent_on_failure: bool = False
     job_id: str | None = None
     ttl: int = 0
     result_ttl: int | None = None
@@ -285,6 +295,8 @@ class JobOptions:
             out["ignoreDependencyOnFailure"] = True
         if self.remove_dependency_on_failure:
             out["removeDependencyOnFailure"] = True
+        if self.continue_parent_on_failure:
+            out["continueParentOnFailure"] = True
         if self.job_id is not None:
             out["jobId"] = self.job_id
         if self.ttl:
@@ -349,6 +361,7 @@ class WorkerOptions:
     the processor (then a 'module:attr' or file target) in child processes (docs/SANDBOX.md);
     limiter: at most `max` jobs start per `duration` ms, counted over all workers of the queue;
     max_result_bytes: largest serialized return value stored (bytes); a larger one fails the try.
+    serializer: how results are encoded, `"json"` or `"msgpack"`: must be the queue's.
     """
 
     concurrency: int = 1
@@ -369,6 +382,7 @@ class WorkerOptions:
     sandbox: SandboxOptions | None = None
     limiter: RateLimit | None = None
     max_result_bytes: int = 1_048_576
+    serializer: str = "json"
 
     def __post_init__(self) -> None:
         if self.limiter is not None:  # a {"max", "duration"} dict is fine too
@@ -396,6 +410,12 @@ class WorkerOptions:
 
             if not isinstance(self.sandbox, SandboxOptions):
                 raise ValidationError("sandbox", "must be SandboxOptions(...)")
+        if self.serializer != "json":
+            from .serializers import get_serializer  # here: it imports the connection layer
+
+            get_serializer(self.serializer)  # unknown names, msgpack not installed
+            if self.sandbox is not None:
+                raise ValidationError("serializer", "sandboxed processors return JSON only")
 
 
 def worker_options(options: WorkerOptions | None, settings: Mapping[str, Any]) -> WorkerOptions:

@@ -29,6 +29,7 @@ from .maintenance import Maintenance
 from .processor import ProcessorCall, check_processor
 from .sandbox.errors import SandboxHandBack
 from .serialize import encode_result
+from .serializers import claim_serializer, get_serializer
 from .types import WorkerOptions, job_retention, retention_args, worker_options
 from .watchdog import Watchdog
 
@@ -101,6 +102,7 @@ class Worker(WorkerLifecycle, Generic[D, R]):
         else:
             call = check_processor(processor)
         self.opts = base
+        self._serializer = get_serializer(base.serializer)
         self.name = name
         self.keys = QueueKeys(name, prefix)
         self.consumer = base.consumer or f"worker-{uuid4().hex}"
@@ -160,7 +162,10 @@ class Worker(WorkerLifecycle, Generic[D, R]):
             self._client = await create_client(self.connection, name=f"glidemq-{self.consumer}")
             self._blocking = await create_client(self.connection, name=f"glidemq-{self.consumer}-b")
             await ensure_library(self._client)
-            self._ctx = QueueContext(self._client, self.keys, retry=self.connection.retry)
+            self._ctx = QueueContext(
+                self._client, self.keys, retry=self.connection.retry, serializer=self._serializer
+            )
+            await claim_serializer(self._ctx, self.opts.serializer, "Worker")
             self.watchdog.attach(self._ctx)
             await self._fetcher.ensure_group()
             if self.sandbox_pool is not None:
@@ -292,7 +297,7 @@ class Worker(WorkerLifecycle, Generic[D, R]):
             # A sandbox times out by killing the child.
             timeout = job.opts.get("timeout") if self.sandbox_pool is None else None
             result = await self._proc.job(job, timeout)
-            rv = encode_result(result, self.opts.max_result_bytes)
+            rv = encode_result(result, self.opts.max_result_bytes, self._serializer)
         except asyncio.CancelledError:
             self._running -= 1
             if job.id in self._revoked and not self._closing:

@@ -12,8 +12,10 @@ from glide import Batch, ClusterBatch, GlideClusterClient
 from .. import queries
 from ..context import QueueContext, now_ms
 from ..errors import GlideMQError, ValidationError
+from ..flowview import DEFAULT_MAX_FLOW_NODES, Flow, read_flow
 from ..job import Job, retry_source
 from ..queries import Metrics, WorkerInfo
+from ..request import fetch_outcomes
 
 if TYPE_CHECKING:
     from ..keys import QueueKeys
@@ -93,6 +95,25 @@ class QueueAdmin(Generic[D, R]):
         ctx = await self._context()
         fields = await ctx.get_fields(job_id)
         return None if fields is None else Job(ctx, fields)
+
+    async def get_result(self, job_id: str) -> R | None:
+        """A completed job's return value: from its record, or from the result cache
+        (`JobOptions.result_ttl`) after the record was removed, until that ttl ends. None
+        when the job has not completed (or failed), or neither record nor cache is left."""
+        ctx = await self._context()
+        outcome = (await fetch_outcomes(ctx, [job_id]))[job_id]
+        if outcome is None or outcome.state != "completed":
+            return None
+        value: R = outcome.value
+        return value
+
+    async def get_flow(
+        self, job_id: str, *, max_nodes: int = DEFAULT_MAX_FLOW_NODES
+    ) -> Flow | None:
+        """The flow below this job (pass a root's id for a whole flow): a tree of
+        `FlowNode`s with each job's state, result and children, and the same jobs as a DAG
+        (`nodes`, `edges`). None when the job does not exist. Reads at most `max_nodes` jobs."""
+        return await read_flow(await self._context(), job_id, max_nodes)
 
     async def _jobs_by_ids(self, ids: Sequence[str]) -> list[Job[D, R]]:
         ctx = await self._context()

@@ -1031,11 +1031,13 @@ local function parentPrefixOf(childPrefix, parentQueue)
 end
 
 -- What a child's final failure does to its parents (BullMQ's option names, in the child's
--- opts): fail them (the default), or drop the dependency, recorded ('ignore') or not ('remove').
+-- opts): fail them (the default), or drop the dependency, recorded ('ignore') or not ('remove'),
+-- or record it and run the parent at once ('continue').
 local function failurePolicy(opts)
   if opts then
     if string.find(opts, '"ignoreDependencyOnFailure":true', 1, true) then return 'ignore' end
     if string.find(opts, '"removeDependencyOnFailure":true', 1, true) then return 'remove' end
+    if string.find(opts, '"continueParentOnFailure":true', 1, true) then return 'continue' end
   end
   return 'fail'
 end
@@ -1066,6 +1068,11 @@ local function settleChild(pPrefix, pid, ref, outcome, value, policy, now)
   elseif outcome == 'failed' then
     if policy == 'ignore' then
       redis.call('HSET', pKey, 'cf:' .. ref, value or '')
+    elseif policy == 'continue' then
+      -- The parent runs now with the failure recorded; children still pending stay its deps.
+      redis.call('HSET', pKey, 'cf:' .. ref, value or '')
+      if pstate == 'waiting-children' then wakeParent(pPrefix, pKey, pid, now) end
+      return nil
     elseif policy == 'fail' then
       local reason = 'child ' .. ref .. ' failed: ' .. tostring(value or '')
       if pstate == 'waiting-children' then
@@ -2529,11 +2536,12 @@ end)
 
 -- Do the top-level fields of a job's JSON data hold the wanted values? filters: {field, kind,
 -- value} with kind s (string), n (number), b (boolean, '1' / '0'), z (null). Compressed data
--- cannot be read here and counts as a match: the caller checks it.
+-- and data of another serializer ('<name>:' tagged) cannot be read here and count as a match:
+-- the caller checks them.
 local function dataMatches(raw, filters)
   if #filters == 0 then return true end
   if not raw then return false end
-  if string.sub(raw, 1, 3) == 'gz:' then return true end
+  if string.find(raw, '^%l[%l%d_]*:') then return true end
   local d
   for _, f in ipairs(filters) do
     local kind, want = f[2], f[3]

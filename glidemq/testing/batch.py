@@ -45,7 +45,7 @@ class BatchRunner(BatchCollector[TestJob[D, R]]):
                 await self.settle_cancelled(jobs)
             return  # closing: the jobs are handed back by close()
         for job, result in zip(jobs, results, strict=True):
-            outcome = encoded_outcome(result, w.opts.max_result_bytes)
+            outcome = encoded_outcome(result, w.opts.max_result_bytes, w._serializer)
             if isinstance(outcome, BaseException):
                 await w._fail(job, outcome)
             else:

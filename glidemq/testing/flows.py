@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
+from ..flowview import Flow, NodeRecord, build_flow
 from ..types import JobOptions
 from .records import FINISHED, JobRecord
 
@@ -22,7 +23,9 @@ __all__ = [
     "add_tree",
     "child_key",
     "move_to_waiting_children",
+    "node_record",
     "notify",
+    "read_flow",
     "register_parent",
 ]
 
@@ -44,6 +47,8 @@ def _policy(rec: JobRecord) -> str:
         return "ignore"
     if rec.opts.get("removeDependencyOnFailure") is True:
         return "remove"
+    if rec.opts.get("continueParentOnFailure") is True:
+        return "continue"
     return "fail"
 
 
@@ -77,6 +82,11 @@ def _settle(
         text = value.decode() if isinstance(value, bytes) else (value or "")
         if policy == "ignore":
             parent.ignored_failures[child_key(ref)] = text
+        elif policy == "continue":  # run the parent now; pending children stay its deps
+            parent.ignored_failures[child_key(ref)] = text
+            if parent.state == "waiting-children":
+                _wake_parent(pstore, parent, now)
+            return None
         elif policy == "fail":
             reason = f"child {_full_ref(child_store, ref)} failed: {text}"
             if parent.state == "waiting-children":
@@ -112,6 +122,37 @@ def notify(
             reason = _settle(pstore, pid, ref, out, val, policy, now, s)
             if reason is not None:
                 work.append((pstore, pstore.jobs[pid], "failed", reason))
+
+
+def node_record(rec: JobRecord) -> NodeRecord:
+    """What a job's record says about itself and its children, as glidemq.flowview reads it."""
+
+    def ref(key: str) -> Ref:
+        queue, job_id = key.split(":", 1)  # queue names hold no ':'
+        return queue, job_id
+
+    return NodeRecord(
+        name=rec.name,
+        state=rec.state,
+        returnvalue=rec.returnvalue,
+        failed_reason=rec.failed_reason,
+        completed={ref(k): v for k, v in rec.children_values.items()},
+        failed={ref(k): v for k, v in rec.ignored_failures.items()},
+        pending=sorted(rec.deps),
+    )
+
+
+async def read_flow(store: QueueStore, job_id: str, max_nodes: int) -> Flow | None:
+    """`TestQueue.get_flow`: the flow below `job_id`, from the records of the server."""
+
+    async def read(refs: Sequence[Ref]) -> list[NodeRecord | None]:
+        out: list[NodeRecord | None] = []
+        for queue, jid in refs:
+            rec = store.peer(queue).jobs.get(jid)
+            out.append(None if rec is None else node_record(rec))
+        return out
+
+    return await build_flow((store.name, job_id), read, max_nodes)
 
 
 # -- adding ---------------------------------------------------------------------------------

@@ -15,6 +15,7 @@ from ..errors import (
     UnrecoverableError,
     WaitingChildrenError,
 )
+from ..flowview import Dependencies, dependencies_of
 from ..job import (
     FINISHED,
     Job,
@@ -26,6 +27,7 @@ from ..job import (
     retry_source,
 )
 from ..serialize import decode_data, decode_json, encode_data, encode_progress
+from ..serializers import get_serializer
 from . import flows
 from .bulk import retry_jobs
 from .store import JobRecord, QueueStore
@@ -145,7 +147,8 @@ class TestJob(Job[D, R]):
 
     async def update_data(self, data: D) -> None:
         """Replace the job's data."""
-        if not self._store.update(self.id, data=encode_data(data)):
+        serializer = get_serializer(self._store.serializer)
+        if not self._store.update(self.id, data=encode_data(data, serializer=serializer)):
             raise JobNotFoundError(self._store.name, self.id)
         self.data = data
 
@@ -202,6 +205,26 @@ class TestJob(Job[D, R]):
         `"<queue>:<id>"`."""
         await asyncio.sleep(0)
         return dict(self._record().ignored_failures)
+
+    async def get_children_failures(self) -> dict[str, str]:
+        """Failure reasons recorded for this job's children (those failed with
+        `ignore_dependency_on_failure` or `continue_parent_on_failure`), by
+        `"<queue>:<id>"`."""
+        await asyncio.sleep(0)
+        return dict(self._record().ignored_failures)
+
+    async def get_dependencies(
+        self, *, processed: bool = True, unprocessed: bool = True
+    ) -> Dependencies:
+        """This job's children: completed ones with their values and recorded failures
+        (`processed`), pending ones (`unprocessed`), and the count of each."""
+        await asyncio.sleep(0)
+        return dependencies_of(flows.node_record(self._record()), processed, unprocessed)
+
+    async def get_parents(self) -> list[tuple[str, str]]:
+        """(queue name, job id) of every flow parent of this job; empty for none."""
+        await asyncio.sleep(0)
+        return list(self._record().parents)
 
     async def remove(self) -> None:
         """Delete the job; refused while a worker runs it."""

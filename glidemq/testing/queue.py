@@ -20,20 +20,23 @@ from ..errors import (
     QueueFullError,
     ValidationError,
 )
+from ..flowview import DEFAULT_MAX_FLOW_NODES, Flow
 from ..job import retry_source
 from ..keys import DEFAULT_PREFIX, QueueKeys
 from ..limits import RateLimit
 from ..queries import Metrics, WorkerInfo, ascii_lower
 from ..queue import JobCounts, Queue
+from ..request import default_result_ttl, validate_result_ttl
 from ..serialize import decode_json, encode_data
+from ..serializers import DEFAULT_SERIALIZER, get_serializer
 from ..types import JobOptions, bulk_item
-from . import bulk, limits
+from . import bulk, flows, limits
 from .bulk import redis_range
 from .job import TestJob, check_reply
 from .schedulers import SchedulerMethods
 from .server import MemoryConnection, MemoryServer, resolve_server
 from .store import QueueStore
-from .support import UNSUPPORTED_QUEUE_METHODS, check_options, install_unsupported, unsupported
+from .support import UNSUPPORTED_QUEUE_METHODS, check_options, install_unsupported
 
 __all__ = ["TestQueue"]
 
@@ -91,15 +94,16 @@ class TestQueue(SchedulerMethods, Generic[D, R]):
         prefix: str = DEFAULT_PREFIX,
         compression: bool = False,
         result_ttl: int | None = None,
+        serializer: str = DEFAULT_SERIALIZER,
     ) -> None:
-        if result_ttl is not None:
-            raise unsupported("result_ttl")
         self.keys = QueueKeys(name, prefix)  # the same name and prefix rules as Queue
         self.name = name
         self.server: MemoryServer = resolve_server(connection)
         self.connection = self.server
         self.compression = compression
-        self.result_ttl = result_ttl
+        self.result_ttl = validate_result_ttl(result_ttl)
+        self._serializer = get_serializer(serializer)
+        self.serializer = serializer
         self._closed = False
 
     async def __aenter__(self) -> Self:
@@ -114,7 +118,9 @@ class TestQueue(SchedulerMethods, Generic[D, R]):
     def _store(self) -> QueueStore:
         if self._closed:
             raise GlideMQError(f"queue {self.name!r} is closed")
-        return self.server.store(self.name, self.keys.prefix)
+        store = self.server.store(self.name, self.keys.prefix)
+        store.claim_serializer(self.serializer, "Queue")
+        return store
 
     async def _ready(self) -> QueueStore:
         # Every real call goes to the server and back: yield to the loop like it does, so
@@ -131,7 +137,7 @@ class TestQueue(SchedulerMethods, Generic[D, R]):
     def _add_now(self, store: QueueStore, name: str, data: Any, opts: JobOptions, now: int) -> Any:
         if not isinstance(name, str):
             raise ValidationError("name", "must be a string")
-        raw = encode_data(data, compress=self.compression)
+        raw = encode_data(data, compress=self.compression, serializer=self._serializer)
         d = opts.deduplication
         if d is not None:
             verdict = store.dedup_check(d.id, d.ttl, d.mode, now, limits.room(store))
@@ -155,7 +161,7 @@ class TestQueue(SchedulerMethods, Generic[D, R]):
         self, name: str, data: D | None = None, opts: JobOptions | Mapping[str, Any] | None = None
     ) -> TestJob[D, R] | None:
         """Add one job. Returns it, or None when a custom id or deduplication skipped it."""
-        options = JobOptions.coerce(opts)
+        options = default_result_ttl(JobOptions.coerce(opts), self.result_ttl)
         check_options(options)
         store = await self._ready()
         job: TestJob[D, R] | None = self._add_now(store, name, data, options, store.clock.now_ms())
@@ -175,9 +181,9 @@ class TestQueue(SchedulerMethods, Generic[D, R]):
             try:
                 if not isinstance(name, str):
                     raise ValidationError("name", "must be a string")
-                options = JobOptions.coerce(raw_opts)
+                options = default_result_ttl(JobOptions.coerce(raw_opts), self.result_ttl)
                 check_options(options)
-                encode_data(data, compress=self.compression)
+                encode_data(data, compress=self.compression, serializer=self._serializer)
             except PayloadTooLargeError as exc:
                 raise PayloadTooLargeError(exc.size, exc.limit, f"jobs[{i}].data") from None
             except ValidationError as exc:
@@ -228,7 +234,11 @@ class TestQueue(SchedulerMethods, Generic[D, R]):
             while True:
                 if self._closed:
                     raise GlideMQError(f"queue {self.name!r} is closed")
-                rec = store.outcomes.get(job_id) or store.jobs.get(job_id)
+                rec = (
+                    store.outcomes.get(job_id)
+                    or store.jobs.get(job_id)
+                    or store.cached_result(job_id)
+                )
                 if rec is None:
                     raise JobNotFoundError(self.name, job_id)
                 if rec.state == "completed":
@@ -296,6 +306,26 @@ class TestQueue(SchedulerMethods, Generic[D, R]):
         store = await self._ready()
         rec = store.jobs.get(job_id)
         return None if rec is None else TestJob.from_record(store, rec)
+
+    async def get_flow(
+        self, job_id: str, *, max_nodes: int = DEFAULT_MAX_FLOW_NODES
+    ) -> Flow | None:
+        """The flow below this job (pass a root's id for a whole flow): a tree of
+        `FlowNode`s with each job's state, result and children, and the same jobs as a DAG
+        (`nodes`, `edges`). None when the job does not exist. Reads at most `max_nodes` jobs."""
+        return await flows.read_flow(await self._ready(), job_id, max_nodes)
+
+    async def get_result(self, job_id: str) -> R | None:
+        """A completed job's return value: from its record, or from the result cache
+        (`result_ttl`) once the record is gone; None otherwise."""
+        store = await self._ready()
+        rec = store.jobs.get(job_id)
+        if rec is None:
+            rec = store.cached_result(job_id)
+        if rec is None or rec.state != "completed":
+            return None
+        value: R = decode_json(rec.returnvalue)
+        return value
 
     async def get_jobs(
         self, states: str | Sequence[str] = ("waiting",), start: int = 0, end: int = -1

@@ -18,6 +18,7 @@ from .. import scheduler
 from ..errors import GlideMQError
 from ..scheduler import JobScheduler, JobTemplate
 from ..serialize import encode_data
+from .records import FINISHED
 from .store import QueueStore
 from .support import check_options
 
@@ -28,10 +29,20 @@ def fire_due(store: QueueStore, now: int, on_error: Callable[[BaseException], No
     """Fire every due scheduler of `store` once; returns how many jobs were added."""
     added = 0
     for name, s in sorted(store.schedulers.items()):
+        if s.awaiting is not None:
+            rec = store.jobs.get(s.awaiting)
+            if rec is not None and rec.state not in FINISHED:
+                continue  # repeat_after_complete: its last job still runs
+            finished_on = now if rec is None or rec.finished_on is None else rec.finished_on
+            after = scheduler.plan_after(s, finished_on)
+            if after is None:
+                del store.schedulers[name]
+                continue
+            store.schedulers[name] = s = after
         if s.next_run > now:
             continue
         try:
-            _, nxt = scheduler.plan_fire(s, now)
+            entry, nxt = scheduler.plan_fire(s, now)
             data = encode_data(s.template.data, compress=s.compress)
         except GlideMQError as exc:  # a template that no longer encodes
             on_error(exc)
@@ -41,7 +52,11 @@ def fire_due(store: QueueStore, now: int, on_error: Callable[[BaseException], No
             s.template.name or s.name, data, s.template.opts, now, custom_id=s.job_id(s.next_run)
         )
         added += job_id != "duplicate"
-        if nxt is None:
+        if s.repeat_after_complete and entry:
+            store.schedulers[name] = dataclasses.replace(
+                s, last_run=s.next_run, count=s.count + 1, awaiting=s.job_id(s.next_run)
+            )
+        elif nxt is None:
             del store.schedulers[name]
         else:
             store.schedulers[name] = dataclasses.replace(
@@ -69,11 +84,14 @@ class SchedulerMethods:
         end_date: int | datetime | None = None,
         limit: int | None = None,
         template: JobTemplate | Mapping[str, Any] | None = None,
+        repeat_after_complete: bool = False,
     ) -> JobScheduler:
         """Create or replace the scheduler `name`: running workers add a job from `template`
         (name, data, opts) on the `cron` expression (in time zone `tz`) or every `every_ms`,
         from `start_date` until `end_date` or `limit` jobs. Replacing it keeps its next run
-        when the schedule is unchanged. Returns the stored scheduler."""
+        when the schedule is unchanged. With `repeat_after_complete` the next run is planned
+        when the previous run's job finished, so runs never overlap. Returns the stored
+        scheduler."""
         new = scheduler.build(
             name,
             cron=cron,
@@ -84,6 +102,7 @@ class SchedulerMethods:
             limit=limit,
             template=template,
             compress=self.compression,
+            repeat_after_complete=repeat_after_complete,
         )
         check_options(new.template.opts)  # what the in-memory engine cannot run is refused
         store = await self._ready()

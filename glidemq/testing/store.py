@@ -14,6 +14,7 @@ from collections import deque
 from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any
 
+from ..errors import SerializerMismatchError
 from ..keys import DEFAULT_PREFIX
 from ..limits import RateLimit
 from ..serialize import EVENT_VALUE_MAX_BYTES
@@ -62,6 +63,7 @@ class QueueStore:
         self.finished = {"completed": ZSet(), "failed": ZSet(), "dlq": ZSet()}
         self.dedup: dict[str, tuple[str, int]] = {}
         self.paused = False
+        self.serializer: str | None = None  # recorded by the first non-JSON queue or worker
         # limits (glidemq/testing/limits.py) and outcomes kept for add_and_wait
         self.max_waiting: int | None = None
         self.concurrency = 0
@@ -71,6 +73,7 @@ class QueueStore:
         self.metrics: dict[str, dict[int, int]] = {"completed": {}, "failed": {}}
         self.watched: dict[str, int] = {}
         self.outcomes: dict[str, JobRecord] = {}
+        self.results: dict[str, tuple[int, JobRecord]] = {}  # result cache: expiry, outcome
         self.events: deque[Event] = deque(maxlen=_EVENTS_MAXLEN)
         # groups, ordering keys and LIFO (groups.py), flows (flows.py), job schedulers
         self.groups: dict[str, groups.GroupState] = {}
@@ -81,6 +84,15 @@ class QueueStore:
         self.schedulers: dict[str, JobScheduler] = {}
         self._entry_ms = 0
         self._entry_seq = 0
+
+    def claim_serializer(self, name: str, who: str) -> None:
+        """As glidemq.serializers.claim_serializer: record a non-JSON serializer first come,
+        refuse a different one with SerializerMismatchError."""
+        if name != "json" and self.serializer is None:
+            self.serializer = name
+        recorded = self.serializer or "json"
+        if recorded != name:
+            raise SerializerMismatchError(self.name, recorded, name, who)
 
     # -- change notification -------------------------------------------------------------
 
@@ -182,6 +194,8 @@ class QueueStore:
         if custom_id:
             if custom_id in self.jobs:
                 return "duplicate"
+            if opts.result_ttl and self.cached_result(custom_id) is not None:
+                return "duplicate"  # its outcome is still cached, as on the server
             job_id = custom_id
         else:
             job_id = self.new_id()
@@ -330,10 +344,23 @@ class QueueStore:
         counts = self.metrics[kind]
         counts[minute] = counts.get(minute, 0) + 1
 
-    def _keep_outcome(self, rec: JobRecord) -> None:
+    def _keep_outcome(self, rec: JobRecord, now: int) -> None:
         # add_and_wait learns the outcome even when retention deletes the job at once.
         if rec.id in self.watched:
             self.outcomes[rec.id] = dataclasses.replace(rec, logs=[])
+        rttl = rec.opts.get("resultTtl")
+        if rttl:  # the result cache (JobOptions.result_ttl), whatever the retention
+            self.results[rec.id] = (now + int(rttl), dataclasses.replace(rec, logs=[]))
+
+    def cached_result(self, job_id: str) -> JobRecord | None:
+        """The outcome kept for `job_id` by its result ttl, or None once it expired."""
+        kept = self.results.get(job_id)
+        if kept is None:
+            return None
+        if kept[0] <= self.clock.now_ms():
+            del self.results[job_id]
+            return None
+        return kept[1]
 
     def complete(
         self, job_id: str, entry: str, rv: bytes, keep: tuple[int, int], now: int, emit: bool
@@ -345,7 +372,7 @@ class QueueStore:
         self.left_active(rec, "completed", now, rv)
         rec.state, rec.returnvalue, rec.finished_on = "completed", rv, now
         self._count("completed", now)
-        self._keep_outcome(rec)
+        self._keep_outcome(rec, now)
         if keep[0] == 0:
             self.delete(job_id)
         else:
@@ -369,7 +396,7 @@ class QueueStore:
     ) -> None:
         rec.state, rec.failed_reason, rec.finished_on = "failed", reason, now
         self._count("failed", now)
-        self._keep_outcome(rec)
+        self._keep_outcome(rec, now)
         if dead_letter:
             rec.dead_letter = True
             self.finished["dlq"].add(rec.id, now)

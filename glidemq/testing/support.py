@@ -47,6 +47,8 @@ SUPPORTED_JOB_OPTIONS = frozenset(
         "lifo",
         "ignore_dependency_on_failure",
         "remove_dependency_on_failure",
+        "continue_parent_on_failure",
+        "result_ttl",
     }
 )
 
@@ -71,6 +73,7 @@ SUPPORTED_WORKER_OPTIONS = frozenset(
         "batch",
         "limiter",
         "max_result_bytes",
+        "serializer",
     }
 )
 

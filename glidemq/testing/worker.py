@@ -14,6 +14,7 @@ from ..keys import DEFAULT_PREFIX, QueueKeys
 from ..lifecycle import WorkerLifecycle
 from ..processor import ProcessorCall, check_processor
 from ..serialize import encode_result
+from ..serializers import get_serializer
 from ..types import WorkerOptions, job_retention, retention_args, worker_options
 from ..worker import Processor, Worker
 from . import limits
@@ -54,6 +55,7 @@ class TestWorker(WorkerLifecycle, Generic[D, R]):
         check_options(base)
         call = check_processor(processor)
         self.opts = base
+        self._serializer = get_serializer(base.serializer)
         self.name = name
         self.keys = QueueKeys(name, prefix)
         self.server: MemoryServer = resolve_server(connection)
@@ -90,6 +92,7 @@ class TestWorker(WorkerLifecycle, Generic[D, R]):
         """Start taking jobs."""
         if self._started:
             return
+        self._store.claim_serializer(self.opts.serializer, "Worker")
         self._started = True
         self._started_at = self._store.clock.now_ms()
         self._store.workers.add(self)
@@ -200,7 +203,7 @@ class TestWorker(WorkerLifecycle, Generic[D, R]):
             if self._expired(job):
                 raise expired_error()
             result = await self._proc.job(job, job.opts.get("timeout"))
-            rv = encode_result(result, self.opts.max_result_bytes)
+            rv = encode_result(result, self.opts.max_result_bytes, self._serializer)
         except asyncio.CancelledError:
             if job.id in self._revoked and not self._closing:
                 self._revoked.discard(job.id)

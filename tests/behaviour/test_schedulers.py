@@ -4,6 +4,7 @@ memory (there on the manual clock)."""
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 import pytest
@@ -86,3 +87,50 @@ async def test_bad_schedules_are_refused(backend: Backend) -> None:
     with pytest.raises(ValidationError):
         await q.upsert_job_scheduler("id", every_ms=10, template={"opts": {"job_id": "x"}})
     assert await q.get_job_schedulers() == []
+
+
+async def test_repeat_after_complete_plans_the_next_run_when_the_last_job_finished(
+    backend: Backend,
+) -> None:
+    q = backend.queue
+    gate = asyncio.Event()
+    started: list[str] = []
+
+    async def slow_first(job: Any) -> None:
+        started.append(job.id)
+        if len(started) == 1:
+            await gate.wait()
+
+    s = await q.upsert_job_scheduler(
+        "sync", every_ms=300, limit=3, repeat_after_complete=True, template={"name": "sync"}
+    )
+    assert s.repeat_after_complete and s.awaiting is None
+    async with backend.worker(slow_first, concurrency=4):
+        await backend.elapse(max(0, s.next_run - backend.now_ms()))
+        await wait_for(lambda: len(started) == 1)
+        await backend.elapse(1000)  # three intervals pass while the first job runs
+        assert started == [started[0]]  # no overlapping run was added
+        waiting = await q.get_job_scheduler("sync")
+        assert waiting is not None and waiting.awaiting == started[0] and waiting.count == 1
+        gate.set()
+        await wait_for(lambda: _finished(q, started[0]))
+        first = await q.get_job(started[0])
+        assert first is not None and first.finished_on is not None
+        await backend.elapse(300)
+        await wait_for(lambda: len(started) == 2)
+        assert _run_time(started[1]) == first.finished_on + 300
+        await backend.elapse(300)
+        await wait_for(lambda: len(started) == 3)
+    assert _run_time(started[2]) >= _run_time(started[1]) + 300
+    assert await q.get_job_scheduler("sync") is None  # the limit still removes it
+
+
+async def _finished(q: Any, job_id: str) -> bool:
+    job = await q.get_job(job_id)
+    return job is not None and job.state == "completed"
+
+
+async def test_repeat_after_complete_must_be_a_bool(backend: Backend) -> None:
+    with pytest.raises(ValidationError) as info:
+        await backend.queue.upsert_job_scheduler("x", every_ms=100, repeat_after_complete="yes")
+    assert info.value.field == "repeat_after_complete"
