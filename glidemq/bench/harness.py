@@ -397,8 +397,8 @@ def format_python_table(summary: dict[str, dict[str, Any]]) -> str:
             versions[str(entry["version"])] = None
             if entry.get("unsupported"):
                 notes[f"{key} unsupported: {entry['unsupported']}"] = None
-            elif entry.get("note"):
-                notes[entry["note"]] = None
+            else:  # the same settings repeat in each scenario's note: each part once
+                notes.update(dict.fromkeys(p for p in entry.get("note", "").split("; ") if p))
         lines.append(f"{s} {', '.join(versions)}: " + " | ".join(notes))
     return "\n".join(lines)
 
