@@ -383,10 +383,15 @@ def format_python_table(summary: dict[str, dict[str, Any]]) -> str:
             if entry is None or entry.get("unsupported"):
                 cells.append(f" {'-' if entry is None else 'unsupported':>16}")
             else:
-                cell = f"{entry['median_value']:,.0f} ({entry['median_ratio']:.1f}x)"
+                value = _fmt(entry["median_value"], row["metric"])
+                cell = f"{value} ({entry['median_ratio']:.1f}x)"
                 cells.append(f" {cell:>16}")
-        lines.append(f"{key:<16} {row.get('median_glidemq', 0):>9,.0f}" + "".join(cells))
-    lines.append("cells: the queue's median (glidemq / it, median of pairs); jobs/s.")
+        mine = _fmt(row.get("median_glidemq"), row["metric"])
+        lines.append(f"{key:<16} {mine:>9}" + "".join(cells))
+    lines.append(
+        "cells: the queue's median (glidemq / it, median of pairs); jobs/s, or as the main "
+        "table's metric"
+    )
     for s in systems:
         notes: dict[str, None] = {}
         versions: dict[str, None] = {}
