@@ -4,6 +4,8 @@ glidemq-bench quick                      add / process / latency, both systems, 
 glidemq-bench run --profile full --reps 5 --out results/ [--raw] [--only sandbox,process]
 glidemq-bench quick --with-bullmq-py     also BullMQ for Python (optional, installed on first use)
 glidemq-bench run --systems glidemq,bullmq,bullmq-py ...
+glidemq-bench quick --with-python-peers  also Celery, Dramatiq, arq, RQ, SAQ, Taskiq (optional)
+glidemq-bench run --profile python --with-python-peers   glidemq vs the Python queues
 glidemq-bench gate [--baseline FILE] [--tolerance 0.10]   (default: the committed CI baseline)
 glidemq-bench report results/
 glidemq-bench locust [--users 20 --seconds 20]   Locust load test, headless
@@ -24,8 +26,22 @@ import orjson
 
 from ..progress import Progress
 from . import loadtest
-from .harness import PROFILES, format_table, ratios, run_profile, scale_jobs
-from .peer import DEFAULT_SYSTEMS, SYSTEMS, PeerError, ScenarioParams, parse_systems
+from .harness import (
+    PROFILES,
+    format_python_table,
+    format_table,
+    ratios,
+    run_profile,
+    scale_jobs,
+)
+from .peer import (
+    DEFAULT_SYSTEMS,
+    PYTHON_QUEUES,
+    SYSTEMS,
+    PeerError,
+    ScenarioParams,
+    parse_systems,
+)
 
 __all__ = ["CI_BASELINE", "gate_check", "main", "select_scenarios"]
 
@@ -82,10 +98,13 @@ def gate_check(
 
 
 def _systems(args: argparse.Namespace) -> tuple[str, ...]:
-    """The systems `--systems` and `--with-bullmq-py` ask for (ValueError when invalid)."""
+    """The systems `--systems`, `--with-bullmq-py` and `--with-python-peers` ask for
+    (ValueError when invalid)."""
     systems = parse_systems(args.systems if args.systems is not None else DEFAULT_SYSTEMS)
     if args.with_bullmq_py and "bullmq-py" not in systems:
         systems = (*systems, "bullmq-py")
+    if getattr(args, "with_python_peers", False):
+        systems = (*systems, *(s for s in PYTHON_QUEUES if s not in systems))
     return systems
 
 
@@ -143,6 +162,9 @@ def _cmd_run(args: argparse.Namespace, profile_name: str) -> tuple[int, dict[str
         return 2, {}
     summary = ratios(records)
     print(format_table(summary))
+    python_table = format_python_table(summary)
+    if python_table:
+        print("\nglidemq vs the Python queues\n" + python_table)
     if out is not None:
         print(f"records: {out}", file=sys.stderr)
     if raw_dir is not None:
@@ -287,6 +309,12 @@ def build_parser() -> argparse.ArgumentParser:
             "--with-bullmq-py",
             action="store_true",
             help="also run BullMQ for Python (optional peer, installed on first use)",
+        )
+        sp.add_argument(
+            "--with-python-peers",
+            action="store_true",
+            help=f"also run the Python job queues ({', '.join(PYTHON_QUEUES)}); each is "
+            "installed into a virtualenv of its own on first use",
         )
         # Test hook: a deliberate per-job slowdown of glidemq, to prove the gate trips.
         sp.add_argument("--plant-delay-us", type=int, default=0, help=argparse.SUPPRESS)

@@ -13,7 +13,6 @@ import contextlib
 import os
 import platform
 import statistics
-import sys
 import tempfile
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
@@ -27,11 +26,19 @@ from ..progress import Progress
 from ..server import EmbeddedValkey
 from ..server_cluster import EmbeddedCluster
 from .jobrecords import RAW_SCENARIOS, raw_file_name, read_jsonl, write_parquet
-from .peer import DEFAULT_SYSTEMS, ScenarioParams, ensure_system, parse_systems, run_system
+from .peer import (
+    DEFAULT_SYSTEMS,
+    PYTHON_QUEUES,
+    ScenarioParams,
+    ensure_system,
+    parse_systems,
+    run_system,
+)
 
 __all__ = [
     "PROFILES",
     "Ratio",
+    "format_python_table",
     "make_record",
     "ratios",
     "run_profile",
@@ -63,6 +70,12 @@ PROFILES: dict[str, list[ScenarioParams]] = {
         ScenarioParams("cluster", jobs=60_000, concurrency=50, queues=6),
         ScenarioParams("cpu", jobs=20_000, concurrency=100),
         ScenarioParams("memory", jobs=1_000_000, concurrency=100),
+    ],
+    # glidemq against the Python job queues (run with --with-python-peers): the scenarios
+    # every one of them has, at sizes the slowest (RQ at c=1) finishes in seconds.
+    "python": [
+        ScenarioParams("add-bulk", jobs=5_000),
+        *(ScenarioParams("process", jobs=3_000, concurrency=c) for c in (1, 10, 100)),
     ],
 }
 
@@ -324,12 +337,82 @@ def ratios(records: Iterable[dict[str, Any]]) -> dict[str, dict[str, Any]]:
             value = g[metric] / side[metric] if side[metric] else float("nan")
             row.setdefault(ratio_field, []).append(value)
             _add_cpu(row, field, side)
+        for system in PYTHON_QUEUES:
+            _add_python_queue(row, system, pair.get(system), g[metric], metric)
     names = {"ratios": "ratio", "ratios_py": "ratio_py"}
     for row in out.values():
         for k in list(row):
             if isinstance(row[k], list) and row[k]:
                 row[names.get(k, f"median_{k}")] = statistics.median(row[k])
+        for side in row.get("python_queues", {}).values():
+            for k in list(side):
+                if isinstance(side[k], list) and side[k]:
+                    side[f"median_{k}"] = statistics.median(side[k])
     return out
+
+
+def _add_python_queue(
+    row: dict[str, Any], system: str, side: dict[str, Any] | None, mine: float, metric: str
+) -> None:
+    """One Python queue's run into `row["python_queues"][system]`: its metric, glidemq / it,
+    CPU per job, its note; or the reason it did not run."""
+    if side is None:
+        return
+    entry = row.setdefault("python_queues", {}).setdefault(system, {"version": side["version"]})
+    if side.get("note"):
+        entry["note"] = side["note"]
+    if side.get("unsupported"):
+        entry["unsupported"] = side["unsupported"]
+        return
+    value = side[metric]
+    entry.setdefault("value", []).append(value)
+    entry.setdefault("ratio", []).append(mine / value if value else float("nan"))
+    entry.setdefault("server_us", []).append(side["server_us_per_job"])
+    entry.setdefault("client_us", []).append(side["client_us_per_job"])
+
+
+def format_python_table(summary: dict[str, dict[str, Any]]) -> str:
+    """glidemq against each Python job queue that ran: per scenario its median and the
+    ratio glidemq / it (empty when none ran)."""
+    systems = [
+        s
+        for s in PYTHON_QUEUES
+        if any(s in row.get("python_queues", {}) for row in summary.values())
+    ]
+    if not systems:
+        return ""
+    head = f"{'scenario':<16} {'glidemq':>9}" + "".join(f" {s:>16}" for s in systems)
+    lines = [head]
+    for key, row in summary.items():
+        cells = []
+        for s in systems:
+            entry = row.get("python_queues", {}).get(s)
+            if entry is None or entry.get("unsupported"):
+                cells.append(f" {'-' if entry is None else 'unsupported':>16}")
+            else:
+                value = _fmt(entry["median_value"], row["metric"])
+                cell = f"{value} ({entry['median_ratio']:.1f}x)"
+                cells.append(f" {cell:>16}")
+        mine = _fmt(row.get("median_glidemq"), row["metric"])
+        lines.append(f"{key:<16} {mine:>9}" + "".join(cells))
+    lines.append(
+        "cells: the queue's median (glidemq / it, median of pairs); jobs/s, or as the main "
+        "table's metric"
+    )
+    for s in systems:
+        notes: dict[str, None] = {}
+        versions: dict[str, None] = {}
+        for key, row in summary.items():
+            entry = row.get("python_queues", {}).get(s)
+            if entry is None:
+                continue
+            versions[str(entry["version"])] = None
+            if entry.get("unsupported"):
+                notes[f"{key} unsupported: {entry['unsupported']}"] = None
+            else:  # the same settings repeat in each scenario's note: each part once
+                notes.update(dict.fromkeys(p for p in entry.get("note", "").split("; ") if p))
+        lines.append(f"{s} {', '.join(versions)}: " + " | ".join(notes))
+    return "\n".join(lines)
 
 
 def _add_cpu(row: dict[str, Any], who: str, side: dict[str, Any]) -> None:
@@ -405,11 +488,6 @@ def format_table(summary: dict[str, dict[str, Any]]) -> str:
         for system, note in sorted(row.get("unsupported", {}).items()):
             lines.append(f"{key}: {system} unsupported: {note}")
     return "\n".join(lines)
-
-
-def print_progress(line: str) -> None:
-    """Progress lines go to stderr so stdout stays machine-readable."""
-    print(line, file=sys.stderr, flush=True)
 
 
 def scale_jobs(profile: Sequence[ScenarioParams], factor: float) -> list[ScenarioParams]:

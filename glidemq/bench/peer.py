@@ -1,5 +1,6 @@
-"""Running one scenario of one system as a subprocess: glidemq, BullMQ through Node, or
-BullMQ for Python (optional) from a virtualenv of its own."""
+"""Running one scenario of one system as a subprocess: glidemq, BullMQ through Node, or an
+optional Python peer (BullMQ for Python; Celery, Dramatiq, arq, RQ, SAQ, Taskiq) from a
+virtualenv of its own."""
 
 from __future__ import annotations
 
@@ -19,11 +20,14 @@ __all__ = [
     "DEFAULT_SYSTEMS",
     "PEER_DIR",
     "PEER_PY_DIR",
+    "PYTHON_QUEUES",
+    "PYTHON_QUEUES_DIR",
     "SYSTEMS",
     "PeerError",
     "ScenarioParams",
     "ensure_bullmq",
     "ensure_bullmq_py",
+    "ensure_python_queue",
     "ensure_system",
     "parse_systems",
     "run_system",
@@ -33,8 +37,16 @@ PEER_DIR = Path(__file__).parent / "peers" / "bullmq"
 PEER_PY_DIR = Path(__file__).parent / "peers" / "bullmq_py"
 """The BullMQ for Python peer: `peer.py`, `requirements.txt`, and `.venv` once installed."""
 
-SYSTEMS = ("glidemq", "bullmq", "bullmq-py")
-"""Every system a run can include: glidemq, BullMQ (Node) and BullMQ for Python."""
+PYTHON_QUEUES_DIR = Path(__file__).parent / "peers" / "python_queues"
+"""The Python job queues' peer: one `driver.py`, and per library `LIB/requirements.txt` and
+`LIB/.venv` once installed."""
+
+PYTHON_QUEUES = ("celery", "dramatiq", "arq", "rq", "saq", "taskiq")
+"""The Python job queues `--with-python-peers` adds, each run by `driver.py`'s adapter."""
+
+SYSTEMS = ("glidemq", "bullmq", "bullmq-py", *PYTHON_QUEUES)
+"""Every system a run can include: glidemq, BullMQ (Node), BullMQ for Python and the Python
+job queues."""
 DEFAULT_SYSTEMS = ("glidemq", "bullmq")
 
 
@@ -105,6 +117,22 @@ def ensure_bullmq_py(
 
     Never touches the environment glidemq runs in. Raises PeerError with pip's (or venv's)
     own message when the install fails, e.g. with no package index reachable."""
+    return _ensure_venv(peer_dir, "the BullMQ for Python peer", quiet, timeout)
+
+
+def ensure_python_queue(
+    name: str, quiet: bool = False, timeout: float = 600.0, root: Path = PYTHON_QUEUES_DIR
+) -> Path:
+    """Install the Python job queue `name` (one of `PYTHON_QUEUES`) into its own virtualenv
+    (`root/name/.venv`) from its pinned `requirements.txt`, as `ensure_bullmq_py` does;
+    return its python."""
+    if name not in PYTHON_QUEUES:
+        raise PeerError(f"unknown Python queue {name!r}; one of {', '.join(PYTHON_QUEUES)}")
+    return _ensure_venv(root / name, f"the {name} peer", quiet, timeout)
+
+
+def _ensure_venv(peer_dir: Path, label: str, quiet: bool, timeout: float) -> Path:
+    """`peer_dir/.venv` with `peer_dir/requirements.txt` installed; its python."""
     venv = peer_dir / ".venv"
     python = venv / "bin" / "python"
     stamp = venv / "glidemq-bench-requirements.sha256"
@@ -120,7 +148,7 @@ def ensure_bullmq_py(
             return python
         if not quiet:
             print(
-                "  installing the BullMQ for Python peer (venv + pip, first run only)...",
+                f"  installing {label} (venv + pip, first run only)...",
                 file=sys.stderr,
             )
         steps = (
@@ -141,13 +169,13 @@ def ensure_bullmq_py(
                 )  # fmt: skip
             except subprocess.TimeoutExpired:
                 raise PeerError(
-                    f"installing the BullMQ for Python peer: {what} did not finish in "
+                    f"installing {label}: {what} did not finish in "
                     f"{timeout:.0f} s (is the package index reachable?)"
                 ) from None
             if done.returncode != 0:
                 output = (done.stderr.strip() or done.stdout.strip())[-2000:]
                 raise PeerError(
-                    f"installing the BullMQ for Python peer failed: {what} in {peer_dir} "
+                    f"installing {label} failed: {what} in {peer_dir} "
                     f"exited {done.returncode}:\n{output}"
                 )
         stamp.write_text(wanted + "\n")
@@ -155,11 +183,13 @@ def ensure_bullmq_py(
 
 
 def ensure_system(system: str, quiet: bool = False) -> None:
-    """Install the peer `system` needs (npm for BullMQ, a virtualenv for BullMQ for Python)."""
+    """Install the peer `system` needs (npm for BullMQ, a virtualenv for a Python peer)."""
     if system == "bullmq":
         ensure_bullmq(quiet)
     elif system == "bullmq-py":
         ensure_bullmq_py(quiet)
+    elif system in PYTHON_QUEUES:
+        ensure_python_queue(system, quiet)
     elif system != "glidemq":
         raise PeerError(f"unknown system {system!r}; one of {', '.join(SYSTEMS)}")
 
@@ -209,6 +239,9 @@ def run_system(
         # -I: the peer's own packages only, whatever PYTHONPATH the caller has.
         cmd = [str(ensure_bullmq_py(quiet=True)), "-I", str(PEER_PY_DIR / "peer.py")]
         cmd.append(params.scenario)
+    elif system in PYTHON_QUEUES:
+        python = ensure_python_queue(system, quiet=True)
+        cmd = [str(python), "-I", str(PYTHON_QUEUES_DIR / "driver.py"), system, params.scenario]
     else:
         raise PeerError(f"unknown system {system!r}; one of {', '.join(SYSTEMS)}")
     cmd += ["--port", str(port), "--queue", queue, *params.flags()]
