@@ -51,6 +51,7 @@ from .sandbox import SandboxOptions
 from .scheduler import JobScheduler, JobTemplate
 from .shutdown import GracefulShutdown
 from .types import Backoff, BatchOptions, Deduplication, JobOptions, KeepJobs, WorkerOptions
+from .usage import FlowUsage, ModelUsage, Usage, UsageSummary, UsageTotals
 from .worker import Processor, Worker
 from .workflows import Dag, DagNode, chain, chord, dag, group
 
@@ -75,6 +76,7 @@ __all__ = [
     "DuplicateJobError",
     "FlowJob",
     "FlowProducer",
+    "FlowUsage",
     "ForeignLibraryError",
     "GlideMQError",
     "GracefulShutdown",
@@ -91,6 +93,7 @@ __all__ = [
     "KeepJobs",
     "LibraryError",
     "Metrics",
+    "ModelUsage",
     "PayloadTooLargeError",
     "Processor",
     "ProcessorExitError",
@@ -108,6 +111,9 @@ __all__ = [
     "TokenBucket",
     "UnrecoverableError",
     "UnsupportedOptionError",
+    "Usage",
+    "UsageSummary",
+    "UsageTotals",
     "ValidationError",
     "WaitingChildrenError",
     "Worker",

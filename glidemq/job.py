@@ -12,6 +12,7 @@ import orjson
 from .context import QueueContext, now_ms
 from .errors import DelayedError, JobNotFoundError, JobStateError, JobTimeoutError, ValidationError
 from .serialize import decode_data, decode_json, encode_data, encode_progress
+from .usage import Usage, check_usage, parse_usage, usage_args
 
 if TYPE_CHECKING:
     from .worker import Worker
@@ -131,6 +132,7 @@ class Job(Generic[D, R]):
         "state",
         "step",
         "timestamp",
+        "usage",
     )
 
     def __init__(
@@ -176,6 +178,7 @@ class Job(Generic[D, R]):
         self.cost: float | None = _int(cost) / 1000 if cost is not None else None
         self.step: str | None = _str(g(b"step"))
         self.entry_id: str | None = entry_id or _str(g(b"sid"))
+        self.usage: Usage | None = parse_usage(g(b"usage"))
 
     @classmethod
     def _created(
@@ -205,7 +208,7 @@ class Job(Generic[D, R]):
         key = opts.get("orderingKey", opts.get("groupKey"))
         job.group_key, job.cost = key, opts.get("cost")
         job.ordering_key = key if opts.get("groupConcurrency", 1) == 1 else None
-        job.step = None
+        job.step = job.usage = None
         return job
 
     def __repr__(self) -> str:
@@ -250,6 +253,31 @@ class Job(Generic[D, R]):
             self.id, [("data", encode_data(data, compress=self._ctx.compress))]
         )
         self.data = data
+
+    async def report_usage(
+        self,
+        *,
+        model: str | None = None,
+        provider: str | None = None,
+        tokens: Mapping[str, int] | None = None,
+        costs: Mapping[str, float] | None = None,
+        latency_ms: int | None = None,
+    ) -> Usage:
+        """Record one model call: its tokens by kind (`{"input": 120, "output": 40}`), its
+        costs by kind (`{"total": 0.002}`) and latency. Adds to `job.usage` and to the
+        queue's usage summary; returns the job's usage so far."""
+        args = check_usage(model, provider, tokens, costs, latency_ms)
+        keys = self._ctx.keys
+        reply = await self._ctx.fcall(
+            "glidemq_reportUsage",
+            [keys.base + "usage", keys.job(self.id)],
+            usage_args(self.id, now_ms(), *args),
+        )
+        usage = parse_usage(reply) if isinstance(reply, bytes | str) else None
+        if usage is None:
+            raise JobNotFoundError(self._ctx.name, self.id)
+        self.usage = usage
+        return usage
 
     def discard(self) -> None:
         """Make the current run's failure final, whatever attempts remain."""

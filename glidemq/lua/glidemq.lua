@@ -673,6 +673,137 @@ local function clockMs()
 end
 
 ---------------------------------------------------------------------------------------------
+-- ai-native: usage, streams, suspend and signal
+--
+-- usage (Job.report_usage, glidemq/usage.py): the job hash field 'usage' holds the job's
+-- summed usage as JSON {model, provider, calls, latencyMs, tokens = {kind = n},
+-- costs = {kind = amount}}. Each report also goes into the queue's bucket of its minute,
+-- usage:{minute} (a hash: calls, tokens, cost, tok|kind, cost|kind, and per model mcalls|m,
+-- mtok|m, mcost|m), listed in the sorted set 'usage' and kept USAGE_MINUTES, so a summary
+-- reads buckets, never job hashes.
+
+local USAGE_MINUTES = 10080 -- a week of per-minute buckets
+local MAX_COST = 1e15
+local MAX_USAGE_KINDS = 64
+
+-- A finite number within lo..hi (fractions allowed), or nil.
+local function num(v, lo, hi)
+  local n = tonumber(v)
+  if n and n == n and n >= lo and n <= hi then return n end
+  return nil
+end
+
+-- The total of a report: its 'total' entry when given, else the sum of the others.
+local function usageTotal(t)
+  if t.total then return t.total end
+  local s = 0
+  for _, v in pairs(t) do s = s + v end
+  return s
+end
+
+local function addInto(into, t)
+  for k, v in pairs(t) do into[k] = (into[k] or 0) + v end
+end
+
+-- KEYS: usage (the bucket index), the job hash. ARGS: jobId, now, model, provider, latencyMs,
+-- n, then n token pairs (kind, count), then cost pairs (kind, amount). Adds the report to the
+-- job's usage and to the bucket of the minute. Returns the job's usage (JSON) after it, or 0
+-- when the job is gone (nothing written).
+redis.register_function('glidemq_reportUsage', function(keys, args)
+  local fname = 'glidemq_reportUsage'
+  local err = shape(fname, keys, args, 2, 6)
+  if err then return err end
+  local now = int(args[2], 0, MAX_TIME)
+  if not now then return badCall('ERR:BAD_TIMESTAMP', fname, 'now') end
+  local latency, nt = int(args[5], 0, MAX_INT), int(args[6], 0, MAX_USAGE_KINDS)
+  if not latency or not nt then return badCall('ERR:BAD_ARGS', fname, 'latencyMs or n') end
+  local costEnd = #args
+  if costEnd < 6 + 2 * nt or (costEnd - 6) % 2 ~= 0 or costEnd - 6 - 2 * nt > 2 * MAX_USAGE_KINDS then
+    return badCall('ERR:BAD_ARGS', fname, 'wrong number of token or cost pairs')
+  end
+  local tokens, costs = {}, {}
+  for i = 7, costEnd, 2 do
+    local kind = args[i]
+    if kind == '' or string.find(kind, '|', 1, true) then
+      return badCall('ERR:BAD_ARGS', fname, 'bad usage kind')
+    end
+    if i < 7 + 2 * nt then
+      local n = int(args[i + 1], 0, MAX_INT)
+      if not n then return badCall('ERR:BAD_ARGS', fname, 'token count of ' .. kind) end
+      tokens[kind] = n
+    else
+      local x = num(args[i + 1], 0, MAX_COST)
+      if not x then return badCall('ERR:BAD_ARGS', fname, 'cost of ' .. kind) end
+      costs[kind] = x
+    end
+  end
+  local jobKey = keys[2]
+  if redis.call('EXISTS', jobKey) == 0 then return 0 end
+  local old = redis.call('HGET', jobKey, 'usage')
+  local u
+  if old then
+    local ok, parsed = pcall(cjson.decode, old)
+    if ok and type(parsed) == 'table' then u = parsed end
+  end
+  u = u or {}
+  if type(u.tokens) ~= 'table' then u.tokens = {} end
+  if type(u.costs) ~= 'table' then u.costs = {} end
+  addInto(u.tokens, tokens)
+  addInto(u.costs, costs)
+  u.calls = (tonumber(u.calls) or 0) + 1
+  u.latencyMs = (tonumber(u.latencyMs) or 0) + latency
+  if args[3] ~= '' then u.model = args[3] end
+  if args[4] ~= '' then u.provider = args[4] end
+  local encoded = cjson.encode(u)
+  redis.call('HSET', jobKey, 'usage', encoded)
+  -- the minute's bucket
+  local index = keys[1]
+  local minute = math.floor(now / 60000)
+  local bucket = index .. ':' .. minute
+  local tok, cost = usageTotal(tokens), usageTotal(costs)
+  if redis.call('HINCRBY', bucket, 'calls', 1) == 1 then
+    redis.call('PEXPIRE', bucket, (USAGE_MINUTES + 1) * 60000)
+    redis.call('ZADD', index, minute, minute)
+    redis.call('ZREMRANGEBYSCORE', index, '-inf', minute - USAGE_MINUTES - 1)
+  end
+  redis.call('HINCRBY', bucket, 'tokens', tok)
+  redis.call('HINCRBYFLOAT', bucket, 'cost', cost)
+  for k, v in pairs(tokens) do redis.call('HINCRBY', bucket, 'tok|' .. k, v) end
+  for k, v in pairs(costs) do redis.call('HINCRBYFLOAT', bucket, 'cost|' .. k, v) end
+  local model = args[3] ~= '' and args[3] or (u.model or '')
+  redis.call('HINCRBY', bucket, 'mcalls|' .. model, 1)
+  redis.call('HINCRBY', bucket, 'mtok|' .. model, tok)
+  redis.call('HINCRBYFLOAT', bucket, 'mcost|' .. model, cost)
+  return encoded
+end)
+
+-- KEYS: usage (the bucket index). ARGS: fromMinute, toMinute (epoch minutes, inclusive).
+-- Returns the buckets of those minutes summed, as a flat list of field, value (strings).
+redis.register_function{function_name = 'glidemq_usageSummary', callback = function(keys, args)
+  local fname = 'glidemq_usageSummary'
+  local err = shape(fname, keys, args, 1, 2, 2)
+  if err then return err end
+  local from, to = int(args[1], 0, MAX_INT), int(args[2], 0, MAX_INT)
+  if not from or not to then return badCall('ERR:BAD_ARGS', fname, 'fromMinute or toMinute') end
+  local sum, order = {}, {}
+  local minutes = redis.call('ZRANGEBYSCORE', keys[1], from, to, 'LIMIT', 0, USAGE_MINUTES + 1)
+  for _, m in ipairs(minutes) do
+    local h = redis.call('HGETALL', keys[1] .. ':' .. m)
+    for i = 1, #h, 2 do
+      local f = h[i]
+      if not sum[f] then sum[f] = 0; order[#order + 1] = f end
+      sum[f] = sum[f] + (tonumber(h[i + 1]) or 0)
+    end
+  end
+  local out = {}
+  for _, f in ipairs(order) do
+    out[#out + 1] = f
+    out[#out + 1] = string.format('%.17g', sum[f])
+  end
+  return out
+end, flags = {'no-writes'}}
+
+---------------------------------------------------------------------------------------------
 -- version
 
 redis.register_function{function_name = 'glidemq_version', callback = function(keys, args)

@@ -26,7 +26,8 @@ from ..job import (
     retry_source,
 )
 from ..serialize import decode_data, decode_json, encode_data, encode_progress
-from . import flows
+from ..usage import Usage, check_usage
+from . import flows, usage
 from .bulk import retry_jobs
 from .store import JobRecord, QueueStore
 from .support import UNSUPPORTED_JOB_METHODS, install_unsupported
@@ -102,6 +103,7 @@ class TestJob(Job[D, R]):
         self.group_key = rec.group_key
         self.ordering_key = rec.group_key if rec.ordering else None
         self.cost = rec.cost / 1000 if rec.cost else None
+        self.usage = rec.usage
 
     def __repr__(self) -> str:
         return f"<TestJob {self._store.name}:{self.id} {self.name!r} {self.state}>"
@@ -142,6 +144,20 @@ class TestJob(Job[D, R]):
         self.progress = progress
         if self._runner is not None:
             self._runner.events.emit("progress", self, progress)
+
+    async def report_usage(
+        self,
+        *,
+        model: str | None = None,
+        provider: str | None = None,
+        tokens: Mapping[str, int] | None = None,
+        costs: Mapping[str, float] | None = None,
+        latency_ms: int | None = None,
+    ) -> Usage:
+        """Record one model call (see `glidemq.Job.report_usage`); returns the job's usage."""
+        args = check_usage(model, provider, tokens, costs, latency_ms)
+        self.usage = usage.report(self._store, self.id, *args)
+        return self.usage
 
     async def update_data(self, data: D) -> None:
         """Replace the job's data."""

@@ -27,7 +27,8 @@ from ..queries import Metrics, WorkerInfo
 from ..queue import JobCounts, Queue
 from ..serialize import decode_json, encode_data
 from ..types import JobOptions, bulk_item
-from . import bulk, limits
+from ..usage import FlowUsage, UsageSummary
+from . import bulk, limits, usage
 from .bulk import redis_range
 from .job import TestJob, check_reply
 from .schedulers import SchedulerMethods
@@ -345,6 +346,16 @@ class TestQueue(SchedulerMethods, Generic[D, R]):
             if len(ids) >= limit:
                 break
         return [TestJob.from_record(store, store.jobs[i]) for i in ids]
+
+    async def get_usage_summary(
+        self, *, queues: Sequence[str] | None = None, since: int | None = None
+    ) -> UsageSummary:
+        """Usage reported to `queues` (default: this queue) since `since` (ms)."""
+        return usage.summary(await self._ready(), queues, since)
+
+    async def get_flow_usage(self, parent_id: str) -> FlowUsage:
+        """Usage summed over the flow tree under job `parent_id` of this queue."""
+        return usage.flow_usage(await self._ready(), parent_id)
 
     async def get_metrics(self, kind: str = "completed", *, minutes: int = 60) -> Metrics:
         """Jobs completed (or failed for good) per minute over the last `minutes` (<= 1440)."""

@@ -69,6 +69,7 @@ class QueueStore:
         self.windows = {"queue": [0, 0], "worker": [0, 0]}  # rate windows: [start, used]
         self.limit_until = 0
         self.metrics: dict[str, dict[int, int]] = {"completed": {}, "failed": {}}
+        self.usage_buckets: dict[int, dict[str, float]] = {}  # epoch minute -> bucket fields
         self.watched: dict[str, int] = {}
         self.outcomes: dict[str, JobRecord] = {}
         self.events: deque[Event] = deque(maxlen=_EVENTS_MAXLEN)

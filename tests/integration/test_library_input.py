@@ -325,6 +325,21 @@ def build_cases(r: Any, p: str) -> list[Case]:
             read_only=True,
         ),
         Case("glidemq_bcTrim", k("bc"), []),
+        Case(
+            "glidemq_reportUsage",
+            k("usage", f"job:{a}"),
+            [a, now, "m", "p", "5", "1", "input", "3", "total", "0.5"],
+            {1: TS, 4: ARGS, 5: ARGS, 7: ARGS},
+            min_args=6,
+            max_args=None,
+        ),
+        Case(
+            "glidemq_usageSummary",
+            k("usage"),
+            ["0", str(int(now) // 60000)],
+            {0: ARGS, 1: ARGS},
+            read_only=True,
+        ),
     ]
 
 
