@@ -50,6 +50,7 @@ from .retry import RetryPolicy
 from .sandbox import SandboxOptions
 from .scheduler import JobScheduler, JobTemplate
 from .shutdown import GracefulShutdown
+from .streams import StreamChunk
 from .types import Backoff, BatchOptions, Deduplication, JobOptions, KeepJobs, WorkerOptions
 from .usage import FlowUsage, ModelUsage, Usage, UsageSummary, UsageTotals
 from .worker import Processor, Worker
@@ -108,6 +109,7 @@ __all__ = [
     "RetryPolicy",
     "SandboxOptions",
     "ServerError",
+    "StreamChunk",
     "TokenBucket",
     "UnrecoverableError",
     "UnsupportedOptionError",

@@ -279,6 +279,23 @@ class Job(Generic[D, R]):
         self.usage = usage
         return usage
 
+    async def stream(self, chunk: Any) -> str:
+        """Append `chunk` (anything JSON-serializable, typically a piece of a model's output)
+        to this job's stream, which `Queue.read_stream` and `Queue.stream_job` read; returns
+        its entry id."""
+        from .streams import STREAM_MAX_LEN, STREAM_TTL_MS, encode_chunk, stream_key
+
+        raw = encode_chunk(chunk)
+        keys = self._ctx.keys
+        reply = await self._ctx.fcall(
+            "glidemq_streamChunk",
+            [keys.job(self.id), stream_key(keys, self.id)],
+            [str(STREAM_MAX_LEN), str(STREAM_TTL_MS), raw],
+        )
+        if not isinstance(reply, bytes | str):
+            raise JobNotFoundError(self._ctx.name, self.id)
+        return reply.decode() if isinstance(reply, bytes) else reply
+
     def discard(self) -> None:
         """Make the current run's failure final, whatever attempts remain."""
         self._discarded = True

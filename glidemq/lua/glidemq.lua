@@ -803,6 +803,32 @@ redis.register_function{function_name = 'glidemq_usageSummary', callback = funct
   return out
 end, flags = {'no-writes'}}
 
+-- streams (Job.stream, glidemq/streams.py): a job's chunks go to the stream jstream:{id}
+-- (entry field 'c'), capped at maxLen entries and expiring ttlMs after its last chunk.
+
+local MAX_STREAM_LEN = 1000000
+local MAX_CHUNK = 1048576
+
+-- KEYS: the job hash, its stream. ARGS: maxLen, ttlMs, then one or more chunks. Returns the
+-- entry id of the last chunk, or 0 when the job is gone (nothing written).
+redis.register_function('glidemq_streamChunk', function(keys, args)
+  local fname = 'glidemq_streamChunk'
+  local err = shape(fname, keys, args, 2, 3)
+  if err then return err end
+  local maxLen, ttl = int(args[1], 1, MAX_STREAM_LEN), int(args[2], 1, MAX_INT)
+  if not maxLen or not ttl then return badCall('ERR:BAD_ARGS', fname, 'maxLen or ttlMs') end
+  for i = 3, #args do
+    if #args[i] > MAX_CHUNK then return badCall('ERR:PAYLOAD_TOO_LARGE', fname, 'chunk') end
+  end
+  if redis.call('EXISTS', keys[1]) == 0 then return 0 end
+  local id
+  for i = 3, #args do
+    id = redis.call('XADD', keys[2], 'MAXLEN', maxLen, '*', 'c', args[i])
+  end
+  redis.call('PEXPIRE', keys[2], ttl)
+  return id
+end)
+
 ---------------------------------------------------------------------------------------------
 -- version
 

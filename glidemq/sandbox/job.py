@@ -14,6 +14,8 @@ from typing import Any, Protocol, TypeVar
 from ..errors import DelayedError, ValidationError
 from ..job import Job, JobState
 from ..serialize import encode_json
+from ..streams import encode_chunk
+from ..usage import Usage, check_usage
 from .protocol import error_to_wire
 
 __all__ = ["PROXIED_METHODS", "SandboxJob", "job_fields", "job_to_wire"]
@@ -37,6 +39,8 @@ PROXIED_METHODS = frozenset(
         "get_state",
         "is_revoked",
         "refresh",
+        "report_usage",
+        "stream",
     }
 )
 """Job methods a child may ask the parent to run; the parent refuses anything else."""
@@ -143,6 +147,7 @@ class SandboxJob(Job[D, R]):
         self._worker = None
         self._discarded = False
         self._moved = False
+        self.usage = None
         if type(entry) is list and len(entry) == len(_ATTRS) + 2:  # the usual case
             self._handle = int(entry[0])
             self._queue = str(entry[1])
@@ -205,6 +210,28 @@ class SandboxJob(Job[D, R]):
         """Replace the job's data."""
         await self._call("update_data", _checked("data", data))
         self.data = data
+
+    async def report_usage(
+        self,
+        *,
+        model: str | None = None,
+        provider: str | None = None,
+        tokens: Mapping[str, int] | None = None,
+        costs: Mapping[str, float] | None = None,
+        latency_ms: int | None = None,
+    ) -> Usage:
+        """Record one model call (see `glidemq.Job.report_usage`); returns the job's usage."""
+        model, provider, tok, cost, latency = check_usage(
+            model, provider, tokens, costs, latency_ms
+        )
+        reply = await self._call("report_usage", model, provider, tok, cost, latency)
+        self.usage = Usage(**reply)
+        return self.usage
+
+    async def stream(self, chunk: Any) -> str:
+        """Append `chunk` to this job's stream (see `glidemq.Job.stream`); its entry id."""
+        encode_chunk(chunk)  # the in-process errors, in the child
+        return str(await self._call("stream", chunk))
 
     def discard(self) -> None:
         """Make the current run's failure final, whatever attempts remain."""

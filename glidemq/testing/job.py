@@ -27,7 +27,7 @@ from ..job import (
 )
 from ..serialize import decode_data, decode_json, encode_data, encode_progress
 from ..usage import Usage, check_usage
-from . import flows, usage
+from . import flows, streams, usage
 from .bulk import retry_jobs
 from .store import JobRecord, QueueStore
 from .support import UNSUPPORTED_JOB_METHODS, install_unsupported
@@ -158,6 +158,10 @@ class TestJob(Job[D, R]):
         args = check_usage(model, provider, tokens, costs, latency_ms)
         self.usage = usage.report(self._store, self.id, *args)
         return self.usage
+
+    async def stream(self, chunk: Any) -> str:
+        """Append `chunk` to this job's stream (see `glidemq.Job.stream`); its entry id."""
+        return streams.append(self._store, self.id, chunk)
 
     async def update_data(self, data: D) -> None:
         """Replace the job's data."""

@@ -6,7 +6,7 @@ import asyncio
 import os
 import socket
 import time
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
 from types import TracebackType
 from typing import Any, Generic, Self, TypeVar
 
@@ -26,9 +26,10 @@ from ..limits import RateLimit
 from ..queries import Metrics, WorkerInfo
 from ..queue import JobCounts, Queue
 from ..serialize import decode_json, encode_data
+from ..streams import StreamChunk
 from ..types import JobOptions, bulk_item
 from ..usage import FlowUsage, UsageSummary
-from . import bulk, limits, usage
+from . import bulk, limits, streams, usage
 from .bulk import redis_range
 from .job import TestJob, check_reply
 from .schedulers import SchedulerMethods
@@ -356,6 +357,19 @@ class TestQueue(SchedulerMethods, Generic[D, R]):
     async def get_flow_usage(self, parent_id: str) -> FlowUsage:
         """Usage summed over the flow tree under job `parent_id` of this queue."""
         return usage.flow_usage(await self._ready(), parent_id)
+
+    async def read_stream(
+        self, job_id: str, last_id: str | None = None, block_ms: int | None = None
+    ) -> list[StreamChunk]:
+        """Chunks of job `job_id` after `last_id`; with `block_ms`, waits for one."""
+        return await streams.read(await self._ready(), job_id, last_id, block_ms)
+
+    async def stream_job(
+        self, job_id: str, *, last_id: str | None = None, block_ms: int = 1000
+    ) -> AsyncIterator[Any]:
+        """Follow job `job_id`'s stream until the job finished and every chunk was read."""
+        async for data in streams.follow(await self._ready(), job_id, last_id, block_ms):
+            yield data
 
     async def get_metrics(self, kind: str = "completed", *, minutes: int = 60) -> Metrics:
         """Jobs completed (or failed for good) per minute over the last `minutes` (<= 1440)."""

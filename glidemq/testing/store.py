@@ -70,6 +70,7 @@ class QueueStore:
         self.limit_until = 0
         self.metrics: dict[str, dict[int, int]] = {"completed": {}, "failed": {}}
         self.usage_buckets: dict[int, dict[str, float]] = {}  # epoch minute -> bucket fields
+        self.job_streams: dict[str, list[tuple[str, bytes]]] = {}  # job id -> chunks
         self.watched: dict[str, int] = {}
         self.outcomes: dict[str, JobRecord] = {}
         self.events: deque[Event] = deque(maxlen=_EVENTS_MAXLEN)

@@ -334,6 +334,14 @@ def build_cases(r: Any, p: str) -> list[Case]:
             max_args=None,
         ),
         Case(
+            "glidemq_streamChunk",
+            k(f"job:{a}", f"jstream:{a}"),
+            ["100", "60000", '"tok"'],
+            {0: ARGS, 1: ARGS},
+            max_args=None,
+            too_many=False,
+        ),
+        Case(
             "glidemq_usageSummary",
             k("usage"),
             ["0", str(int(now) // 60000)],
