@@ -34,6 +34,7 @@ from .errors import (
     QueueNotFoundError,
     RateLimitError,
     ServerError,
+    SuspendedError,
     UnrecoverableError,
     UnsupportedOptionError,
     ValidationError,
@@ -51,6 +52,7 @@ from .sandbox import SandboxOptions
 from .scheduler import JobScheduler, JobTemplate
 from .shutdown import GracefulShutdown
 from .streams import StreamChunk
+from .suspend import Signal
 from .types import Backoff, BatchOptions, Deduplication, JobOptions, KeepJobs, WorkerOptions
 from .usage import FlowUsage, ModelUsage, Usage, UsageSummary, UsageTotals
 from .worker import Processor, Worker
@@ -109,7 +111,9 @@ __all__ = [
     "RetryPolicy",
     "SandboxOptions",
     "ServerError",
+    "Signal",
     "StreamChunk",
+    "SuspendedError",
     "TokenBucket",
     "UnrecoverableError",
     "UnsupportedOptionError",

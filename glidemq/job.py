@@ -12,6 +12,7 @@ import orjson
 from .context import QueueContext, now_ms
 from .errors import DelayedError, JobNotFoundError, JobStateError, JobTimeoutError, ValidationError
 from .serialize import decode_data, decode_json, encode_data, encode_progress
+from .suspend import Signal, parse_signals
 from .usage import Usage, check_usage, parse_usage, usage_args
 
 if TYPE_CHECKING:
@@ -127,6 +128,7 @@ class Job(Generic[D, R]):
         "progress",
         "returnvalue",
         "revoked",
+        "signals",
         "stacktrace",
         "stalled_count",
         "state",
@@ -179,6 +181,7 @@ class Job(Generic[D, R]):
         self.step: str | None = _str(g(b"step"))
         self.entry_id: str | None = entry_id or _str(g(b"sid"))
         self.usage: Usage | None = parse_usage(g(b"usage"))
+        self.signals: list[Signal] = parse_signals(g(b"signals"))
 
     @classmethod
     def _created(
@@ -209,6 +212,7 @@ class Job(Generic[D, R]):
         job.group_key, job.cost = key, opts.get("cost")
         job.ordering_key = key if opts.get("groupConcurrency", 1) == 1 else None
         job.step = job.usage = None
+        job.signals = []
         return job
 
     def __repr__(self) -> str:
@@ -295,6 +299,15 @@ class Job(Generic[D, R]):
         if not isinstance(reply, bytes | str):
             raise JobNotFoundError(self._ctx.name, self.id)
         return reply.decode() if isinstance(reply, bytes) else reply
+
+    async def suspend(self, reason: str | None = None, timeout_ms: int | None = None) -> None:
+        """From inside a processor: end this run and wait, in state `suspended`, until
+        `Queue.signal` wakes the job (it runs again, the signal in `job.signals`) or
+        `timeout_ms` passes (it fails). Raises SuspendedError, which the processor should
+        let propagate."""
+        from .suspend import suspend
+
+        await suspend(self, reason, timeout_ms)
 
     def discard(self) -> None:
         """Make the current run's failure final, whatever attempts remain."""

@@ -36,6 +36,7 @@ from .retry import retry_batch
 from .scheduler import JobScheduler, JobTemplate
 from .serialize import encode_data
 from .streams import QueueStreams
+from .suspend import QueueSuspend
 from .types import JobOptions, bulk_item, wire_opts
 from .usage import QueueUsage
 from .watchdog import queue_renewal
@@ -87,7 +88,7 @@ def pack_bulk(now: int, jobs: Iterable[Sequence[str | bytes]]) -> list[str | byt
     return args
 
 
-class Queue(QueueAdmin[D, R], QueueLimits, QueueUsage, QueueStreams, Generic[D, R]):
+class Queue(QueueAdmin[D, R], QueueLimits, QueueUsage, QueueStreams, QueueSuspend, Generic[D, R]):
     """Add jobs to a queue and manage it.
 
     `Queue("emails", connection="valkey://localhost:6379")`; use it as `async with` or call

@@ -829,6 +829,101 @@ redis.register_function('glidemq_streamChunk', function(keys, args)
   return id
 end)
 
+-- suspend and signal (Job.suspend, Queue.signal, glidemq/suspend.py): a suspended job has
+-- left the stream and waits in the sorted set 'suspended', scored by its deadline (ms; +inf
+-- without one), with job fields suspendReason and suspendUntil. A signal re-queues it and
+-- appends {name, data, at} to the JSON list in job field 'signals'; a passed deadline fails it.
+
+-- KEYS: stream, suspended, events. ARGS: now, jobId, entryId, reason, timeoutMs (0: none),
+-- emitEvents. Ends the current run of a job this worker holds without counting an attempt
+-- (a concurrency slot is given back; an ordering key stays with the job). Returns
+-- 'suspended', 'stale' (the worker no longer owns it) or 'missing'.
+redis.register_function('glidemq_suspend', function(keys, args)
+  local fname = 'glidemq_suspend'
+  local err = shape(fname, keys, args, 3, 6, 6)
+  if err then return err end
+  local now = int(args[1], 0, MAX_TIME)
+  if not now then return badCall('ERR:BAD_TIMESTAMP', fname, 'now') end
+  local timeout = int(args[5], 0, MAX_DELAY)
+  if not timeout or not entryIdOk(args[3]) then
+    return badCall('ERR:BAD_ARGS', fname, 'entryId or timeoutMs')
+  end
+  local stream, jobId, entryId = keys[1], args[2], args[3]
+  local prefix = prefixOf(stream, 'stream')
+  if redis.call('XACK', stream, GROUP, entryId) == 0 then return 'stale' end
+  redis.call('XDEL', stream, entryId)
+  local jobKey = prefix .. 'job:' .. jobId
+  if redis.call('EXISTS', jobKey) == 0 then return 'missing' end
+  local j = redis.call('HMGET', jobKey, 'groupKey', 'orderingKey', 'orderingSeq', 'groupSlot', 'state')
+  if j[1] and j[5] == 'active' then
+    releaseHold(prefix, jobKey, j[1], j[2] and true or false, tonumber(j[3]) or 0, j[4] == '1',
+      false, now, false)
+  end
+  local deadline = timeout > 0 and (now + timeout) or '+inf'
+  redis.call('ZADD', keys[2], deadline, jobId)
+  redis.call('HSET', jobKey, 'state', 'suspended', 'suspendReason', args[4],
+    'suspendUntil', timeout > 0 and deadline or '')
+  if args[6] == '1' then emit(keys[3], 'suspended', jobId, 'reason', args[4]) end
+  return 'suspended'
+end)
+
+-- KEYS: stream, suspended, events. ARGS: now, jobId, name, data (JSON), emitEvents.
+-- Re-queues a suspended job with the signal appended to its 'signals'. Returns the job's new
+-- state, 0 when it does not exist, or 'ERR:STATE' when it is not suspended (nothing written).
+redis.register_function('glidemq_signal', function(keys, args)
+  local fname = 'glidemq_signal'
+  local err = shape(fname, keys, args, 3, 5, 5)
+  if err then return err end
+  local now = int(args[1], 0, MAX_TIME)
+  if not now then return badCall('ERR:BAD_TIMESTAMP', fname, 'now') end
+  local jobId, name, data = args[2], args[3], args[4]
+  if name == '' then return badCall('ERR:BAD_ARGS', fname, 'name') end
+  if #data > MAX_DATA then return badCall('ERR:PAYLOAD_TOO_LARGE', fname, 'data') end
+  if not pcall(cjson.decode, data) then return badCall('ERR:BAD_ARGS', fname, 'data is not JSON') end
+  local prefix = prefixOf(keys[1], 'stream')
+  local jobKey = prefix .. 'job:' .. jobId
+  local h = redis.call('HMGET', jobKey, 'state', 'signals', 'priority')
+  if not h[1] then return 0 end
+  if h[1] ~= 'suspended' then return 'ERR:STATE' end
+  local entry = '{"name":' .. cjson.encode(name) .. ',"data":' .. data .. ',"at":' .. now .. '}'
+  local signals = h[2] and (string.sub(h[2], 1, -2) .. ',' .. entry .. ']') or ('[' .. entry .. ']')
+  redis.call('ZREM', keys[2], jobId)
+  redis.call('HSET', jobKey, 'signals', signals, 'suspendUntil', '')
+  local state = requeue(prefix, jobKey, jobId, tonumber(h[3]) or 0, now, now)
+  if args[5] == '1' then emit(keys[3], 'signaled', jobId, 'name', name) end
+  return state
+end)
+
+-- KEYS: suspended, events. ARGS: now, limit. Fails suspended jobs whose deadline passed
+-- (failedReason 'suspension timed out: <reason>'); they are kept in the failed set. Returns
+-- how many failed.
+redis.register_function('glidemq_expireSuspended', function(keys, args)
+  local fname = 'glidemq_expireSuspended'
+  local err = shape(fname, keys, args, 2, 2, 2)
+  if err then return err end
+  local now, limit = int(args[1], 0, MAX_TIME), int(args[2], 1, 10000)
+  if not now then return badCall('ERR:BAD_TIMESTAMP', fname, 'now') end
+  if not limit then return badCall('ERR:BAD_ARGS', fname, 'limit') end
+  local prefix = prefixOf(keys[1], 'suspended')
+  local n = 0
+  for _, jobId in ipairs(redis.call('ZRANGEBYSCORE', keys[1], '-inf', now, 'LIMIT', 0, limit)) do
+    redis.call('ZREM', keys[1], jobId)
+    local jobKey = prefix .. 'job:' .. jobId
+    local h = redis.call('HMGET', jobKey, 'state', 'suspendReason')
+    if h[1] == 'suspended' then
+      local reason = 'suspension timed out'
+      if h[2] and h[2] ~= '' then reason = reason .. ': ' .. h[2] end
+      countMetric(prefix .. 'metrics:failed', now, 1)
+      redis.call('HSET', jobKey, 'state', 'failed', 'failedReason', reason, 'finishedOn', now,
+        'suspendUntil', '')
+      redis.call('ZADD', prefix .. 'failed', now, jobId)
+      emit(keys[2], 'failed', jobId, 'failedReason', reason)
+      n = n + 1
+    end
+  end
+  return n
+end)
+
 ---------------------------------------------------------------------------------------------
 -- version
 

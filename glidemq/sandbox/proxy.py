@@ -179,6 +179,10 @@ async def _stream(job: Job[Any, Any], args: list[Any]) -> Any:
     return await job.stream(args[0])
 
 
+async def _suspend(job: Job[Any, Any], args: list[Any]) -> Any:
+    await job.suspend(args[0], args[1])
+
+
 async def _refresh(job: Job[Any, Any], args: list[Any]) -> Any:
     await job.refresh()
     return job_fields(job)
@@ -200,6 +204,7 @@ _CALLS: dict[str, Callable[[Job[Any, Any], list[Any]], Any]] = {
     "refresh": _refresh,
     "report_usage": _usage,
     "stream": _stream,
+    "suspend": _suspend,
     "get_children_values": _children_values,
     "get_ignored_children_failures": _children_failures,
     "move_to_waiting_children": _waiting_children,

@@ -27,9 +27,10 @@ from ..queries import Metrics, WorkerInfo
 from ..queue import JobCounts, Queue
 from ..serialize import decode_json, encode_data
 from ..streams import StreamChunk
+from ..suspend import encode_signal
 from ..types import JobOptions, bulk_item
 from ..usage import FlowUsage, UsageSummary
-from . import bulk, limits, streams, usage
+from . import bulk, limits, streams, suspend, usage
 from .bulk import redis_range
 from .job import TestJob, check_reply
 from .schedulers import SchedulerMethods
@@ -357,6 +358,24 @@ class TestQueue(SchedulerMethods, Generic[D, R]):
     async def get_flow_usage(self, parent_id: str) -> FlowUsage:
         """Usage summed over the flow tree under job `parent_id` of this queue."""
         return usage.flow_usage(await self._ready(), parent_id)
+
+    async def signal(self, job_id: str, name: str, data: Any = None) -> str:
+        """Wake suspended job `job_id` with a signal (see `glidemq.Queue.signal`)."""
+        raw = encode_signal(name, data)
+        store = await self._ready()
+        return suspend.signal(store, job_id, name, raw, store.clock.now_ms())
+
+    async def get_suspended(self, start: int = 0, end: int = -1) -> list[TestJob[Any, Any]]:
+        """Suspended jobs, the first deadline first; expired ones are failed first."""
+        store = await self._ready()
+        store.expire_suspended(store.clock.now_ms())
+        order = sorted(store.suspended.items(), key=lambda kv: (kv[1], kv[0]))
+        ids = redis_range([i for i, _ in order], start, end)
+        return [TestJob.from_record(store, store.jobs[i]) for i in ids if i in store.jobs]
+
+    async def get_suspended_count(self) -> int:
+        """How many jobs are suspended."""
+        return len((await self._ready()).suspended)
 
     async def read_stream(
         self, job_id: str, last_id: str | None = None, block_ms: int | None = None

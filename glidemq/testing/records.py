@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from ..suspend import Signal
 from ..usage import Usage
 
 __all__ = ["FINISHED", "SHIFT", "Event", "JobRecord", "Owner", "ZSet"]
@@ -75,6 +76,8 @@ class JobRecord:
     ignored_failures: dict[str, str] = field(default_factory=dict)
     child_failed: str | None = None
     usage: Usage | None = None  # summed model usage (glidemq/usage.py)
+    signals: list[Signal] = field(default_factory=list)  # glidemq/suspend.py
+    suspend_reason: str = ""
 
     @property
     def ordering(self) -> bool:

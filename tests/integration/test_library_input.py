@@ -342,6 +342,17 @@ def build_cases(r: Any, p: str) -> list[Case]:
             too_many=False,
         ),
         Case(
+            "glidemq_suspend",
+            k("stream", "suspended", "events"),
+            [now, a, ea, "why", "60000", "1"],
+            {0: TS, 4: ARGS},
+            entry_ids=(2,),
+        ),
+        Case(
+            "glidemq_signal", k("stream", "suspended", "events"), [now, d, "ok", "{}", "1"], {0: TS}
+        ),
+        Case("glidemq_expireSuspended", k("suspended", "events"), [now, "10"], {0: TS, 1: ARGS}),
+        Case(
             "glidemq_usageSummary",
             k("usage"),
             ["0", str(int(now) // 60000)],
