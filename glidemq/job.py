@@ -229,6 +229,14 @@ class Job(Generic[D, R]):
         return self._ctx.name
 
     @property
+    def current_fallback(self) -> dict[str, Any] | None:
+        """The entry of the `fallbacks` option this try uses: None on the first try, entry n
+        after n failed tries (the last entry past the chain's end)."""
+        from .fallbacks import current_fallback
+
+        return current_fallback(self.opts, self.attempts_made)
+
+    @property
     def discarded(self) -> bool:
         """True after `discard()`: a failure of this run will not be retried."""
         return self._discarded

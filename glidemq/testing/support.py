@@ -28,6 +28,7 @@ __all__ = [
 
 SUPPORTED_JOB_OPTIONS = frozenset(
     {
+        "fallbacks",
         "delay",
         "priority",
         "attempts",
