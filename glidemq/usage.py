@@ -34,6 +34,7 @@ __all__ = [
 
 USAGE_MINUTES = 10080
 """How long the per-minute buckets are kept (minutes): a week."""
+SUMMARY_WINDOW = 360  # minutes of buckets one server call sums
 _MAX_KINDS = 64
 _MAX_COST = 1e15
 _MAX_INT = 2**53 - 1
@@ -364,13 +365,18 @@ class QueueUsage:
         first = check_since(since, now)
         names = check_queues(queues, self.keys.name)
         parts: dict[str, tuple[UsageTotals, dict[str, ModelUsage]]] = {}
+        last = now // 60_000
         for name in names:
             index = QueueKeys(name, self.keys.prefix).base + "usage"
-            reply = await ctx.fcall(
-                "glidemq_usageSummary", [index], [str(first), str(now // 60_000)]
-            )
-            flat = [_text(v) for v in reply or []]
-            fields = {flat[i]: float(flat[i + 1]) for i in range(0, len(flat), 2)}
+            fields: dict[str, float] = {}
+            # A call sums at most SUMMARY_WINDOW buckets: a week in one call would hold the
+            # server for a quarter of a second.
+            for lo in range(first, last + 1, SUMMARY_WINDOW):
+                hi = min(lo + SUMMARY_WINDOW - 1, last)
+                reply = await ctx.fcall("glidemq_usageSummary", [index], [str(lo), str(hi)])
+                flat = [_text(v) for v in reply or []]
+                for i in range(0, len(flat), 2):
+                    fields[flat[i]] = fields.get(flat[i], 0.0) + float(flat[i + 1])
             parts[name] = totals_from_fields(fields)
         total, models = combine(list(parts.values()))
         return UsageSummary(total, models, {q: p[0] for q, p in parts.items()}, first * 60_000)
