@@ -54,7 +54,7 @@ from .shutdown import GracefulShutdown
 from .streams import StreamChunk
 from .suspend import Signal
 from .types import Backoff, BatchOptions, Deduplication, JobOptions, KeepJobs, WorkerOptions
-from .usage import FlowUsage, ModelUsage, Usage, UsageSummary, UsageTotals
+from .usage import FlowUsage, ModelUsage, TokenLimiter, Usage, UsageSummary, UsageTotals
 from .worker import Processor, Worker
 from .workflows import Dag, DagNode, chain, chord, dag, group
 
@@ -115,6 +115,7 @@ __all__ = [
     "StreamChunk",
     "SuspendedError",
     "TokenBucket",
+    "TokenLimiter",
     "UnrecoverableError",
     "UnsupportedOptionError",
     "Usage",

@@ -13,7 +13,7 @@ from .context import QueueContext, now_ms
 from .errors import DelayedError, JobNotFoundError, JobStateError, JobTimeoutError, ValidationError
 from .serialize import decode_data, decode_json, encode_data, encode_progress
 from .suspend import Signal, parse_signals
-from .usage import Usage, check_usage, parse_usage, usage_args
+from .usage import TokenLimiter, Usage, check_usage, parse_usage, usage_args
 
 if TYPE_CHECKING:
     from .worker import Worker
@@ -283,13 +283,17 @@ class Job(Generic[D, R]):
         reply = await self._ctx.fcall(
             "glidemq_reportUsage",
             [keys.base + "usage", keys.job(self.id)],
-            usage_args(self.id, now_ms(), *args),
+            usage_args(self.id, now_ms(), *args, self._token_limiter()),
         )
         usage = parse_usage(reply) if isinstance(reply, bytes | str) else None
         if usage is None:
             raise JobNotFoundError(self._ctx.name, self.id)
         self.usage = usage
         return usage
+
+    def _token_limiter(self) -> TokenLimiter | None:
+        worker = self._worker
+        return worker.opts.token_limiter if worker is not None else None
 
     async def stream(self, chunk: Any) -> str:
         """Append `chunk` (anything JSON-serializable, typically a piece of a model's output)

@@ -18,6 +18,7 @@ from .errors import ValidationError
 from .fallbacks import Fallback, check_fallbacks
 from .keys import validate_job_id
 from .limits import RateLimit, TokenBucket, check_job_limits, limits_to_wire
+from .usage import TokenLimiter
 
 if TYPE_CHECKING:
     from .sandbox.types import SandboxOptions
@@ -379,10 +380,13 @@ class WorkerOptions:
     sandbox: SandboxOptions | None = None
     limiter: RateLimit | None = None
     max_result_bytes: int = 1_048_576
+    token_limiter: TokenLimiter | None = None
 
     def __post_init__(self) -> None:
         if self.limiter is not None:  # a {"max", "duration"} dict is fine too
             object.__setattr__(self, "limiter", RateLimit.coerce("limiter", self.limiter))
+        if self.token_limiter is not None:
+            object.__setattr__(self, "token_limiter", TokenLimiter.coerce(self.token_limiter))
         _int("concurrency", self.concurrency, low=1, high=100_000)
         if self.prefetch is not None:
             _int("prefetch", self.prefetch, low=1, high=100_000)

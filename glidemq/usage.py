@@ -26,6 +26,7 @@ __all__ = [
     "USAGE_MINUTES",
     "FlowUsage",
     "ModelUsage",
+    "TokenLimiter",
     "Usage",
     "UsageSummary",
     "UsageTotals",
@@ -153,6 +154,39 @@ def check_usage(
     )
 
 
+@dataclass(frozen=True, slots=True)
+class TokenLimiter:
+    """Worker option: at most `max_tokens` tokens (as reported with `report_usage`) per fixed
+    window of `duration_ms`, counted over the queue's workers that have one. A report that
+    fills the window pauses the queue's fetching until the window ends: jobs wait, none is
+    dropped."""
+
+    max_tokens: int
+    duration_ms: int = 60_000
+
+    def __post_init__(self) -> None:
+        for name in ("max_tokens", "duration_ms"):
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, int) or not 1 <= v <= _MAX_INT:
+                raise ValidationError(
+                    f"token_limiter.{name}", f"must be an integer >= 1, got {v!r}"
+                )
+        if self.duration_ms > 315_360_000_000:
+            raise ValidationError("token_limiter.duration_ms", "at most 10 years")
+
+    @classmethod
+    def coerce(cls, value: object) -> TokenLimiter:
+        """A TokenLimiter, or one from a {"max_tokens", "duration_ms"} mapping."""
+        if isinstance(value, TokenLimiter):
+            return value
+        if isinstance(value, Mapping):
+            unknown = set(value) - {"max_tokens", "duration_ms"}
+            if unknown:
+                raise ValidationError("token_limiter", f"unknown keys {sorted(unknown)}")
+            return cls(**value)
+        raise ValidationError("token_limiter", "must be a TokenLimiter or a mapping")
+
+
 def usage_args(
     job_id: str,
     now: int,
@@ -161,9 +195,11 @@ def usage_args(
     tokens: Mapping[str, int],
     costs: Mapping[str, float],
     latency_ms: int,
+    limiter: TokenLimiter | None = None,
 ) -> list[str]:
     """glidemq_reportUsage's arguments."""
-    args = [job_id, str(now), model, provider, str(latency_ms), str(len(tokens))]
+    tpm = (str(limiter.max_tokens), str(limiter.duration_ms)) if limiter else ("0", "0")
+    args = [job_id, str(now), model, provider, str(latency_ms), *tpm, str(len(tokens))]
     for kind, n in tokens.items():
         args += [kind, str(n)]
     for kind, x in costs.items():

@@ -705,29 +705,38 @@ local function addInto(into, t)
   for k, v in pairs(t) do into[k] = (into[k] or 0) + v end
 end
 
+-- Token limiter (Worker token_limiter): hash 'tpm' {start, used} is a fixed window of tokens
+-- reported by jobs of workers that have one; when a report fills it, meta field limitUntil
+-- (the queue-wide pause every fetch respects) is set to the window's end, so no job starts
+-- until then and none is dropped.
+
 -- KEYS: usage (the bucket index), the job hash. ARGS: jobId, now, model, provider, latencyMs,
--- n, then n token pairs (kind, count), then cost pairs (kind, amount). Adds the report to the
--- job's usage and to the bucket of the minute. Returns the job's usage (JSON) after it, or 0
--- when the job is gone (nothing written).
+-- tpmMax, tpmDuration (0 0: no token limiter), n, then n token pairs (kind, count), then cost
+-- pairs (kind, amount). Adds the report to the job's usage, to the bucket of the minute and to
+-- the token window. Returns the job's usage (JSON) after it, or 0 when the job is gone
+-- (nothing written).
 redis.register_function('glidemq_reportUsage', function(keys, args)
   local fname = 'glidemq_reportUsage'
-  local err = shape(fname, keys, args, 2, 6)
+  local err = shape(fname, keys, args, 2, 8)
   if err then return err end
   local now = int(args[2], 0, MAX_TIME)
   if not now then return badCall('ERR:BAD_TIMESTAMP', fname, 'now') end
-  local latency, nt = int(args[5], 0, MAX_INT), int(args[6], 0, MAX_USAGE_KINDS)
-  if not latency or not nt then return badCall('ERR:BAD_ARGS', fname, 'latencyMs or n') end
+  local latency, nt = int(args[5], 0, MAX_INT), int(args[8], 0, MAX_USAGE_KINDS)
+  local tpmMax, tpmDur = int(args[6], 0, MAX_INT), int(args[7], 0, MAX_DELAY)
+  if not latency or not nt or not tpmMax or not tpmDur or (tpmMax > 0 and tpmDur == 0) then
+    return badCall('ERR:BAD_ARGS', fname, 'latencyMs, tpmMax, tpmDuration or n')
+  end
   local costEnd = #args
-  if costEnd < 6 + 2 * nt or (costEnd - 6) % 2 ~= 0 or costEnd - 6 - 2 * nt > 2 * MAX_USAGE_KINDS then
+  if costEnd < 8 + 2 * nt or (costEnd - 8) % 2 ~= 0 or costEnd - 8 - 2 * nt > 2 * MAX_USAGE_KINDS then
     return badCall('ERR:BAD_ARGS', fname, 'wrong number of token or cost pairs')
   end
   local tokens, costs = {}, {}
-  for i = 7, costEnd, 2 do
+  for i = 9, costEnd, 2 do
     local kind = args[i]
     if kind == '' or string.find(kind, '|', 1, true) then
       return badCall('ERR:BAD_ARGS', fname, 'bad usage kind')
     end
-    if i < 7 + 2 * nt then
+    if i < 9 + 2 * nt then
       local n = int(args[i + 1], 0, MAX_INT)
       if not n then return badCall('ERR:BAD_ARGS', fname, 'token count of ' .. kind) end
       tokens[kind] = n
@@ -774,6 +783,22 @@ redis.register_function('glidemq_reportUsage', function(keys, args)
   redis.call('HINCRBY', bucket, 'mcalls|' .. model, 1)
   redis.call('HINCRBY', bucket, 'mtok|' .. model, tok)
   redis.call('HINCRBYFLOAT', bucket, 'mcost|' .. model, cost)
+  if tpmMax > 0 then
+    local prefix = prefixOf(index, 'usage')
+    local tpm = prefix .. 'tpm'
+    local w = redis.call('HMGET', tpm, 'start', 'used')
+    local start, used = tonumber(w[1]) or 0, tonumber(w[2]) or 0
+    if now >= start + tpmDur then start, used = now, 0 end
+    used = used + tok
+    redis.call('HSET', tpm, 'start', start, 'used', used)
+    redis.call('PEXPIRE', tpm, tpmDur * 2)
+    if used >= tpmMax then
+      local untilMs = start + tpmDur
+      if untilMs > (tonumber(redis.call('HGET', prefix .. 'meta', 'limitUntil')) or 0) then
+        redis.call('HSET', prefix .. 'meta', 'limitUntil', untilMs)
+      end
+    end
+  end
   return encoded
 end)
 

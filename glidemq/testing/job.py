@@ -159,7 +159,8 @@ class TestJob(Job[D, R]):
     ) -> Usage:
         """Record one model call (see `glidemq.Job.report_usage`); returns the job's usage."""
         args = check_usage(model, provider, tokens, costs, latency_ms)
-        self.usage = usage.report(self._store, self.id, *args)
+        limiter = self._runner.opts.token_limiter if self._runner is not None else None
+        self.usage = usage.report(self._store, self.id, *args, limiter)
         return self.usage
 
     async def stream(self, chunk: Any) -> str:

@@ -72,6 +72,7 @@ class QueueStore:
         self.usage_buckets: dict[int, dict[str, float]] = {}  # epoch minute -> bucket fields
         self.job_streams: dict[str, list[tuple[str, bytes]]] = {}  # job id -> chunks
         self.suspended: dict[str, float] = {}  # job id -> deadline (ms; inf: none)
+        self.token_window: tuple[int, int] = (0, 0)  # token limiter: start, used
         self.watched: dict[str, int] = {}
         self.outcomes: dict[str, JobRecord] = {}
         self.events: deque[Event] = deque(maxlen=_EVENTS_MAXLEN)

@@ -71,6 +71,7 @@ SUPPORTED_WORKER_OPTIONS = frozenset(
         "consumer",
         "batch",
         "limiter",
+        "token_limiter",
         "max_result_bytes",
     }
 )

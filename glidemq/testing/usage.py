@@ -9,9 +9,11 @@ from ..errors import JobNotFoundError
 from ..usage import (
     FlowUsage,
     ModelUsage,
+    TokenLimiter,
     Usage,
     UsageSummary,
     UsageTotals,
+    _total,
     bucket_add,
     check_queues,
     check_since,
@@ -33,8 +35,10 @@ def report(
     tokens: Mapping[str, int],
     costs: Mapping[str, float],
     latency_ms: int,
+    limiter: TokenLimiter | None = None,
 ) -> Usage:
-    """Add one report to the job and to the bucket of the current minute."""
+    """Add one report to the job, to the bucket of the current minute and (with a limiter)
+    to the token window."""
     rec = store.jobs.get(job_id)
     if rec is None:
         raise JobNotFoundError(store.name, job_id)
@@ -42,7 +46,19 @@ def report(
     minute = store.clock.now_ms() // 60_000
     bucket = store.usage_buckets.setdefault(minute, {})
     bucket_add(bucket, model or (rec.usage.model or ""), tokens, costs)
+    if limiter is not None:
+        _charge(store, limiter, int(_total(tokens)), store.clock.now_ms())
     return rec.usage
+
+
+def _charge(store: QueueStore, limiter: TokenLimiter, tokens: int, now: int) -> None:
+    start, used = store.token_window
+    if now >= start + limiter.duration_ms:
+        start, used = now, 0
+    used += tokens
+    store.token_window = (start, used)
+    if used >= limiter.max_tokens:
+        store.limit_until = max(store.limit_until, start + limiter.duration_ms)
 
 
 def summary(store: QueueStore, queues: Sequence[str] | None, since: int | None) -> UsageSummary:

@@ -328,9 +328,9 @@ def build_cases(r: Any, p: str) -> list[Case]:
         Case(
             "glidemq_reportUsage",
             k("usage", f"job:{a}"),
-            [a, now, "m", "p", "5", "1", "input", "3", "total", "0.5"],
-            {1: TS, 4: ARGS, 5: ARGS, 7: ARGS},
-            min_args=6,
+            [a, now, "m", "p", "5", "100", "60000", "1", "input", "3", "total", "0.5"],
+            {1: TS, 4: ARGS, 5: ARGS, 6: ARGS, 7: ARGS, 9: ARGS},
+            min_args=8,
             max_args=None,
         ),
         Case(
