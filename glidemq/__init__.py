@@ -35,6 +35,7 @@ from .errors import (
     RateLimitError,
     SerializerMismatchError,
     ServerError,
+    SuspendedError,
     UnrecoverableError,
     UnsupportedOptionError,
     ValidationError,
@@ -53,7 +54,10 @@ from .retry import RetryPolicy
 from .sandbox import SandboxOptions
 from .scheduler import JobScheduler, JobTemplate
 from .shutdown import GracefulShutdown
+from .streams import StreamChunk
+from .suspend import Signal
 from .types import Backoff, BatchOptions, Deduplication, JobOptions, KeepJobs, WorkerOptions
+from .usage import FlowUsage, ModelUsage, TokenLimiter, Usage, UsageSummary, UsageTotals
 from .worker import Processor, Worker
 from .workflows import Dag, DagNode, chain, chord, dag, group
 
@@ -81,6 +85,7 @@ __all__ = [
     "FlowJob",
     "FlowNode",
     "FlowProducer",
+    "FlowUsage",
     "ForeignLibraryError",
     "GlideMQError",
     "GracefulShutdown",
@@ -97,6 +102,7 @@ __all__ = [
     "KeepJobs",
     "LibraryError",
     "Metrics",
+    "ModelUsage",
     "PayloadTooLargeError",
     "Processor",
     "ProcessorExitError",
@@ -113,9 +119,16 @@ __all__ = [
     "SandboxOptions",
     "SerializerMismatchError",
     "ServerError",
+    "Signal",
+    "StreamChunk",
+    "SuspendedError",
     "TokenBucket",
+    "TokenLimiter",
     "UnrecoverableError",
     "UnsupportedOptionError",
+    "Usage",
+    "UsageSummary",
+    "UsageTotals",
     "ValidationError",
     "WaitingChildrenError",
     "Worker",

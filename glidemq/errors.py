@@ -210,6 +210,10 @@ class DelayedError(GlideMQError):
     """Raised after `Job.move_to_delayed`: the job went back to delayed, not failed."""
 
 
+class SuspendedError(DelayedError):
+    """Raised after `Job.suspend`: the job waits for a signal, it has not failed."""
+
+
 class BatchError(GlideMQError):
     """Raised by a batch processor: some jobs failed, the others succeeded.
 

@@ -12,6 +12,8 @@ import orjson
 from .context import QueueContext, now_ms
 from .errors import DelayedError, JobNotFoundError, JobStateError, JobTimeoutError, ValidationError
 from .serialize import decode_data, decode_json, encode_data, encode_progress
+from .suspend import Signal, parse_signals
+from .usage import TokenLimiter, Usage, check_usage, parse_usage, usage_args
 
 if TYPE_CHECKING:
     from .flowview import Dependencies
@@ -127,11 +129,13 @@ class Job(Generic[D, R]):
         "progress",
         "returnvalue",
         "revoked",
+        "signals",
         "stacktrace",
         "stalled_count",
         "state",
         "step",
         "timestamp",
+        "usage",
     )
 
     def __init__(
@@ -177,6 +181,8 @@ class Job(Generic[D, R]):
         self.cost: float | None = _int(cost) / 1000 if cost is not None else None
         self.step: str | None = _str(g(b"step"))
         self.entry_id: str | None = entry_id or _str(g(b"sid"))
+        self.usage: Usage | None = parse_usage(g(b"usage"))
+        self.signals: list[Signal] = parse_signals(g(b"signals"))
 
     @classmethod
     def _created(
@@ -206,7 +212,8 @@ class Job(Generic[D, R]):
         key = opts.get("orderingKey", opts.get("groupKey"))
         job.group_key, job.cost = key, opts.get("cost")
         job.ordering_key = key if opts.get("groupConcurrency", 1) == 1 else None
-        job.step = None
+        job.step = job.usage = None
+        job.signals = []
         return job
 
     def __repr__(self) -> str:
@@ -221,6 +228,14 @@ class Job(Generic[D, R]):
     def queue_name(self) -> str:
         """Name of the job's queue."""
         return self._ctx.name
+
+    @property
+    def current_fallback(self) -> dict[str, Any] | None:
+        """The entry of the `fallbacks` option this try uses: None on the first try, entry n
+        after n failed tries (the last entry past the chain's end)."""
+        from .fallbacks import current_fallback
+
+        return current_fallback(self.opts, self.attempts_made)
 
     @property
     def discarded(self) -> bool:
@@ -257,6 +272,61 @@ class Job(Generic[D, R]):
             ],
         )
         self.data = data
+
+    async def report_usage(
+        self,
+        *,
+        model: str | None = None,
+        provider: str | None = None,
+        tokens: Mapping[str, int] | None = None,
+        costs: Mapping[str, float] | None = None,
+        latency_ms: int | None = None,
+    ) -> Usage:
+        """Record one model call: its tokens by kind (`{"input": 120, "output": 40}`), its
+        costs by kind (`{"total": 0.002}`) and latency. Adds to `job.usage` and to the
+        queue's usage summary; returns the job's usage so far."""
+        args = check_usage(model, provider, tokens, costs, latency_ms)
+        keys = self._ctx.keys
+        reply = await self._ctx.fcall(
+            "glidemq_reportUsage",
+            [keys.base + "usage", keys.job(self.id)],
+            usage_args(self.id, now_ms(), *args, self._token_limiter()),
+        )
+        usage = parse_usage(reply) if isinstance(reply, bytes | str) else None
+        if usage is None:
+            raise JobNotFoundError(self._ctx.name, self.id)
+        self.usage = usage
+        return usage
+
+    def _token_limiter(self) -> TokenLimiter | None:
+        worker = self._worker
+        return worker.opts.token_limiter if worker is not None else None
+
+    async def stream(self, chunk: Any) -> str:
+        """Append `chunk` (anything JSON-serializable, typically a piece of a model's output)
+        to this job's stream, which `Queue.read_stream` and `Queue.stream_job` read; returns
+        its entry id."""
+        from .streams import STREAM_MAX_LEN, STREAM_TTL_MS, encode_chunk, stream_key
+
+        raw = encode_chunk(chunk)
+        keys = self._ctx.keys
+        reply = await self._ctx.fcall(
+            "glidemq_streamChunk",
+            [keys.job(self.id), stream_key(keys, self.id)],
+            [str(STREAM_MAX_LEN), str(STREAM_TTL_MS), raw],
+        )
+        if not isinstance(reply, bytes | str):
+            raise JobNotFoundError(self._ctx.name, self.id)
+        return reply.decode() if isinstance(reply, bytes) else reply
+
+    async def suspend(self, reason: str | None = None, timeout_ms: int | None = None) -> None:
+        """From inside a processor: end this run and wait, in state `suspended`, until
+        `Queue.signal` wakes the job (it runs again, the signal in `job.signals`) or
+        `timeout_ms` passes (it fails). Raises SuspendedError, which the processor should
+        let propagate."""
+        from .suspend import suspend
+
+        await suspend(self, reason, timeout_ms)
 
     def discard(self) -> None:
         """Make the current run's failure final, whatever attempts remain."""

@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 from typing import TYPE_CHECKING, Any
 
+from . import suspend
 from .context import now_ms
 from .errors import GlideMQError
 from .queries import WorkerRegistration
@@ -63,6 +64,7 @@ class Maintenance:
                     delay = 0
                 elif next_due >= 0:
                     delay = max(0.0, min(interval, (next_due - now_ms()) / 1000))
+                await suspend.sweep(w._ctx, now)  # expired suspensions fail
                 next_run = await self.job_schedulers.fire_due(w._ctx, now_ms())
                 if next_run is not None:
                     delay = max(0.0, min(delay, (next_run - now_ms()) / 1000))

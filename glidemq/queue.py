@@ -36,7 +36,10 @@ from .retry import retry_batch
 from .scheduler import JobScheduler, JobTemplate
 from .serialize import encode_data
 from .serializers import DEFAULT_SERIALIZER, claim_serializer, get_serializer
+from .streams import QueueStreams
+from .suspend import QueueSuspend
 from .types import JobOptions, bulk_item, wire_opts
+from .usage import QueueUsage
 from .watchdog import queue_renewal
 
 __all__ = ["JobCounts", "Queue"]
@@ -86,7 +89,7 @@ def pack_bulk(now: int, jobs: Iterable[Sequence[str | bytes]]) -> list[str | byt
     return args
 
 
-class Queue(QueueAdmin[D, R], QueueLimits, Generic[D, R]):
+class Queue(QueueAdmin[D, R], QueueLimits, QueueUsage, QueueStreams, QueueSuspend, Generic[D, R]):
     """Add jobs to a queue and manage it.
 
     `Queue("emails", connection="valkey://localhost:6379")`; use it as `async with` or call
@@ -121,6 +124,8 @@ class Queue(QueueAdmin[D, R], QueueLimits, Generic[D, R]):
         self._adds: list[tuple[list[str | bytes], asyncio.Future[Any]]] = []
         self._add_scheduled = False
         self._add_tasks: set[asyncio.Task[None]] = set()
+        self._blocking: Client | None = None  # blocking stream reads (glidemq/streams.py)
+        self._blocking_lock: asyncio.Lock | None = None
         # Asked once: None (OpenTelemetry absent or no provider) adds no span and no field.
         self._tracing = otel.job_tracing()
 
@@ -166,6 +171,7 @@ class Queue(QueueAdmin[D, R], QueueLimits, Generic[D, R]):
         self._closed = True
         if self._results is not None:
             await self._results.close()
+        await self._close_streams()
         ctx, client, self._client, self._ctx = self._ctx, self._client, None, None
         if ctx is not None:
             client = ctx.client  # a renewed connection replaced the first client

@@ -15,8 +15,10 @@ from typing import TYPE_CHECKING, Any, Literal, TypeAlias, TypeVar
 import orjson
 
 from .errors import ValidationError
+from .fallbacks import Fallback, check_fallbacks
 from .keys import validate_job_id
 from .limits import RateLimit, TokenBucket, check_job_limits, limits_to_wire
+from .usage import TokenLimiter
 
 if TYPE_CHECKING:
     from .sandbox.types import SandboxOptions
@@ -185,7 +187,9 @@ class JobOptions:
     Jobs with one `ordering_key` run one at a time in the order they were added; jobs with one
     `group_key` run at most `group_concurrency` at a time (default 1, which is an ordering
     key); both may add a `group_rate_limit` and a `token_bucket` that each job takes `cost`
-    tokens from; `lifo` jobs run newest first (docs/ADVANCED.md).
+    tokens from; `lifo` jobs run newest first (docs/ADVANCED.md). `fallbacks` lists models
+    to try after a failed try (`job.current_fallback`); `attempts` is at least one more than
+    its length (docs/AI.md).
     """
 
     delay: int = 0
@@ -209,11 +213,16 @@ class JobOptions:
     token_bucket: TokenBucket | None = None
     cost: float | None = None
     lifo: bool = False
+    fallbacks: tuple[Fallback, ...] | None = None
 
     def __post_init__(self) -> None:
         _int("delay", self.delay, high=MAX_DELAY)
         _int("priority", self.priority, high=MAX_PRIORITY)
         _int("attempts", self.attempts, low=1)
+        chain = check_fallbacks(self.fallbacks)
+        object.__setattr__(self, "fallbacks", chain)  # frozen: normalized once, here
+        if chain and self.attempts < len(chain) + 1:
+            object.__setattr__(self, "attempts", len(chain) + 1)
         _int("ttl", self.ttl)
         if self.result_ttl is not None:
             _int("result_ttl", self.result_ttl)
@@ -303,6 +312,8 @@ class JobOptions:
             out["ttl"] = self.ttl
         if self.result_ttl:
             out["resultTtl"] = self.result_ttl
+        if self.fallbacks:
+            out["fallbacks"] = [f.to_wire() for f in self.fallbacks]
         limits_to_wire(self, out)
         return out
 
@@ -383,10 +394,13 @@ class WorkerOptions:
     limiter: RateLimit | None = None
     max_result_bytes: int = 1_048_576
     serializer: str = "json"
+    token_limiter: TokenLimiter | None = None
 
     def __post_init__(self) -> None:
         if self.limiter is not None:  # a {"max", "duration"} dict is fine too
             object.__setattr__(self, "limiter", RateLimit.coerce("limiter", self.limiter))
+        if self.token_limiter is not None:
+            object.__setattr__(self, "token_limiter", TokenLimiter.coerce(self.token_limiter))
         _int("concurrency", self.concurrency, low=1, high=100_000)
         if self.prefetch is not None:
             _int("prefetch", self.prefetch, low=1, high=100_000)

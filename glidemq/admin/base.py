@@ -66,6 +66,7 @@ class JobCounts:
     waiting_children: int = 0
     group_waiting: int = 0
     rate_limited: int = 0
+    suspended: int = 0  # waiting for a signal (docs/AI.md); in no other count, nor in as_dict
 
     def as_dict(self) -> dict[str, int]:
         """The counts by state name, each job counted once (without `paused` and the
@@ -156,9 +157,11 @@ class QueueAdmin(Generic[D, R]):
         r = await ctx.fcall("glidemq_getCounts", [self.keys.stream, self.keys.scheduled], [])
         w, a, d, p, c, f, dl = (int(x) for x in r[:7])
         wc, gw, rl = (int(x) for x in r[8:11])
+        suspended_key = self.keys.base + "suspended"
+        su = int(await ctx.command(lambda cl: cl.zcard(suspended_key)))
         return JobCounts(
             w, a, d, p, c, f, dl, paused=bool(int(r[7])), waiting_children=wc,
-            group_waiting=gw, rate_limited=rl,
+            group_waiting=gw, rate_limited=rl, suspended=su,
         )  # fmt: skip
 
     async def count(self) -> int:

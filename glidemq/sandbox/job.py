@@ -11,9 +11,12 @@ import operator
 from collections.abc import Mapping, Sequence
 from typing import Any, Protocol, TypeVar
 
-from ..errors import DelayedError, ValidationError
+from ..errors import DelayedError, SuspendedError, ValidationError
 from ..job import Job, JobState
 from ..serialize import encode_json
+from ..streams import encode_chunk
+from ..suspend import Signal, check_suspend
+from ..usage import Usage, check_usage
 from .protocol import error_to_wire
 
 __all__ = ["PROXIED_METHODS", "SandboxJob", "job_fields", "job_to_wire"]
@@ -37,6 +40,9 @@ PROXIED_METHODS = frozenset(
         "get_state",
         "is_revoked",
         "refresh",
+        "report_usage",
+        "stream",
+        "suspend",
     }
 )
 """Job methods a child may ask the parent to run; the parent refuses anything else."""
@@ -63,6 +69,7 @@ _FIELDS = (
     ("stalled_count", "stalled_count"),
     ("entry_id", "entry_id"),
     ("step", "step"),
+    ("signals", "signals"),
 )
 
 
@@ -87,6 +94,7 @@ _DEFAULTS: dict[str, Any] = {
     "stalled_count": 0,
     "entry_id": None,
     "step": None,
+    "signals": [],
 }
 
 
@@ -143,6 +151,8 @@ class SandboxJob(Job[D, R]):
         self._worker = None
         self._discarded = False
         self._moved = False
+        self.usage = None
+        self.signals = []
         if type(entry) is list and len(entry) == len(_ATTRS) + 2:  # the usual case
             self._handle = int(entry[0])
             self._queue = str(entry[1])
@@ -162,6 +172,12 @@ class SandboxJob(Job[D, R]):
             self.opts = {}
         self.returnvalue = None
         self.stacktrace = None
+        self._signals_from_wire()
+
+    def _signals_from_wire(self) -> None:
+        # Signals cross as dicts (orjson writes a dataclass as one).
+        raw: Any = self.signals
+        self.signals = [Signal(**x) if isinstance(x, dict) else x for x in raw or ()]
 
     def _apply(self, fields: Mapping[str, Any]) -> None:
         for wire, attr in _FIELDS:
@@ -171,6 +187,7 @@ class SandboxJob(Job[D, R]):
         self.opts = opts if isinstance(opts, dict) else {}
         self.returnvalue = None
         self.stacktrace = None
+        self._signals_from_wire()
 
     def __repr__(self) -> str:
         return f"<SandboxJob {self._queue}:{self.id} {self.name!r} {self.state}>"
@@ -205,6 +222,36 @@ class SandboxJob(Job[D, R]):
         """Replace the job's data."""
         await self._call("update_data", _checked("data", data))
         self.data = data
+
+    async def report_usage(
+        self,
+        *,
+        model: str | None = None,
+        provider: str | None = None,
+        tokens: Mapping[str, int] | None = None,
+        costs: Mapping[str, float] | None = None,
+        latency_ms: int | None = None,
+    ) -> Usage:
+        """Record one model call (see `glidemq.Job.report_usage`); returns the job's usage."""
+        model, provider, tok, cost, latency = check_usage(
+            model, provider, tokens, costs, latency_ms
+        )
+        reply = await self._call("report_usage", model, provider, tok, cost, latency)
+        self.usage = Usage(**reply)
+        return self.usage
+
+    async def stream(self, chunk: Any) -> str:
+        """Append `chunk` to this job's stream (see `glidemq.Job.stream`); its entry id."""
+        encode_chunk(chunk)  # the in-process errors, in the child
+        return str(await self._call("stream", chunk))
+
+    async def suspend(self, reason: str | None = None, timeout_ms: int | None = None) -> None:
+        """End this run and wait for a signal (see `glidemq.Job.suspend`); raises
+        SuspendedError, which the processor should let propagate."""
+        check_suspend(reason, timeout_ms)
+        await self._call("suspend", reason, timeout_ms)
+        # The parent's Job.suspend raises; an answer without an error is a bug there.
+        raise SuspendedError(f"job {self.id} suspended")
 
     def discard(self) -> None:
         """Make the current run's failure final, whatever attempts remain."""

@@ -10,6 +10,7 @@ still going.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -166,6 +167,22 @@ async def _waiting_children(job: Job[Any, Any], args: list[Any]) -> Any:
     await job.move_to_waiting_children()
 
 
+async def _usage(job: Job[Any, Any], args: list[Any]) -> Any:
+    model, provider, tokens, costs, latency = args
+    usage = await job.report_usage(
+        model=model, provider=provider, tokens=tokens, costs=costs, latency_ms=latency
+    )
+    return dataclasses.asdict(usage)
+
+
+async def _stream(job: Job[Any, Any], args: list[Any]) -> Any:
+    return await job.stream(args[0])
+
+
+async def _suspend(job: Job[Any, Any], args: list[Any]) -> Any:
+    await job.suspend(args[0], args[1])
+
+
 async def _refresh(job: Job[Any, Any], args: list[Any]) -> Any:
     await job.refresh()
     return job_fields(job)
@@ -185,6 +202,9 @@ _CALLS: dict[str, Callable[[Job[Any, Any], list[Any]], Any]] = {
     "get_state": _state,
     "is_revoked": _revoked,
     "refresh": _refresh,
+    "report_usage": _usage,
+    "stream": _stream,
+    "suspend": _suspend,
     "get_children_values": _children_values,
     "get_ignored_children_failures": _children_failures,
     "move_to_waiting_children": _waiting_children,

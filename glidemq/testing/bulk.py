@@ -122,6 +122,7 @@ def counts(store: QueueStore, now: int) -> dict[str, Any]:
         "waiting_children": len(store.waiting_children),
         "group_waiting": parked,
         "rate_limited": len(store.ratelimited),
+        "suspended": len(store.suspended),
     }
 
 

@@ -12,6 +12,7 @@ from ..errors import (
     JobNotFoundError,
     JobStateError,
     JobTimeoutError,
+    SuspendedError,
     UnrecoverableError,
     WaitingChildrenError,
 )
@@ -28,7 +29,9 @@ from ..job import (
 )
 from ..serialize import decode_data, decode_json, encode_data, encode_progress
 from ..serializers import get_serializer
-from . import flows
+from ..suspend import check_suspend
+from ..usage import Usage, check_usage
+from . import flows, streams, suspend, usage
 from .bulk import retry_jobs
 from .store import JobRecord, QueueStore
 from .support import UNSUPPORTED_JOB_METHODS, install_unsupported
@@ -104,6 +107,8 @@ class TestJob(Job[D, R]):
         self.group_key = rec.group_key
         self.ordering_key = rec.group_key if rec.ordering else None
         self.cost = rec.cost / 1000 if rec.cost else None
+        self.usage = rec.usage
+        self.signals = list(rec.signals)
 
     def __repr__(self) -> str:
         return f"<TestJob {self._store.name}:{self.id} {self.name!r} {self.state}>"
@@ -145,6 +150,25 @@ class TestJob(Job[D, R]):
         if self._runner is not None:
             self._runner.events.emit("progress", self, progress)
 
+    async def report_usage(
+        self,
+        *,
+        model: str | None = None,
+        provider: str | None = None,
+        tokens: Mapping[str, int] | None = None,
+        costs: Mapping[str, float] | None = None,
+        latency_ms: int | None = None,
+    ) -> Usage:
+        """Record one model call (see `glidemq.Job.report_usage`); returns the job's usage."""
+        args = check_usage(model, provider, tokens, costs, latency_ms)
+        limiter = self._runner.opts.token_limiter if self._runner is not None else None
+        self.usage = usage.report(self._store, self.id, *args, limiter)
+        return self.usage
+
+    async def stream(self, chunk: Any) -> str:
+        """Append `chunk` to this job's stream (see `glidemq.Job.stream`); its entry id."""
+        return streams.append(self._store, self.id, chunk)
+
     async def update_data(self, data: D) -> None:
         """Replace the job's data."""
         serializer = get_serializer(self._store.serializer)
@@ -166,6 +190,20 @@ class TestJob(Job[D, R]):
             self.id, self.entry_id, timestamp_ms, self._now(), next_step
         )
         self._moved_to_delayed(state, timestamp_ms, next_step)
+
+    async def suspend(self, reason: str | None = None, timeout_ms: int | None = None) -> None:
+        """From inside a processor: end this run and wait for a signal (see
+        `glidemq.Job.suspend`). Raises SuspendedError, which the processor should let
+        propagate."""
+        why, timeout = check_suspend(reason, timeout_ms)
+        if self.entry_id is None or self._runner is None:
+            raise JobStateError(self.id, "suspend", "only a running job can be suspended")
+        state = suspend.suspend(self._store, self.id, self.entry_id, why, timeout, self._now())
+        if state != "suspended":
+            raise JobStateError(self.id, "suspend", "the worker no longer owns it")
+        self._moved = True
+        self.state = state
+        raise SuspendedError(f"job {self.id} suspended: {why or 'no reason given'}")
 
     async def move_to_failed(self, error: BaseException) -> None:
         """From inside a processor: fail this run now with `error` (retries still apply)."""

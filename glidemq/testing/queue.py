@@ -6,7 +6,7 @@ import asyncio
 import os
 import socket
 import time
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
 from types import TracebackType
 from typing import Any, Generic, Self, TypeVar
 
@@ -29,8 +29,11 @@ from ..queue import JobCounts, Queue
 from ..request import default_result_ttl, validate_result_ttl
 from ..serialize import decode_json, encode_data
 from ..serializers import DEFAULT_SERIALIZER, get_serializer
+from ..streams import StreamChunk
+from ..suspend import encode_signal
 from ..types import JobOptions, bulk_item
-from . import bulk, flows, limits
+from ..usage import FlowUsage, UsageSummary
+from . import bulk, flows, limits, streams, suspend, usage
 from .bulk import redis_range
 from .job import TestJob, check_reply
 from .schedulers import SchedulerMethods
@@ -381,6 +384,47 @@ class TestQueue(SchedulerMethods, Generic[D, R]):
             if len(ids) >= limit:
                 break
         return [TestJob.from_record(store, store.jobs[i]) for i in ids]
+
+    async def get_usage_summary(
+        self, *, queues: Sequence[str] | None = None, since: int | None = None
+    ) -> UsageSummary:
+        """Usage reported to `queues` (default: this queue) since `since` (ms)."""
+        return usage.summary(await self._ready(), queues, since)
+
+    async def get_flow_usage(self, parent_id: str) -> FlowUsage:
+        """Usage summed over the flow tree under job `parent_id` of this queue."""
+        return usage.flow_usage(await self._ready(), parent_id)
+
+    async def signal(self, job_id: str, name: str, data: Any = None) -> str:
+        """Wake suspended job `job_id` with a signal (see `glidemq.Queue.signal`)."""
+        raw = encode_signal(name, data)
+        store = await self._ready()
+        return suspend.signal(store, job_id, name, raw, store.clock.now_ms())
+
+    async def get_suspended(self, start: int = 0, end: int = -1) -> list[TestJob[Any, Any]]:
+        """Suspended jobs, the first deadline first; expired ones are failed first."""
+        store = await self._ready()
+        store.expire_suspended(store.clock.now_ms())
+        order = sorted(store.suspended.items(), key=lambda kv: (kv[1], kv[0]))
+        ids = redis_range([i for i, _ in order], start, end)
+        return [TestJob.from_record(store, store.jobs[i]) for i in ids if i in store.jobs]
+
+    async def get_suspended_count(self) -> int:
+        """How many jobs are suspended."""
+        return len((await self._ready()).suspended)
+
+    async def read_stream(
+        self, job_id: str, last_id: str | None = None, block_ms: int | None = None
+    ) -> list[StreamChunk]:
+        """Chunks of job `job_id` after `last_id`; with `block_ms`, waits for one."""
+        return await streams.read(await self._ready(), job_id, last_id, block_ms)
+
+    async def stream_job(
+        self, job_id: str, *, last_id: str | None = None, block_ms: int = 1000
+    ) -> AsyncIterator[Any]:
+        """Follow job `job_id`'s stream until the job finished and every chunk was read."""
+        async for data in streams.follow(await self._ready(), job_id, last_id, block_ms):
+            yield data
 
     async def get_metrics(self, kind: str = "completed", *, minutes: int = 60) -> Metrics:
         """Jobs completed (or failed for good) per minute over the last `minutes` (<= 1440)."""

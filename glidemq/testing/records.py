@@ -5,6 +5,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from ..suspend import Signal
+from ..usage import Usage
+
 __all__ = ["FINISHED", "SHIFT", "Event", "JobRecord", "Owner", "ZSet"]
 
 SHIFT = 2**42  # priority band width of the scheduled set, as on the server
@@ -72,6 +75,9 @@ class JobRecord:
     children_values: dict[str, bytes] = field(default_factory=dict)
     ignored_failures: dict[str, str] = field(default_factory=dict)
     child_failed: str | None = None
+    usage: Usage | None = None  # summed model usage (glidemq/usage.py)
+    signals: list[Signal] = field(default_factory=list)  # glidemq/suspend.py
+    suspend_reason: str = ""
 
     @property
     def ordering(self) -> bool:

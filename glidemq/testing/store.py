@@ -71,6 +71,10 @@ class QueueStore:
         self.windows = {"queue": [0, 0], "worker": [0, 0]}  # rate windows: [start, used]
         self.limit_until = 0
         self.metrics: dict[str, dict[int, int]] = {"completed": {}, "failed": {}}
+        self.usage_buckets: dict[int, dict[str, float]] = {}  # epoch minute -> bucket fields
+        self.job_streams: dict[str, list[tuple[str, bytes]]] = {}  # job id -> chunks
+        self.suspended: dict[str, float] = {}  # job id -> deadline (ms; inf: none)
+        self.token_window: tuple[int, int] = (0, 0)  # token limiter: start, used
         self.watched: dict[str, int] = {}
         self.outcomes: dict[str, JobRecord] = {}
         self.results: dict[str, tuple[int, JobRecord]] = {}  # result cache: expiry, outcome
@@ -246,10 +250,27 @@ class QueueStore:
     # -- taking and finishing ------------------------------------------------------------
 
     def promote(self, now: int) -> None:
-        """Move due delayed jobs of priority 0 and due rate-limited jobs to run."""
+        """Move due delayed jobs of priority 0 and due rate-limited jobs to run; fail
+        expired suspensions (the workers' promotion pass does both)."""
         for job_id in self.scheduled.by_score(0, now):
             self._move_to_stream(job_id, now)
         groups.promote_rate_limited(self, now)
+        self.expire_suspended(now)
+
+    def expire_suspended(self, now: int) -> int:
+        """Fail suspended jobs whose deadline passed (glidemq_expireSuspended)."""
+        due = [i for i, deadline in self.suspended.items() if deadline <= now]
+        for job_id in due:
+            del self.suspended[job_id]
+            rec = self.jobs.get(job_id)
+            if rec is not None and rec.state == "suspended":
+                reason = "suspension timed out"
+                if rec.suspend_reason:
+                    reason += ": " + rec.suspend_reason
+                self._final_fail(rec, reason, now, (-1, 0), True, False)
+        if due:
+            self.notify()
+        return len(due)
 
     def _move_to_stream(self, job_id: str, now: int) -> None:
         self.scheduled.remove(job_id)

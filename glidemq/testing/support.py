@@ -28,6 +28,7 @@ __all__ = [
 
 SUPPORTED_JOB_OPTIONS = frozenset(
     {
+        "fallbacks",
         "delay",
         "priority",
         "attempts",
@@ -72,6 +73,7 @@ SUPPORTED_WORKER_OPTIONS = frozenset(
         "consumer",
         "batch",
         "limiter",
+        "token_limiter",
         "max_result_bytes",
         "serializer",
     }

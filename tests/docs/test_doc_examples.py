@@ -18,7 +18,7 @@ import pytest
 from tests.conftest import ValkeyAddress
 
 ROOT = Path(__file__).resolve().parents[2]
-DOCS = ("USAGE.md", "WORKFLOWS.md", "ADVANCED.md", "SERVERLESS.md")
+DOCS = ("USAGE.md", "WORKFLOWS.md", "ADVANCED.md", "SERVERLESS.md", "AI.md")
 FENCE = re.compile(r"^```python[^\n]*\n(.*?)^```", re.MULTILINE | re.DOTALL)
 
 

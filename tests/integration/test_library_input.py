@@ -325,6 +325,40 @@ def build_cases(r: Any, p: str) -> list[Case]:
             read_only=True,
         ),
         Case("glidemq_bcTrim", k("bc"), []),
+        Case(
+            "glidemq_reportUsage",
+            k("usage", f"job:{a}"),
+            [a, now, "m", "p", "5", "100", "60000", "1", "input", "3", "total", "0.5"],
+            {1: TS, 4: ARGS, 5: ARGS, 6: ARGS, 7: ARGS, 9: ARGS},
+            min_args=8,
+            max_args=None,
+        ),
+        Case(
+            "glidemq_streamChunk",
+            k(f"job:{a}", f"jstream:{a}"),
+            ["100", "60000", '"tok"'],
+            {0: ARGS, 1: ARGS},
+            max_args=None,
+            too_many=False,
+        ),
+        Case(
+            "glidemq_suspend",
+            k("stream", "suspended", "events"),
+            [now, a, ea, "why", "60000", "1"],
+            {0: TS, 4: ARGS},
+            entry_ids=(2,),
+        ),
+        Case(
+            "glidemq_signal", k("stream", "suspended", "events"), [now, d, "ok", "{}", "1"], {0: TS}
+        ),
+        Case("glidemq_expireSuspended", k("suspended", "events"), [now, "10"], {0: TS, 1: ARGS}),
+        Case(
+            "glidemq_usageSummary",
+            k("usage"),
+            ["0", str(int(now) // 60000)],
+            {0: ARGS, 1: ARGS},
+            read_only=True,
+        ),
     ]
 
 

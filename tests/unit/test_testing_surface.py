@@ -40,6 +40,7 @@ IDS = ["Queue", "Worker", "Job", "QueueEvents"]
 
 # Job methods TestJob may inherit: they only call other (overridden) methods of the job.
 INHERITED_JOB_METHODS = {
+    "current_fallback",  # computed from the fields opts and attempts_made
     "discard",
     "discarded",
     "is_active",

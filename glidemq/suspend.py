@@ -1,0 +1,174 @@
+"""Suspend and signal (human in the loop): a running job parks itself in state `suspended`
+until someone signals it (it runs again, seeing the signal in `job.signals`) or its timeout
+passes (it fails). Each step is one server call: glidemq_suspend, glidemq_signal,
+glidemq_expireSuspended; the suspended jobs are the sorted set `suspended` of the queue,
+scored by deadline.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import orjson
+
+from .context import now_ms
+from .errors import (
+    JobNotFoundError,
+    JobStateError,
+    PayloadTooLargeError,
+    ServerError,
+    SuspendedError,
+    ValidationError,
+)
+from .serialize import decode_json
+
+if TYPE_CHECKING:
+    from .context import QueueContext
+    from .job import Job
+    from .keys import QueueKeys
+
+__all__ = ["QueueSuspend", "Signal", "parse_signals"]
+
+SWEEP_BATCH = 100
+_MAX_DATA = 1_048_576
+_MAX_TIMEOUT = 315_360_000_000
+
+
+@dataclass(frozen=True, slots=True)
+class Signal:
+    """A signal a suspended job received: its name, its data and when (ms)."""
+
+    name: str
+    data: Any
+    at: int
+
+
+def parse_signals(raw: bytes | None) -> list[Signal]:
+    """The job hash's `signals` field as Signals, oldest first."""
+    if not raw:
+        return []
+    items = decode_json(raw)
+    if not isinstance(items, list):
+        return []
+    return [
+        Signal(str(s.get("name", "")), s.get("data"), int(s.get("at", 0)))
+        for s in items
+        if isinstance(s, dict)
+    ]
+
+
+def suspended_key(keys: QueueKeys) -> str:
+    return keys.base + "suspended"
+
+
+def check_suspend(reason: object, timeout_ms: object) -> tuple[str, int]:
+    """`suspend`'s arguments, checked: (reason, timeout in ms, 0 for none)."""
+    if reason is not None and not isinstance(reason, str):
+        raise ValidationError("reason", "must be a string or None")
+    t = 0 if timeout_ms is None else timeout_ms
+    if isinstance(t, bool) or not isinstance(t, int) or (not 0 < t <= _MAX_TIMEOUT and t != 0):
+        raise ValidationError("timeout_ms", f"must be an integer from 1 to {_MAX_TIMEOUT} or None")
+    return reason or "", t
+
+
+def encode_signal(name: object, data: object) -> bytes:
+    """A signal's data as JSON; ValidationError for a bad name or data."""
+    if not isinstance(name, str) or not name:
+        raise ValidationError("name", "must be a non-empty string")
+    try:
+        raw = orjson.dumps(data)
+    except TypeError as exc:
+        raise ValidationError("data", f"not JSON-serializable: {exc}") from exc
+    if len(raw) > _MAX_DATA:
+        raise PayloadTooLargeError(len(raw), _MAX_DATA)
+    return raw
+
+
+async def suspend(job: Job[Any, Any], reason: str | None, timeout_ms: int | None) -> None:
+    """See `Job.suspend`."""
+    why, timeout = check_suspend(reason, timeout_ms)
+    if job.entry_id is None or job._worker is None:
+        raise JobStateError(job.id, "suspend", "only a running job can be suspended")
+    ctx = job._ctx
+    keys = ctx.keys
+    reply = await ctx.fcall(
+        "glidemq_suspend",
+        [keys.stream, suspended_key(keys), keys.events],
+        [str(now_ms()), job.id, job.entry_id, why, str(timeout), job._worker._emit_flag],
+    )
+    state = reply.decode() if isinstance(reply, bytes) else str(reply)
+    if state != "suspended":
+        raise JobStateError(job.id, "suspend", "the worker no longer owns it")
+    job._moved = True
+    job.state = state
+    raise SuspendedError(f"job {job.id} suspended: {why or 'no reason given'}")
+
+
+async def sweep(ctx: QueueContext, now: int) -> int:
+    """Fail suspended jobs whose timeout passed (a batch); how many failed."""
+    keys = ctx.keys
+    n = await ctx.fcall(
+        "glidemq_expireSuspended",
+        [suspended_key(keys), keys.events],
+        [str(now), str(SWEEP_BATCH)],
+    )
+    return int(n)
+
+
+class QueueSuspend:
+    """Signals to suspended jobs and listing them; part of `Queue`."""
+
+    keys: QueueKeys
+
+    async def _context(self) -> QueueContext:  # provided by Queue
+        raise NotImplementedError
+
+    async def signal(self, job_id: str, name: str, data: Any = None) -> str:
+        """Wake suspended job `job_id`: it runs again with {name, data} appended to
+        `job.signals`. Returns its new state; JobStateError when it is not suspended."""
+        raw = encode_signal(name, data)
+        ctx = await self._context()
+        await sweep(ctx, now_ms())  # an expired suspension fails rather than wakes
+        keys = self.keys
+        reply = await ctx.fcall(
+            "glidemq_signal",
+            [keys.stream, suspended_key(keys), keys.events],
+            [str(now_ms()), job_id, name, raw, "1"],
+        )
+        state = reply.decode() if isinstance(reply, bytes) else str(reply)
+        if state == "0":
+            raise JobNotFoundError(keys.name, job_id)
+        if state == "ERR:STATE":
+            raise JobStateError(job_id, "signal", "it is not suspended")
+        if state.startswith("ERR"):
+            raise ServerError(f"glidemq_signal: {state}")
+        return state
+
+    async def get_suspended(self, start: int = 0, end: int = -1) -> list[Job[Any, Any]]:
+        """Suspended jobs, the first deadline first (no deadline last); expired ones are
+        failed first."""
+        from .job import Job
+
+        ctx = await self._context()
+        await sweep(ctx, now_ms())
+        key = suspended_key(self.keys)
+        ids = await ctx.command(lambda c: c.zrange(key, _range(start, end)))
+        jobs: list[Job[Any, Any]] = []
+        for raw in ids:
+            fields = await ctx.get_fields(raw.decode())
+            if fields is not None:
+                jobs.append(Job(ctx, fields))
+        return jobs
+
+    async def get_suspended_count(self) -> int:
+        """How many jobs are suspended."""
+        ctx = await self._context()
+        key = suspended_key(self.keys)
+        return int(await ctx.command(lambda c: c.zcard(key)))
+
+
+def _range(start: int, end: int) -> Any:
+    from glide import RangeByIndex
+
+    return RangeByIndex(start, end)
