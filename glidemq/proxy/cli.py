@@ -10,10 +10,9 @@ from typing import NoReturn
 
 from ..argtypes import port
 from ..connection import resolve_connection
-from ..dashboard.cli import _port_free, _reachable
 from ..errors import ValidationError
 from ..keys import validate_prefix, validate_queue_name
-from ..web.auth import BasicAuth
+from ..web.serve import port_problem, reachable
 
 __all__ = ["build_parser", "main"]
 
@@ -91,6 +90,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of `glidemq-proxy`; returns the exit code."""
     args = build_parser().parse_args(sys.argv[1:] if argv is None else list(argv))
     try:
+        from ..web.auth import BasicAuth
+    except ImportError:
+        print(
+            f"{PROG}: error: install the proxy extra: pip install 'glidemq[proxy]'", file=sys.stderr
+        )
+        return USAGE
+    try:
         raw = _url_from_file(args.url_file) if args.url_file else args.url
         try:
             conn = resolve_connection(raw)
@@ -109,7 +115,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ValidationError as exc:
         print(f"{PROG}: error: {exc}", file=sys.stderr)
         return USAGE
-    problem = _port_free(args.bind, args.port)
+    problem = port_problem(args.bind, args.port)
     if problem is not None:
         print(f"{PROG}: error: {problem}", file=sys.stderr)
         return USAGE
@@ -129,7 +135,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             file=sys.stderr,
             flush=True,
         )
-    if not _reachable(conn.addresses):
+    if not reachable(conn.addresses):
         print(
             f"{PROG}: warning: cannot reach Valkey at {conn.url} now; requests answer 503 "
             "until it is up",
