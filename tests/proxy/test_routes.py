@@ -211,3 +211,21 @@ async def test_wait_does_not_block_other_requests(http: httpx.AsyncClient) -> No
     r = await http.get("/health")
     assert r.status_code == 200 and not waiting.done()
     assert (await waiting).status_code == 504
+
+
+async def test_mounted_in_another_starlette_app(valkey_server: ValkeyAddress, prefix: str) -> None:
+    from starlette.applications import Starlette
+    from starlette.routing import Mount
+
+    from glidemq.proxy import create_app
+
+    proxy = create_app(valkey_server.url, prefix=prefix, queues=["mounted"])
+    host = Starlette(routes=[Mount("/glidemq", app=proxy)])
+    transport = httpx.ASGITransport(app=host)
+    async with httpx.AsyncClient(transport=transport, base_url="http://svc") as http:
+        r = await post(http, "/glidemq/queues/mounted/jobs", {"name": "a", "data": [1]})
+        assert r.status_code == 201
+        r = await http.get("/glidemq/queues/mounted/counts")
+        assert r.json()["waiting"] == 1
+        assert (await http.get("/glidemq/queues/other/counts")).status_code == 403
+    await proxy.state.proxy.close()
