@@ -9,7 +9,7 @@ from collections.abc import Sequence
 from typing import NoReturn
 
 from ..argtypes import port
-from ..connection import resolve_connection
+from ..connection import has_password, resolve_connection
 from ..errors import ValidationError
 from ..keys import validate_prefix, validate_queue_name
 from ..web.serve import port_problem, reachable
@@ -127,6 +127,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     app = create_app(
         conn, prefix=prefix, queues=args.queue, basic_auth=basic, max_wait=args.max_wait
     )
+    if args.url and has_password(args.url):
+        print(
+            f"{PROG}: warning: the password in --url can be read by every local user in the "
+            "process list; pass the URL in GLIDEMQ_URL or --url-file instead",
+            file=sys.stderr,
+            flush=True,
+        )
     host = f"[{args.bind}]" if ":" in args.bind else args.bind
     print(f"glidemq proxy on http://{host}:{args.port}/ for {conn.url}", flush=True)
     if args.bind not in ("127.0.0.1", "localhost", "::1") and basic is None:

@@ -8,6 +8,7 @@ from typing import Any
 from starlette.requests import Request
 from starlette.responses import Response
 
+from .. import scheduler
 from ..errors import JobNotFoundError, JobStateError, ValidationError
 from ..flow import FlowJob, JobNode
 from ..keys import validate_job_id
@@ -143,7 +144,7 @@ async def revoke_tree(request: Request) -> Response:
         if node.get("hidden") or node.get("state") in (*_FINISHED, "removed"):
             return
         try:
-            outcome = await proxy.queue(node["queue"]).revoke(node["id"])
+            outcome = await (await proxy.admin.view(node["queue"])).revoke(node["id"])
         except (JobNotFoundError, JobStateError) as exc:
             outcome = f"not revoked: {exc}"
         results.append({"queue": node["queue"], "id": node["id"], "outcome": outcome})
@@ -185,7 +186,8 @@ async def get_scheduler(request: Request) -> Response:
     proxy = proxy_of(request)
     queue = proxy.check(request.path_params["queue"])
     name = _scheduler_name(request)
-    found = await proxy.queue(queue).get_job_scheduler(name)
+    view = await proxy.admin.view(queue)
+    found = next((s for s in await view.get_job_schedulers() if s.name == name), None)
     if found is None:
         return json_response({"error": "not_found", "message": f"no scheduler {name!r}"}, 404)
     return json_response(found)
@@ -208,7 +210,7 @@ async def remove_scheduler(request: Request) -> Response:
     proxy = proxy_of(request)
     queue = proxy.check(request.path_params["queue"])
     name = _scheduler_name(request)
-    if not await proxy.queue(queue).remove_job_scheduler(name):
+    if not await scheduler.remove((await proxy.admin.view(queue)).ctx, name):
         return json_response({"error": "not_found", "message": f"no scheduler {name!r}"}, 404)
     return json_response({"removed": name})
 

@@ -192,7 +192,7 @@ async def change_delay(request: Request) -> Response:
     job_id = _job_id(request)
     body = await read_json(request)
     delay = field(body, "delay", int)
-    job = await proxy_of(request).queue(queue).get_job(job_id)
+    job = await (await proxy_of(request).admin.view(queue)).get_job(job_id)
     if job is None:
         raise JobNotFoundError(queue, job_id)
     await job.change_delay(delay)
@@ -220,7 +220,7 @@ async def revoke(request: Request) -> Response:
     queue = _queue(request)
     job_id = _job_id(request)
     await read_json(request)
-    outcome = await proxy_of(request).queue(queue).revoke(job_id)
+    outcome = await (await proxy_of(request).admin.view(queue)).revoke(job_id)
     return json_response({"queue": queue, "id": job_id, "outcome": outcome})
 
 

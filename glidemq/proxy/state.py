@@ -1,5 +1,6 @@
-"""What the proxy holds for its life: the admin session (reads and actions), one `Queue` per
-queue it added to (adds, waits, schedulers), one `FlowProducer`, and the queue allowlist."""
+"""What the proxy holds for its life: the admin session (every read and action, on one
+connection), one `Queue` per queue it added to or set a scheduler on (the writes that may
+create a queue), one `FlowProducer`, and the queue allowlist."""
 
 from __future__ import annotations
 

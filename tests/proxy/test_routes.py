@@ -200,6 +200,8 @@ async def test_health_and_openapi_schema_names_every_route(http: httpx.AsyncClie
     assert doc["openapi"].startswith("3.")
     routes = {(m.upper(), p) for p, ops in doc["paths"].items() for m in ops}
     assert routes == {(s.method, s.path) for s in SPECS}
+    ids = [op["operationId"] for ops in doc["paths"].values() for op in ops.values()]
+    assert len(ids) == len(set(ids)) == len(SPECS)
     add = doc["paths"]["/queues/{queue}/jobs"]["post"]
     assert add["requestBody"]["content"]["application/json"]["schema"]["required"] == ["name"]
 
