@@ -102,9 +102,10 @@ def error_response(exc: Exception) -> Response:
         return json_response({"error": "timeout", "message": str(exc)}, 504)
     if isinstance(exc, errors.QueueFullError):
         return json_response({"error": "queue_full", "message": str(exc)}, 429)
-    if isinstance(exc, errors.DuplicateJobError | errors.CrossSlotError):
-        status = 409 if isinstance(exc, errors.DuplicateJobError) else 400
-        return json_response({"error": type(exc).__name__, "message": str(exc)}, status)
+    if isinstance(exc, errors.DuplicateJobError):
+        return json_response({"error": "conflict", "message": str(exc)}, 409)
+    if isinstance(exc, errors.CrossSlotError):
+        return json_response({"error": "cross_slot", "message": str(exc)}, 400)
     status = status_for(exc)
     if status in (404, 409) and isinstance(exc, errors.GlideMQError):
         kind = "not_found" if status == 404 else "conflict"

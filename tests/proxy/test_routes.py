@@ -160,6 +160,9 @@ async def test_flows_tree_dag_read_and_revoke(http: httpx.AsyncClient) -> None:
     ]
     r = await post(http, "/flows/dag", {"nodes": nodes})
     assert r.status_code == 201 and set(r.json()) == {"fetch", "resize", "store"}
+    taken = {"name": "again", "queue_name": "fa", "opts": {"job_id": r.json()["fetch"]["id"]}}
+    r = await post(http, "/flows", {"flow": taken})
+    assert r.status_code == 409 and r.json()["error"] == "conflict"
     r = await post(
         http, "/flows/dag", {"nodes": [{"name": "a", "queue_name": "fa", "depends_on": ["a"]}]}
     )
