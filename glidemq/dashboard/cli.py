@@ -4,7 +4,6 @@
 from __future__ import annotations
 
 import argparse
-import socket
 import sys
 from collections.abc import Sequence
 from typing import NoReturn
@@ -14,6 +13,7 @@ from ..connection import resolve_connection
 from ..errors import ValidationError
 from ..keys import validate_prefix
 from ..web.auth import BasicAuth
+from ..web.serve import port_problem, reachable
 
 __all__ = ["build_parser", "main"]
 
@@ -74,27 +74,6 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
-def _port_free(host: str, number: int) -> str | None:
-    family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    with socket.socket(family, socket.SOCK_STREAM) as s:
-        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        try:
-            s.bind((host, number))
-        except OSError as exc:
-            return f"cannot listen on {host}:{number}: {exc.strerror or exc}"
-    return None
-
-
-def _reachable(addresses: Sequence[tuple[str, int]], timeout: float = 2.0) -> bool:
-    for host, number in addresses:
-        try:
-            with socket.create_connection((host, number), timeout=timeout):
-                return True
-        except OSError:
-            continue
-    return False
-
-
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of `glidemq-dashboard`; returns the exit code."""
     prog = "glidemq-dashboard"
@@ -120,7 +99,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ValidationError as exc:
         print(f"{prog}: error: {exc}", file=sys.stderr)
         return USAGE
-    problem = _port_free(args.bind, args.port)
+    problem = port_problem(args.bind, args.port)
     if problem is not None:
         print(f"{prog}: error: {problem}", file=sys.stderr)
         return USAGE
@@ -150,7 +129,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             file=sys.stderr,
             flush=True,
         )
-    if not _reachable(conn.addresses):
+    if not reachable(conn.addresses):
         print(
             f"{prog}: warning: cannot reach Valkey at {conn.url} now; pages answer 503 "
             "until it is up",

@@ -1,0 +1,115 @@
+"""The proxy's ASGI application: authentication (the dashboard's hook and basic auth),
+security headers, the routes of the route table with their errors turned into JSON
+answers, `/health` and `/openapi.json`."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import AsyncIterator, Sequence
+
+from starlette.applications import Starlette
+from starlette.middleware import Middleware
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.routing import Route
+from starlette.types import ASGIApp, Receive, Scope, Send
+
+from ..connection import ConnectionLike
+from ..keys import DEFAULT_PREFIX
+from ..web.auth import AuthHook, BasicAuth, check_auth
+from ..web.errors import SecurityHeaders
+from . import flows, queues, streams
+from .http import error_response, json_response
+from .state import Proxy, proxy_of
+from .table import Handler, Spec, openapi
+
+__all__ = ["SPECS", "create_app"]
+
+
+async def health(request: Request) -> Response:
+    """200 `{"status": "ok"}` when the server answers, else 503."""
+    view = await proxy_of(request).admin.view("health", must_exist=False)
+    await view.ctx.command(lambda c: c.ping())
+    return json_response({"status": "ok"})
+
+
+async def schema(request: Request) -> Response:
+    """This document."""
+    from .. import __version__
+
+    return json_response(openapi(SPECS, title="glidemq proxy", version=__version__))
+
+
+SPECS: list[Spec] = [
+    Spec("GET", "/health", health, "Is the server reachable", "service"),
+    Spec("GET", "/openapi.json", schema, "The OpenAPI schema", "service"),
+    *queues.SPECS,
+    *flows.SPECS,
+    *streams.SPECS,
+]
+
+
+def _answering(handler: Handler) -> Handler:
+    async def answer(request: Request) -> Response:
+        try:
+            return await handler(request)
+        except Exception as exc:  # every error is a JSON answer; faults only logged
+            return error_response(exc)
+
+    answer.__name__ = handler.__name__
+    answer.__doc__ = handler.__doc__
+    return answer
+
+
+class _Guard:
+    """ASGI middleware: authentication before anything else is served."""
+
+    def __init__(self, app: ASGIApp, basic: BasicAuth | None, hook: AuthHook | None) -> None:
+        self.app = app
+        self.basic = basic
+        self.hook = hook
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http" and (self.basic is not None or self.hook is not None):
+            refusal = await check_auth(Request(scope, receive), self.basic, self.hook)
+            if refusal is not None:
+                await refusal(scope, receive, send)
+                return
+        await self.app(scope, receive, send)
+
+
+def create_app(
+    connection: ConnectionLike = None,
+    *,
+    prefix: str = DEFAULT_PREFIX,
+    queues: Sequence[str] | None = None,
+    auth: AuthHook | None = None,
+    basic_auth: BasicAuth | None = None,
+    max_wait: float = 300.0,
+) -> Starlette:
+    """The HTTP proxy as an ASGI app, to serve alone or mount in another service.
+
+    `connection`: options, a URL, or None for `GLIDEMQ_URL`. `queues`: the only queues (and
+    broadcasts) it serves, others get 403; None serves every one. `auth`: called with each
+    request, False refuses it (403); `basic_auth`: users and passwords. `max_wait`: the
+    longest add-and-wait timeout a caller may ask. Connections open on first use and close
+    with the app's lifespan (mounted elsewhere: `await app.state.proxy.close()`).
+    """
+    proxy = Proxy(connection, prefix=prefix, queues=queues, max_wait=max_wait)
+
+    @contextlib.asynccontextmanager
+    async def lifespan(_: Starlette) -> AsyncIterator[None]:
+        yield
+        await proxy.close()
+
+    routes = [
+        Route(s.path, _answering(s.handler), methods=[s.method], name=s.handler.__name__)
+        for s in SPECS
+    ]
+    app = Starlette(
+        routes=routes,
+        middleware=[Middleware(SecurityHeaders), Middleware(_Guard, basic=basic_auth, hook=auth)],
+        lifespan=lifespan,
+    )
+    app.state.proxy = proxy
+    return app

@@ -1,0 +1,161 @@
+"""`glidemq-proxy`: the HTTP proxy as a standalone web server (uvicorn), bound to 127.0.0.1
+unless told otherwise."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+from typing import NoReturn
+
+from ..argtypes import port
+from ..connection import has_password, resolve_connection
+from ..errors import ValidationError
+from ..keys import validate_prefix, validate_queue_name
+from ..web.serve import port_problem, reachable
+
+__all__ = ["build_parser", "main"]
+
+OK, FAILED, USAGE = 0, 1, 2
+PROG = "glidemq-proxy"
+
+_EXAMPLES = """examples:
+  glidemq-proxy                                      # http://127.0.0.1:8081, $GLIDEMQ_URL
+  glidemq-proxy --url-file /run/secrets/valkey-url --queue emails --queue reports
+  glidemq-proxy --bind 0.0.0.0 --basic-auth-file /etc/glidemq/users
+
+Routes and their JSON: GET /openapi.json, and docs/PROXY.md. The basic auth file holds
+'user:password' lines (or hashes made by glidemq-dashboard --hash-password).
+Exit codes: 0 stopped, 1 failed, 2 bad input."""
+
+
+class _Parser(argparse.ArgumentParser):
+    """Errors are one line and exit 2."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(USAGE, f"{self.prog}: error: {message} (see {self.prog} -h)\n")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The `glidemq-proxy` argument parser."""
+    from .. import __version__
+
+    p = _Parser(
+        prog=PROG,
+        description="Serve glidemq's queues over HTTP (JSON and server-sent events).",
+        epilog=_EXAMPLES,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        allow_abbrev=False,
+    )
+    p.add_argument("--version", action="version", version=f"{PROG} {__version__}")
+    url = p.add_mutually_exclusive_group()
+    url.add_argument("--url", help="Valkey server (default: $GLIDEMQ_URL, else 127.0.0.1:6379)")
+    url.add_argument("--url-file", metavar="FILE", help="read the server URL from FILE")
+    p.add_argument("--prefix", default="glide", help="key prefix of the queues (default glide)")
+    p.add_argument("--port", type=port, default=8081, help="HTTP port (default 8081)")
+    p.add_argument(
+        "--bind", default="127.0.0.1", help="address to listen on (default 127.0.0.1 only)"
+    )
+    p.add_argument(
+        "--queue",
+        action="append",
+        metavar="NAME",
+        help="serve only this queue or broadcast (repeatable; default: every one; others 403)",
+    )
+    p.add_argument(
+        "--basic-auth-file", metavar="FILE", help="ask for a user and password from FILE"
+    )
+    p.add_argument(
+        "--max-wait",
+        type=float,
+        default=300.0,
+        help="longest add-and-wait timeout a caller may ask, seconds (default 300)",
+    )
+    return p
+
+
+def _url_from_file(path: str) -> str:
+    try:
+        with open(path, encoding="utf-8") as f:
+            text = f.read().strip()
+    except (OSError, UnicodeDecodeError) as exc:
+        why = getattr(exc, "strerror", None) or exc
+        raise ValidationError("--url-file", f"cannot read {path}: {why}") from None
+    if not text:
+        raise ValidationError("--url-file", f"{path} is empty")
+    return text
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of `glidemq-proxy`; returns the exit code."""
+    args = build_parser().parse_args(sys.argv[1:] if argv is None else list(argv))
+    try:
+        from ..web.auth import BasicAuth
+    except ImportError:
+        print(
+            f"{PROG}: error: install the proxy extra: pip install 'glidemq[proxy]'", file=sys.stderr
+        )
+        return USAGE
+    try:
+        raw = _url_from_file(args.url_file) if args.url_file else args.url
+        try:
+            conn = resolve_connection(raw)
+        except ValidationError as exc:
+            flag = "--url-file" if args.url_file else "--url"
+            raise ValidationError(flag, exc.reason) from None
+        prefix = validate_prefix(args.prefix)
+        basic = BasicAuth.from_file(args.basic_auth_file) if args.basic_auth_file else None
+        for name in args.queue or ():
+            try:
+                validate_queue_name(name)
+            except ValidationError as exc:
+                raise ValidationError("--queue", exc.reason) from None
+        if not args.max_wait > 0:
+            raise ValidationError("--max-wait", "must be a positive number of seconds")
+    except ValidationError as exc:
+        print(f"{PROG}: error: {exc}", file=sys.stderr)
+        return USAGE
+    problem = port_problem(args.bind, args.port)
+    if problem is not None:
+        print(f"{PROG}: error: {problem}", file=sys.stderr)
+        return USAGE
+
+    import uvicorn
+
+    from .app import create_app
+
+    app = create_app(
+        conn, prefix=prefix, queues=args.queue, basic_auth=basic, max_wait=args.max_wait
+    )
+    if args.url and has_password(args.url):
+        print(
+            f"{PROG}: warning: the password in --url can be read by every local user in the "
+            "process list; pass the URL in GLIDEMQ_URL or --url-file instead",
+            file=sys.stderr,
+            flush=True,
+        )
+    host = f"[{args.bind}]" if ":" in args.bind else args.bind
+    print(f"glidemq proxy on http://{host}:{args.port}/ for {conn.url}", flush=True)
+    if args.bind not in ("127.0.0.1", "localhost", "::1") and basic is None:
+        print(
+            f"{PROG}: warning: listening on {args.bind} without --basic-auth-file",
+            file=sys.stderr,
+            flush=True,
+        )
+    if not reachable(conn.addresses):
+        print(
+            f"{PROG}: warning: cannot reach Valkey at {conn.url} now; requests answer 503 "
+            "until it is up",
+            file=sys.stderr,
+            flush=True,
+        )
+    config = uvicorn.Config(app, host=args.bind, port=args.port, log_level="warning", lifespan="on")
+    try:
+        uvicorn.Server(config).run()
+    except KeyboardInterrupt:
+        return OK
+    return OK
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
