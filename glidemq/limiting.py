@@ -4,6 +4,8 @@ RateLimitError). The server enforces every limit inside the fetch; see docs/ADVA
 
 from __future__ import annotations
 
+import time
+from collections import deque
 from typing import TYPE_CHECKING, Any
 
 from .context import QueueContext, now_ms
@@ -16,7 +18,7 @@ if TYPE_CHECKING:
     from .types import WorkerOptions
     from .worker import Worker
 
-__all__ = ["QueueLimits", "hand_back", "limiter_args", "rate_limit"]
+__all__ = ["Pacer", "QueueLimits", "hand_back", "limiter_args", "rate_limit"]
 
 _RATE_FIELDS = ["rateLimitMax", "rateLimitDuration"]
 
@@ -35,7 +37,8 @@ class QueueLimits:
         raise NotImplementedError
 
     async def set_global_rate_limit(self, max: int, duration: int) -> None:
-        """At most `max` jobs start per window of `duration` ms, over all workers."""
+        """At most `max` jobs start in any window of `duration` ms, over all workers (sliding
+        up to `SLIDING_MAX`, fixed windows above; see RateLimit)."""
         limit = RateLimit(max, duration)
         ctx = await self._context()
         meta = self.keys.meta
@@ -61,6 +64,7 @@ class QueueLimits:
         meta, rate = self.keys.meta, self.keys.base + "rate"
         await ctx.command(lambda c: c.hdel(meta, list(_RATE_FIELDS)))
         await ctx.command(lambda c: c.hdel(rate, ["start", "count"]))
+        await ctx.command(lambda c: c.delete([self.keys.base + "ratelog"]))
 
     async def set_global_concurrency(self, n: int) -> None:
         """Run at most `n` jobs of the queue at once over all workers; 0 removes the limit."""
@@ -78,6 +82,28 @@ class QueueLimits:
         ctx = await self._context()
         meta = self.keys.meta
         return _int(await ctx.command(lambda c: c.hget(meta, "concurrency"))) or 0
+
+
+class Pacer:
+    """The worker limiter on the worker's own clock. The server admits starts by their stamps
+    at the fetch; a job runs a little later, and dispatch times vary. Before a processor
+    starts, the pacer waits (a few ms at most) so that no window of `duration` on this
+    process's monotonic clock sees more than `max` starts."""
+
+    __slots__ = ("_log", "_max", "_span")
+
+    def __init__(self, limit: RateLimit) -> None:
+        self._max, self._span = limit.max, limit.duration / 1000
+        self._log: deque[float] = deque(maxlen=limit.max)
+
+    def reserve(self) -> float:
+        """Take the next start; the seconds to wait before it."""
+        now = time.monotonic()
+        at = now
+        if len(self._log) == self._max:
+            at = max(now, self._log[0] + self._span)
+        self._log.append(at)
+        return at - now
 
 
 def limiter_args(opts: WorkerOptions) -> list[str]:

@@ -177,6 +177,10 @@ class JobOptions:
     `group_key` run at most `group_concurrency` at a time (default 1, which is an ordering
     key); both may add a `group_rate_limit` and a `token_bucket` that each job takes `cost`
     tokens from; `lifo` jobs run newest first (docs/ADVANCED.md).
+    `lock_duration` gives the job a lock of its own: stall recovery leaves it alone until it
+    has been silent that long, even past the worker's `lock_duration`. An `at_most_once` job
+    whose run is interrupted (worker died, stalled, or closed) is never run again: it goes to
+    the dead-letter set with reason 'interrupted'.
     """
 
     delay: int = 0
@@ -199,9 +203,15 @@ class JobOptions:
     token_bucket: TokenBucket | None = None
     cost: float | None = None
     lifo: bool = False
+    lock_duration: int | None = None
+    at_most_once: bool = False
 
     def __post_init__(self) -> None:
         _int("delay", self.delay, high=MAX_DELAY)
+        if self.lock_duration is not None:
+            _int("lock_duration", self.lock_duration, low=100)
+        if not isinstance(self.at_most_once, bool):
+            raise ValidationError("at_most_once", f"must be a bool, got {self.at_most_once!r}")
         _int("priority", self.priority, high=MAX_PRIORITY)
         _int("attempts", self.attempts, low=1)
         _int("ttl", self.ttl)
@@ -291,6 +301,10 @@ class JobOptions:
             out["ttl"] = self.ttl
         if self.result_ttl:
             out["resultTtl"] = self.result_ttl
+        if self.lock_duration is not None:
+            out["lockDuration"] = self.lock_duration
+        if self.at_most_once:
+            out["atMostOnce"] = True
         limits_to_wire(self, out)
         return out
 

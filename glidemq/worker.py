@@ -135,6 +135,7 @@ class Worker(WorkerLifecycle, Generic[D, R]):
         self._flush_tasks: set[asyncio.Task[None]] = set()
         super().__init__()  # the lifecycle's state: not started, not paused
         self._fetcher = Fetcher(self)
+        self._pacer = limiting.Pacer(base.limiter) if base.limiter is not None else None
         self.watchdog = Watchdog(self)
         """Replaces this worker's clients when its connection goes silent (glidemq.watchdog)."""
         self.completed_count = 0
@@ -276,6 +277,8 @@ class Worker(WorkerLifecycle, Generic[D, R]):
 
     async def _run(self, job: Job[D, R]) -> None:
         try:
+            if self._pacer is not None and (wait := self._pacer.reserve()) > 0:
+                await asyncio.sleep(wait)
             if job.expire_at is not None and now_ms() > job.expire_at:
                 raise expired_error()
             # A sandbox times out by killing the child.

@@ -20,6 +20,7 @@ from ..types import JobOptions
 from . import flows, groups
 from .clock import Clock
 from .records import FINISHED, SHIFT, Event, JobRecord, Owner, ZSet
+from .window import RateWindow
 
 if TYPE_CHECKING:
     from ..scheduler import JobScheduler
@@ -63,9 +64,10 @@ class QueueStore:
         self.paused = False
         # limits (glidemq/testing/limits.py) and outcomes kept for add_and_wait
         self.max_waiting: int | None = None
+        self.max_waiting_per_key: int | None = None
         self.concurrency = 0
         self.rate: RateLimit | None = None
-        self.windows = {"queue": [0, 0], "worker": [0, 0]}  # rate windows: [start, used]
+        self.windows = {"queue": RateWindow(), "worker": RateWindow()}
         self.limit_until = 0
         self.metrics: dict[str, dict[int, int]] = {"completed": {}, "failed": {}}
         self.watched: dict[str, int] = {}
