@@ -38,6 +38,28 @@ async def test_no_window_of_the_limit_sees_more_than_max_starts(backend: Backend
     assert s[5] - s[0] <= 1000 + 500, s
 
 
+async def test_a_group_rate_limit_is_a_sliding_window_too(backend: Backend) -> None:
+    starts: list[float] = []
+    opts = {"group_key": "tenant", "group_concurrency": 10, "group_rate_limit": RateLimit(3, 1000)}
+
+    async def run(job: Any) -> None:
+        starts.append(backend.now_ms() if backend.clock else time.monotonic() * 1000)
+
+    async with backend.worker(run, concurrency=10):
+        await backend.queue.add("first", 0, opts)
+        await wait_for(lambda: len(starts) == 1, timeout=10)
+        await backend.elapse(700)
+        await backend.queue.add_bulk([("j", i, opts) for i in range(5)])
+        for _ in range(60):
+            if len(starts) == 6:
+                break
+            await backend.elapse(100)
+    assert len(starts) == 6
+    s = sorted(starts)
+    # a fixed window would start 2 at 700 ms and 3 more at 1000 ms: 5 within 300 ms
+    assert all(s[i + 3] - s[i] >= 1000 for i in range(len(s) - 3)), s
+
+
 async def test_max_waiting_per_key_refuses_one_key_and_lets_others_go_on(
     backend: Backend,
 ) -> None:
