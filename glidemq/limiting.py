@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 from .context import QueueContext, now_ms
 from .errors import GlideMQError, RateLimitError, ValidationError
-from .limits import RateLimit
+from .limits import SLIDING_MAX, RateLimit
 
 if TYPE_CHECKING:
     from .job import Job
@@ -95,6 +95,13 @@ class Pacer:
     def __init__(self, limit: RateLimit) -> None:
         self._max, self._span = limit.max, limit.duration / 1000
         self._log: deque[float] = deque(maxlen=limit.max)
+
+    @classmethod
+    def for_limit(cls, limit: RateLimit | None) -> Pacer | None:
+        """A pacer for a sliding limit; None without a limiter or for a fixed-window one."""
+        if limit is None or limit.max > SLIDING_MAX:
+            return None
+        return cls(limit)
 
     def reserve(self) -> float:
         """Take the next start; the seconds to wait before it."""

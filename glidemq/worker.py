@@ -135,7 +135,7 @@ class Worker(WorkerLifecycle, Generic[D, R]):
         self._flush_tasks: set[asyncio.Task[None]] = set()
         super().__init__()  # the lifecycle's state: not started, not paused
         self._fetcher = Fetcher(self)
-        self._pacer = limiting.Pacer(base.limiter) if base.limiter is not None else None
+        self._pacer = limiting.Pacer.for_limit(base.limiter)
         self.watchdog = Watchdog(self)
         """Replaces this worker's clients when its connection goes silent (glidemq.watchdog)."""
         self.completed_count = 0
