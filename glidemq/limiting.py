@@ -4,6 +4,7 @@ RateLimitError). The server enforces every limit inside the fetch; see docs/ADVA
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections import deque
 from typing import TYPE_CHECKING, Any
@@ -18,7 +19,15 @@ if TYPE_CHECKING:
     from .types import WorkerOptions
     from .worker import Worker
 
-__all__ = ["Pacer", "QueueLimits", "hand_back", "limiter_args", "rate_limit"]
+__all__ = [
+    "Pacer",
+    "QueueLimits",
+    "hand_back",
+    "limiter_args",
+    "pace",
+    "rate_limit",
+    "refresh_global_pacer",
+]
 
 _RATE_FIELDS = ["rateLimitMax", "rateLimitDuration"]
 
@@ -90,9 +99,10 @@ class Pacer:
     starts, the pacer waits (a few ms at most) so that no window of `duration` on this
     process's monotonic clock sees more than `max` starts."""
 
-    __slots__ = ("_log", "_max", "_span")
+    __slots__ = ("_log", "_max", "_span", "limit")
 
     def __init__(self, limit: RateLimit) -> None:
+        self.limit = limit
         self._max, self._span = limit.max, limit.duration / 1000
         self._log: deque[float] = deque(maxlen=limit.max)
 
@@ -111,6 +121,30 @@ class Pacer:
             at = max(now, self._log[0] + self._span)
         self._log.append(at)
         return at - now
+
+
+async def pace(worker: Worker[Any, Any]) -> None:
+    """Wait before a processor starts until the worker's limiter and the queue's global
+    limit allow it on this process's clock."""
+    wait = 0.0
+    for pacer in (worker._pacer, worker._global_pacer):
+        if pacer is not None:
+            wait = max(wait, pacer.reserve())
+    if wait > 0:
+        await asyncio.sleep(wait)
+
+
+async def refresh_global_pacer(worker: Worker[Any, Any]) -> None:
+    """Pace this worker's starts by the queue's global rate limit too (read on start and
+    every heartbeat); a changed limit starts a new pacer."""
+    assert worker._ctx is not None
+    meta = worker.keys.meta
+    got = await worker._ctx.command(lambda c: c.hmget(meta, list(_RATE_FIELDS)))
+    max_, duration = (_int(v) for v in got)
+    limit = RateLimit(max_, duration) if max_ and duration else None
+    current = worker._global_pacer
+    if limit is None or current is None or current.limit != limit:
+        worker._global_pacer = Pacer.for_limit(limit)
 
 
 def limiter_args(opts: WorkerOptions) -> list[str]:
