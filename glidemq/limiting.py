@@ -113,25 +113,28 @@ class Pacer:
             return None
         return cls(limit)
 
-    def reserve(self) -> float:
-        """Take the next start; the seconds to wait before it."""
-        now = time.monotonic()
-        at = now
-        if len(self._log) == self._max:
-            at = max(now, self._log[0] + self._span)
+    def wait(self) -> float:
+        """Seconds until one more start fits in the window (0: now)."""
+        if len(self._log) < self._max:
+            return 0.0
+        return max(0.0, self._log[0] + self._span - time.monotonic())
+
+    def record(self, at: float) -> None:
+        """Count a start at monotonic time `at` (the latest so far)."""
         self._log.append(at)
-        return at - now
 
 
 async def pace(worker: Worker[Any, Any]) -> None:
     """Wait before a processor starts until the worker's limiter and the queue's global
-    limit allow it on this process's clock."""
-    wait = 0.0
-    for pacer in (worker._pacer, worker._global_pacer):
-        if pacer is not None:
-            wait = max(wait, pacer.reserve())
-    if wait > 0:
+    limit allow it on this process's clock. The start is counted when it happens, after any
+    wait (a late wake-up cannot put it closer to the starts before it)."""
+    pacers = [p for p in (worker._pacer, worker._global_pacer) if p is not None]
+    # time, not an event, frees the next start: sleeping until then is the point
+    while (wait := max(p.wait() for p in pacers)) > 0:  # noqa: ASYNC110
         await asyncio.sleep(wait)
+    now = time.monotonic()
+    for p in pacers:
+        p.record(now)  # no await from here to the processor's first line
 
 
 async def refresh_global_pacer(worker: Worker[Any, Any]) -> None:

