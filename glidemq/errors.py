@@ -183,7 +183,8 @@ class JobFailedError(GlideMQError):
 
 class QueueFullError(GlideMQError):
     """An add was refused because the queue holds its maximum of jobs not yet started
-    (`Queue.set_max_waiting`). Nothing of a refused job was written.
+    (`Queue.set_max_waiting`), or the job's ordering / group key does
+    (`Queue.set_max_waiting_per_key`). Nothing of a refused job was written.
 
     From `add_bulk`: `results` is the list `add_bulk` would have returned (None for items
     not added) and `refused` the indexes of the items refused by the limit.

@@ -4,11 +4,14 @@ RateLimitError). The server enforces every limit inside the fetch; see docs/ADVA
 
 from __future__ import annotations
 
+import asyncio
+import time
+from collections import deque
 from typing import TYPE_CHECKING, Any
 
 from .context import QueueContext, now_ms
 from .errors import GlideMQError, RateLimitError, ValidationError
-from .limits import RateLimit
+from .limits import SLIDING_MAX, RateLimit
 
 if TYPE_CHECKING:
     from .job import Job
@@ -16,7 +19,15 @@ if TYPE_CHECKING:
     from .types import WorkerOptions
     from .worker import Worker
 
-__all__ = ["QueueLimits", "hand_back", "limiter_args", "rate_limit"]
+__all__ = [
+    "Pacer",
+    "QueueLimits",
+    "hand_back",
+    "limiter_args",
+    "pace",
+    "rate_limit",
+    "refresh_global_pacer",
+]
 
 _RATE_FIELDS = ["rateLimitMax", "rateLimitDuration"]
 
@@ -35,7 +46,8 @@ class QueueLimits:
         raise NotImplementedError
 
     async def set_global_rate_limit(self, max: int, duration: int) -> None:
-        """At most `max` jobs start per window of `duration` ms, over all workers."""
+        """At most `max` jobs start in any window of `duration` ms, over all workers (sliding
+        up to `SLIDING_MAX`, fixed windows above; see RateLimit)."""
         limit = RateLimit(max, duration)
         ctx = await self._context()
         meta = self.keys.meta
@@ -61,6 +73,7 @@ class QueueLimits:
         meta, rate = self.keys.meta, self.keys.base + "rate"
         await ctx.command(lambda c: c.hdel(meta, list(_RATE_FIELDS)))
         await ctx.command(lambda c: c.hdel(rate, ["start", "count"]))
+        await ctx.command(lambda c: c.delete([self.keys.base + "ratelog"]))
 
     async def set_global_concurrency(self, n: int) -> None:
         """Run at most `n` jobs of the queue at once over all workers; 0 removes the limit."""
@@ -78,6 +91,63 @@ class QueueLimits:
         ctx = await self._context()
         meta = self.keys.meta
         return _int(await ctx.command(lambda c: c.hget(meta, "concurrency"))) or 0
+
+
+class Pacer:
+    """The worker limiter on the worker's own clock. The server admits starts by their stamps
+    at the fetch; a job runs a little later, and dispatch times vary. Before a processor
+    starts, the pacer waits (a few ms at most) so that no window of `duration` on this
+    process's monotonic clock sees more than `max` starts."""
+
+    __slots__ = ("_log", "_max", "_span", "limit")
+
+    def __init__(self, limit: RateLimit) -> None:
+        self.limit = limit
+        self._max, self._span = limit.max, limit.duration / 1000
+        self._log: deque[float] = deque(maxlen=limit.max)
+
+    @classmethod
+    def for_limit(cls, limit: RateLimit | None) -> Pacer | None:
+        """A pacer for a sliding limit; None without a limiter or for a fixed-window one."""
+        if limit is None or limit.max > SLIDING_MAX:
+            return None
+        return cls(limit)
+
+    def wait(self) -> float:
+        """Seconds until one more start fits in the window (0: now)."""
+        if len(self._log) < self._max:
+            return 0.0
+        return max(0.0, self._log[0] + self._span - time.monotonic())
+
+    def record(self, at: float) -> None:
+        """Count a start at monotonic time `at` (the latest so far)."""
+        self._log.append(at)
+
+
+async def pace(worker: Worker[Any, Any]) -> None:
+    """Wait before a processor starts until the worker's limiter and the queue's global
+    limit allow it on this process's clock. The start is counted when it happens, after any
+    wait (a late wake-up cannot put it closer to the starts before it)."""
+    pacers = [p for p in (worker._pacer, worker._global_pacer) if p is not None]
+    # time, not an event, frees the next start: sleeping until then is the point
+    while (wait := max(p.wait() for p in pacers)) > 0:  # noqa: ASYNC110
+        await asyncio.sleep(wait)
+    now = time.monotonic()
+    for p in pacers:
+        p.record(now)  # no await from here to the processor's first line
+
+
+async def refresh_global_pacer(worker: Worker[Any, Any]) -> None:
+    """Pace this worker's starts by the queue's global rate limit too (read on start and
+    every heartbeat); a changed limit starts a new pacer."""
+    assert worker._ctx is not None
+    meta = worker.keys.meta
+    got = await worker._ctx.command(lambda c: c.hmget(meta, list(_RATE_FIELDS)))
+    max_, duration = (_int(v) for v in got)
+    limit = RateLimit(max_, duration) if max_ and duration else None
+    current = worker._global_pacer
+    if limit is None or current is None or current.limit != limit:
+        worker._global_pacer = Pacer.for_limit(limit)
 
 
 def limiter_args(opts: WorkerOptions) -> list[str]:

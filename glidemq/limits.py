@@ -20,15 +20,28 @@ if TYPE_CHECKING:
 
 __all__ = [
     "MAX_KEY_BYTES",
+    "SLIDING_MAX",
     "RateLimit",
     "TokenBucket",
     "check_job_limits",
     "compact_limit_args",
     "limits_to_wire",
     "millitokens",
+    "rate_guard",
 ]
 
 MAX_KEY_BYTES = 256
+# Rate limits with max up to this keep a log of start times (a sliding window, exact); larger
+# ones count fixed windows (one counter, but up to 2 * max starts across a window boundary).
+SLIDING_MAX = 10_000
+
+
+def rate_guard(duration: int) -> int:
+    """The ms a start stays in a sliding window past `duration`: 2% of it, 1 to 20 ms. Starts
+    are stamped at the fetch and run a little later on the worker; the guard absorbs that."""
+    return max(1, min(20, duration // 50))
+
+
 _BAD_KEY = re.compile(r"[\x00-\x1f\x7f]")
 _MAX_CONCURRENCY = 1_000_000
 _PLAIN_EXT = ("",)
@@ -57,7 +70,8 @@ def millitokens(tokens: float) -> int:
 
 @dataclass(frozen=True, slots=True)
 class RateLimit:
-    """At most `max` jobs start per window of `duration` ms (a fixed window)."""
+    """At most `max` jobs start in any window of `duration` ms (a sliding window), for
+    `max <= SLIDING_MAX`; above that, per fixed window of `duration` ms."""
 
     max: int
     duration: int

@@ -7,7 +7,7 @@ from __future__ import annotations
 import asyncio
 from typing import TYPE_CHECKING, Any
 
-from . import suspend
+from . import limiting, suspend
 from .context import now_ms
 from .errors import GlideMQError
 from .queries import WorkerRegistration
@@ -109,11 +109,13 @@ class Maintenance:
                 w.events.emit("error", exc)
 
     async def register(self) -> None:
-        """Write this worker's entry in the queue's worker registry (Queue.get_workers)."""
+        """Write this worker's entry in the queue's worker registry (Queue.get_workers), and
+        read the queue's global rate limit for the worker's pacer."""
         w = self.worker
         try:
             assert w._ctx is not None
             await self.registration.beat(w._ctx)
+            await limiting.refresh_global_pacer(w)
         except GlideMQError as exc:
             w.events.emit("error", exc)
 

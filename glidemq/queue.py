@@ -233,7 +233,7 @@ class Queue(QueueAdmin[D, R], QueueLimits, QueueUsage, QueueStreams, QueueSuspen
             if job_id == "ERR:COST_EXCEEDS_CAPACITY":
                 bucket = opts.token_bucket
                 raise CostExceedsCapacityError(opts.cost or 1.0, bucket.capacity if bucket else 0)
-            if job_id == backpressure.QUEUE_FULL:
+            if job_id in (backpressure.QUEUE_FULL, backpressure.KEY_FULL):
                 raise QueueFullError(self.name)
             if job_id == "ERR:BAD_OPTION":
                 raise ValidationError("opts", "delay, priority or attempts rejected by the server")
@@ -432,8 +432,8 @@ class Queue(QueueAdmin[D, R], QueueLimits, QueueUsage, QueueStreams, QueueSuspen
                         replies_by_job[j] = r
                 else:
                     replies_by_job[idx[0]] = reply
-            if any(backpressure.is_full(replies_by_job[j]) for c in chunk for j in c[3]):
-                break  # the queue is full: send nothing more
+            if any(backpressure.is_queue_full(replies_by_job[j]) for c in chunk for j in c[3]):
+                break  # the queue is full: send nothing more (a full key stops only its jobs)
         refused = backpressure.refused_items(replies_by_job)
         for (name, data, options, _), reply in zip(items, replies_by_job, strict=True):
             if refused and (reply is None or backpressure.is_full(reply)):
@@ -471,6 +471,15 @@ class Queue(QueueAdmin[D, R], QueueLimits, QueueUsage, QueueStreams, QueueSuspen
     async def get_max_waiting(self) -> int | None:
         """The queue's limit set by `set_max_waiting`, or None."""
         return await backpressure.get_max_waiting(await self._context())
+
+    async def set_max_waiting_per_key(self, limit: int | None) -> None:
+        """Refuse new jobs of an ordering or group key with QueueFullError while `limit` jobs
+        of that key have not started yet; other keys go on. None removes the limit."""
+        await backpressure.set_max_waiting_per_key(await self._context(), limit)
+
+    async def get_max_waiting_per_key(self) -> int | None:
+        """The per-key limit set by `set_max_waiting_per_key`, or None."""
+        return await backpressure.get_max_waiting_per_key(await self._context())
 
     # -- job schedulers (glidemq/scheduler.py) -----------------------------------------------
 

@@ -190,6 +190,10 @@ class JobOptions:
     tokens from; `lifo` jobs run newest first (docs/ADVANCED.md). `fallbacks` lists models
     to try after a failed try (`job.current_fallback`); `attempts` is at least one more than
     its length (docs/AI.md).
+    `lock_duration` gives the job a lock of its own: stall recovery leaves it alone until it
+    has been silent that long, even past the worker's `lock_duration`. An `at_most_once` job
+    whose run is interrupted (worker died, stalled, or closed) is never run again: it goes to
+    the dead-letter set with reason 'interrupted'.
     """
 
     delay: int = 0
@@ -214,9 +218,15 @@ class JobOptions:
     cost: float | None = None
     lifo: bool = False
     fallbacks: tuple[Fallback, ...] | None = None
+    lock_duration: int | None = None
+    at_most_once: bool = False
 
     def __post_init__(self) -> None:
         _int("delay", self.delay, high=MAX_DELAY)
+        if self.lock_duration is not None:
+            _int("lock_duration", self.lock_duration, low=100)
+        if not isinstance(self.at_most_once, bool):
+            raise ValidationError("at_most_once", f"must be a bool, got {self.at_most_once!r}")
         _int("priority", self.priority, high=MAX_PRIORITY)
         _int("attempts", self.attempts, low=1)
         chain = check_fallbacks(self.fallbacks)
@@ -314,6 +324,10 @@ class JobOptions:
             out["resultTtl"] = self.result_ttl
         if self.fallbacks:
             out["fallbacks"] = [f.to_wire() for f in self.fallbacks]
+        if self.lock_duration is not None:
+            out["lockDuration"] = self.lock_duration
+        if self.at_most_once:
+            out["atMostOnce"] = True
         limits_to_wire(self, out)
         return out
 

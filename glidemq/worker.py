@@ -140,6 +140,8 @@ class Worker(WorkerLifecycle, Generic[D, R]):
         self._flush_tasks: set[asyncio.Task[None]] = set()
         super().__init__()  # the lifecycle's state: not started, not paused
         self._fetcher = Fetcher(self)
+        self._pacer = limiting.Pacer.for_limit(base.limiter)
+        self._global_pacer: limiting.Pacer | None = None  # set from the queue's meta
         self.watchdog = Watchdog(self)
         """Replaces this worker's clients when its connection goes silent (glidemq.watchdog)."""
         self.completed_count = 0
@@ -292,6 +294,8 @@ class Worker(WorkerLifecycle, Generic[D, R]):
         """Run one try of the job; returns its outcome (`completed`, `retry`, `failed`, ...)
         for the tracing, which is the only reader."""
         try:
+            if self._pacer is not None or self._global_pacer is not None:
+                await limiting.pace(self)
             if job.expire_at is not None and now_ms() > job.expire_at:
                 raise expired_error()
             # A sandbox times out by killing the child.

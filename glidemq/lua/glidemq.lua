@@ -165,6 +165,7 @@ end
 -- (waiting with LIFO and group-waiting jobs, prioritized, delayed with rate-limited jobs: what
 -- getCounts counts), or nil when the queue has no limit: one HGET per call without a limit.
 local QUEUE_FULL = 'ERR:QUEUE_FULL'
+local KEY_FULL = 'ERR:KEY_FULL' -- the job's ordering / group key is at maxWaitingPerKey
 local function waitingRoom(prefix)
   local meta = prefix .. 'meta'
   local max = redis.call('HGET', meta, 'maxWaiting')
@@ -244,8 +245,13 @@ end
 --
 -- meta          rateLimitMax, rateLimitDuration (global rate limit), concurrency (global),
 --               limitUntil (Worker.rate_limit), groupWaiting (jobs parked in groups)
--- rate          fixed-window counters: start/count (global), wStart/wCount (worker limiter)
--- group:{k}     maxConcurrency, active (slots held, reservations included), reserved (slots
+-- rate          fixed-window counters: start/count (global), wStart/wCount (worker limiter);
+--               seq numbers the members of the sliding logs
+-- ratelog, wratelog  sliding logs (global, worker limiter): one member per start, scored by
+--               its start time; used while max <= SLIDING_MAX, fixed windows above it
+-- grouprate:{k} the sliding log of group k's rate limit (same rule)
+-- group:{k}     waiting (its jobs not started: what meta maxWaitingPerKey limits),
+--               maxConcurrency, active (slots held, reservations included), reserved (slots
 --               handed to woken jobs that have not started yet), nextSeq (ordering keys),
 --               rateMax, rateDuration, rateWindowStart, rateCount, tbCapacity,
 --               tbRefillRate, tbTokens, tbLastRefill, tbRefillRemainder (millitokens)
@@ -264,6 +270,47 @@ end
 -- reservation is unused those park too, so none of them gets a slot before the woken job.
 
 local CONCURRENCY_POLL_MS = 50 -- retry hint when the global concurrency is used up
+
+-- Counts d more (or fewer) jobs of group k not started yet, never below 0.
+local function groupWaiting(prefix, k, d)
+  local gk = prefix .. 'group:' .. k
+  if redis.call('HINCRBY', gk, 'waiting', d) < 0 then redis.call('HSET', gk, 'waiting', 0) end
+end
+
+-- Per-key backpressure: whether key k already holds the queue's maxWaitingPerKey (meta field)
+-- jobs not started yet.
+local function keyFull(prefix, k)
+  local max = tonumber(redis.call('HGET', prefix .. 'meta', 'maxWaitingPerKey'))
+  if not max then return false end
+  return (tonumber(redis.call('HGET', prefix .. 'group:' .. k, 'waiting')) or 0) >= max
+end
+local SLIDING_MAX = 10000      -- rate limits up to this max keep a sliding log of starts
+
+-- Sliding window: drops starts that left the window from log; returns how many starts the
+-- window still allows now, and when none, the ms until the oldest start that blocks leaves
+-- it. A start is stamped at the fetch and runs a little later on the worker (whole-ms stamps,
+-- dispatch), so it stays in the window for dur plus a guard: 2% of dur, 1 to 20 ms.
+local function rateGuard(dur)
+  return math.max(1, math.min(20, math.floor(dur / 50)))
+end
+
+local function slidingRoom(log, max, dur, now)
+  local span = dur + rateGuard(dur)
+  redis.call('ZREMRANGEBYSCORE', log, '-inf', now - span)
+  local n = redis.call('ZCARD', log)
+  if n < max then return max - n, 0 end
+  local first = redis.call('ZRANGE', log, n - max, n - max, 'WITHSCORES')
+  return 0, math.max(1, tonumber(first[2]) + span - now)
+end
+
+-- Records used starts at now in a sliding log; seqKey/seqField number the members.
+local function slidingCharge(log, dur, now, used, seqKey, seqField)
+  local last = redis.call('HINCRBY', seqKey, seqField, used)
+  local z = {}
+  for i = last - used + 1, last do z[#z + 1] = now; z[#z + 1] = i end
+  redis.call('ZADD', log, unpack(z))
+  redis.call('PEXPIRE', log, dur + rateGuard(dur))
+end
 local MAX_WAKE = 1000          -- parked jobs woken per call, bounds the work of one call
 
 -- LIFO jobs wait in the list, newest at the tail; move up to n of them, newest first, to the
@@ -441,7 +488,15 @@ local function admitGroupJob(prefix, stream, entryId, jobId, jobKey, k, now, emi
   end
   local set = {}
   local rateMax, rateDur = tonumber(g[4]) or 0, tonumber(g[5]) or 0
-  if rateMax > 0 and rateDur > 0 then
+  local rlog = prefix .. 'grouprate:' .. k
+  if rateMax > 0 and rateDur > 0 and rateMax <= SLIDING_MAX then
+    local room, wait = slidingRoom(rlog, rateMax, rateDur, now)
+    if room <= 0 then
+      unstream(stream, jobKey, entryId)
+      parkRateLimited(prefix, jobKey, jobId, now + wait)
+      return false
+    end
+  elseif rateMax > 0 and rateDur > 0 then
     local ws, n = tonumber(g[6]) or 0, tonumber(g[7]) or 0
     if now >= ws + rateDur then ws, n = now, 0 end
     if n >= rateMax then
@@ -464,6 +519,7 @@ local function admitGroupJob(prefix, stream, entryId, jobId, jobKey, k, now, emi
       redis.call('ZADD', prefix .. 'dlq', now, jobId)
       if emitEvents then emit(events, 'failed', jobId, 'failedReason', reason) end
       releaseHold(prefix, jobKey, k, strict, seq, reserved, true, now, true)
+      groupWaiting(prefix, k, -1)
       return false
     end
     local rate = tonumber(g[9]) or 0
@@ -500,6 +556,9 @@ local function admitGroupJob(prefix, stream, entryId, jobId, jobKey, k, now, emi
     set[#set + 1] = 'reserved'; set[#set + 1] = math.max(0, (tonumber(g[13]) or 0) - 1)
   end
   if #set > 0 then redis.call('HSET', gk, unpack(set)) end
+  if rateMax > 0 and rateDur > 0 and rateMax <= SLIDING_MAX then
+    slidingCharge(rlog, rateDur, now, 1, gk, 'rateSeq')
+  end
   return true
 end
 
@@ -515,6 +574,7 @@ local function forgetJob(prefix, jobKey, jobId, now)
     redis.call('LREM', prefix .. 'list', 1, jobId)
   end
   if not k then return end
+  if state and state ~= 'active' and not isTerminal(state) then groupWaiting(prefix, k, -1) end
   if state == 'group-waiting' and redis.call('ZREM', prefix .. 'groupq:' .. k, jobId) == 1 then
     redis.call('HINCRBY', prefix .. 'meta', 'groupWaiting', -1)
   end
@@ -571,6 +631,7 @@ local function joinGroup(prefix, k, g, now)
   if #set > 0 then redis.call('HSET', gk, unpack(set)) end
   if #del > 0 then redis.call('HDEL', gk, unpack(del)) end
   redis.call('SADD', prefix .. 'groups', k)
+  groupWaiting(prefix, k, 1)
   local fields = {'groupKey', k}
   if g.concurrency == 1 then
     fields[3], fields[4] = 'orderingKey', k
@@ -597,9 +658,15 @@ local function queueAllowance(prefix, stream, m, lim, count, now, held)
   if (gMax > 0 and gDur > 0) or (wMax > 0 and wDur > 0) then
     local r = redis.call('HMGET', prefix .. 'rate', 'start', 'count', 'wStart', 'wCount')
     charge = {}
-    for i, w in ipairs({{gMax, gDur, 'start', 'count'}, {wMax, wDur, 'wStart', 'wCount'}}) do
+    for i, w in ipairs({{gMax, gDur, 'start', 'count', 'ratelog'},
+        {wMax, wDur, 'wStart', 'wCount', 'wratelog'}}) do
       local max, dur = w[1], w[2]
-      if max > 0 and dur > 0 then
+      if max > 0 and dur > 0 and max <= SLIDING_MAX then
+        local room, wait = slidingRoom(prefix .. w[5], max, dur, now)
+        if room <= 0 then return 0, wait end
+        if room < count then count = room end
+        charge[#charge + 1] = {prefix .. w[5], dur}
+      elseif max > 0 and dur > 0 then
         local s, n = tonumber(r[2 * i - 1]) or 0, tonumber(r[2 * i]) or 0
         if now >= s + dur then s, n = now, 0 end
         if n >= max then return 0, s + dur - now end
@@ -618,13 +685,17 @@ local function queueAllowance(prefix, stream, m, lim, count, now, held)
   return count, 0, charge
 end
 
-local function chargeWindows(prefix, charge, used)
+local function chargeWindows(prefix, charge, used, now)
   if not charge or used <= 0 then return end
   local f = {}
   for _, c in ipairs(charge) do
-    f[#f + 1] = c[1]; f[#f + 1] = c[2]; f[#f + 1] = c[3]; f[#f + 1] = c[4] + used
+    if #c == 2 then
+      slidingCharge(c[1], c[2], now, used, prefix .. 'rate', 'seq')
+    else
+      f[#f + 1] = c[1]; f[#f + 1] = c[2]; f[#f + 1] = c[3]; f[#f + 1] = c[4] + used
+    end
   end
-  redis.call('HSET', prefix .. 'rate', unpack(f))
+  if #f > 0 then redis.call('HSET', prefix .. 'rate', unpack(f)) end
 end
 
 -- The worker limiter {max, duration} passed as two arguments, or nil.
@@ -661,6 +732,7 @@ local function takeParked(prefix, now)
     if j[1] then
       releaseHold(prefix, jobKey, j[1], j[2] and true or false, tonumber(j[3]) or 0,
         j[4] == '1', true, now, true)
+      groupWaiting(prefix, j[1], -1)
     end
   end
   return ids
@@ -987,6 +1059,8 @@ local function checkAdd(a, o)
   if dataTooLarge(data) or #opts > MAX_DATA then return 'ERR:PAYLOAD_TOO_LARGE' end
   local rttl = string.match(opts, '"resultTtl"%s*:%s*(%d+)')
   if rttl and #rttl > 15 then return 'ERR:BAD_OPTION' end
+  local lockMs = string.match(opts, '"lockDuration"%s*:%s*(%d+)')
+  if lockMs and #lockMs > 15 then return 'ERR:BAD_OPTION' end
   -- Arguments 10-15 configure the group named by the ordering key; without a key they mean
   -- nothing: refuse them rather than accept a promise that would not be kept.
   local orderingKey = a[o + 8] or ''
@@ -1003,7 +1077,8 @@ local function checkAdd(a, o)
   local customId = a[o + 16] or ''
   if customId ~= '' and not validCustomId(customId) then return 'ERR:INVALID_JOB_ID' end
   return nil, {now = now, delay = delay, priority = priority, ttl = ttl, rttl = rttl,
-    group = group, orderingKey = orderingKey, customId = customId}
+    group = group, orderingKey = orderingKey, customId = customId, lockMs = lockMs,
+    atMostOnce = string.find(opts, '"atMostOnce":true', 1, true) ~= nil}
 end
 
 -- a: argument table, o: index of the first of the 17 addJob arguments; a[o + 17] = '1' adds
@@ -1033,6 +1108,7 @@ local function addJobCore(idKey, events, a, o, v)
     end
     if jobId == nil then return 'ERR:ID_EXHAUSTED' end
   end
+  if group and keyFull(prefix, orderingKey) then return KEY_FULL end
 
   local jobKey = prefix .. 'job:' .. jobId
   local state, sid
@@ -1050,6 +1126,8 @@ local function addJobCore(idKey, events, a, o, v)
   if ttl > 0 then fields[#fields + 1] = 'expireAt'; fields[#fields + 1] = now + ttl end
   if rttl then fields[#fields + 1] = 'rttl'; fields[#fields + 1] = rttl end
   if lifo then fields[#fields + 1] = 'lifo'; fields[#fields + 1] = '1' end
+  if v.lockMs then fields[#fields + 1] = 'lockDuration'; fields[#fields + 1] = v.lockMs end
+  if v.atMostOnce then fields[#fields + 1] = 'atMostOnce'; fields[#fields + 1] = '1' end
   if group then
     for _, f in ipairs(joinGroup(prefix, orderingKey, group, now)) do fields[#fields + 1] = f end
   end
@@ -1409,7 +1487,10 @@ end
 -- Returns the job's result-cache ttl ('rttl', read in the same HMGET) or false.
 local function leaveActive(prefix, jobKey, jobId, outcome, value, now)
   local h = redis.call('HMGET', jobKey, 'parentId', 'groupKey', 'rttl')
-  if h[2] then releaseGroupSlot(prefix, jobKey, jobId, h[2], outcome, now) end
+  if h[2] then
+    releaseGroupSlot(prefix, jobKey, jobId, h[2], outcome, now)
+    if outcome ~= 'completed' and outcome ~= 'failed' then groupWaiting(prefix, h[2], 1) end
+  end
   if h[1] and (outcome == 'completed' or outcome == 'failed') then
     notifyParent(prefix, jobKey, jobId, h[1], outcome, value, now)
   end
@@ -1474,6 +1555,7 @@ local function activate(prefix, stream, entries, now, out, emitEvents, events, m
         emitEvents, events) then
       -- parked or dead-lettered by its group
     else
+      if h[2] then groupWaiting(prefix, h[2], -1) end
       redis.call('HSET', jobKey, 'state', 'active', 'processedOn', now, 'sid', entryId)
       out[#out + 1] = entryId
       out[#out + 1] = jobId
@@ -1517,7 +1599,7 @@ local function fetch(prefix, keys, consumer, count, now, emitEvents, out, lim, m
   end
   local before = #out
   activate(prefix, stream, entries, now, out, emitEvents, events, moved)
-  if charge then chargeWindows(prefix, charge, (#out - before) / 3) end
+  if charge then chargeWindows(prefix, charge, (#out - before) / 3, now) end
   return #entries, 0
 end
 
@@ -1686,7 +1768,7 @@ redis.register_function('glidemq_moveToActive', function(keys, args)
     end
   end
   activate(prefix, stream, entries, now, out, args[2] == '1', keys[3])
-  if charge then chargeWindows(prefix, charge, #out / 3) end
+  if charge then chargeWindows(prefix, charge, #out / 3, now) end
   return out
 end)
 
@@ -1707,6 +1789,18 @@ local function finalFail(prefix, jobKey, jobId, reason, now, failedSet, keepCoun
     retain(prefix, failedSet, now, keepCount, keepAge)
   end
   if emitEvents then emit(events, 'failed', jobId, 'failedReason', reason) end
+end
+
+-- An at-most-once job (job field atMostOnce) whose run was interrupted (its worker died,
+-- stalled, or handed it back on close) never runs again: it is dead-lettered, 'interrupted'.
+local function interrupted(prefix, jobKey, jobId, now, events, emitEvents)
+  local reason = 'interrupted'
+  redis.call('HINCRBY', jobKey, 'attemptsMade', 1)
+  local rttl = leaveActive(prefix, jobKey, jobId, 'failed', reason, now)
+  if rttl then
+    keepResult(prefix, jobId, rttl, 'state', 'failed', 'failedReason', reason, 'finishedOn', now)
+  end
+  finalFail(prefix, jobKey, jobId, reason, now, prefix .. 'failed', -1, 0, events, emitEvents, true)
 end
 
 -- KEYS: stream, failed, events, scheduled, meta.
@@ -1773,6 +1867,28 @@ local function claimOwned(stream, prefix, owner, count)
   return {ids[#ids], entries}
 end
 
+-- Claims for consumer up to `count` pending entries idle longer than minIdle, walking the
+-- pending list from cursor, and skips those whose job has a longer lock of its own (job field
+-- lockDuration) not yet passed. Returns XAUTOCLAIM's shape: {cursor ('0-0' when done), entries}.
+local function claimIdle(stream, prefix, consumer, minIdle, cursor, count)
+  local start = (cursor == '0' or cursor == '0-0') and '-' or ('(' .. cursor)
+  local ok, pend = pcall(redis.call, 'XPENDING', stream, GROUP, 'IDLE', minIdle, start, '+',
+    count)
+  if not ok then return {'0-0', {}} end
+  local ids = {}
+  for _, p in ipairs(pend) do
+    local e = redis.call('XRANGE', stream, p[1], p[1])
+    local jobId = e[1] and entryJobId(e[1][2])
+    local lock = jobId and tonumber(redis.call('HGET', prefix .. 'job:' .. jobId, 'lockDuration'))
+    if not lock or tonumber(p[3]) >= lock then ids[#ids + 1] = p[1] end
+  end
+  local entries = {}
+  if #ids > 0 then
+    entries = redis.call('XCLAIM', stream, GROUP, consumer, minIdle, unpack(ids))
+  end
+  return {#pend < count and '0-0' or pend[#pend][1], entries}
+end
+
 -- KEYS: stream, failed, events, scheduled, meta.
 -- ARGS: now, consumer, minIdleMs, cursor, count, maxStalledCount, emitEvents, keepCount,
 --       keepAge, deadLetter, [owner].
@@ -1802,7 +1918,7 @@ redis.register_function('glidemq_reclaimStalled', function(keys, args)
   if owner and owner ~= '' then
     r = claimOwned(stream, prefix, owner, tonumber(args[5]))
   else
-    r = redis.call('XAUTOCLAIM', stream, GROUP, args[2], args[3], args[4], 'COUNT', args[5])
+    r = claimIdle(stream, prefix, args[2], tonumber(args[3]), args[4], tonumber(args[5]))
   end
   local requeued, failed = 0, 0
   for _, e in ipairs(r[2]) do
@@ -1818,8 +1934,12 @@ redis.register_function('glidemq_reclaimStalled', function(keys, args)
     local state = jobKey and redis.call('HGET', jobKey, 'state')
     if state and not isTerminal(state) then
       local stalls = redis.call('HINCRBY', jobKey, 'stalledCount', 1)
-      local revoked = redis.call('HGET', jobKey, 'revoked') == '1'
-      if stalls > maxStalled or revoked then
+      local j = redis.call('HMGET', jobKey, 'revoked', 'atMostOnce')
+      local revoked = j[1] == '1'
+      if j[2] == '1' and not revoked and state == 'active' then
+        interrupted(prefix, jobKey, jobId, now, events, emitEvents)
+        failed = failed + 1
+      elseif stalls > maxStalled or revoked then
         redis.call('HINCRBY', jobKey, 'attemptsMade', 1)
         local reason = revoked and 'revoked' or 'job stalled more than allowable limit'
         local rttl = leaveActive(prefix, jobKey, jobId, 'failed', reason, now)
@@ -1843,7 +1963,8 @@ end)
 
 -- KEYS: stream, events. ARGS: consumer, then entryId/jobId pairs; with no pairs, every entry
 -- the consumer still holds. Hands unfinished jobs straight back to the stream (a clean
--- shutdown) and removes the consumer when it holds nothing more. Returns the count handed back.
+-- shutdown) and removes the consumer when it holds nothing more; an at-most-once job that
+-- was running is dead-lettered instead ('interrupted'). Returns the count handed back.
 redis.register_function('glidemq_deferActive', function(keys, args)
   local err = shape('glidemq_deferActive', keys, args, 2, 1)
   if err then return err end
@@ -1885,7 +2006,11 @@ redis.register_function('glidemq_deferActive', function(keys, args)
       local jobKey = prefix .. 'job:' .. jobId
       local h = redis.call('HMGET', jobKey, 'state', 'sid')
       -- 'waiting' with this entry as its sid: read by the worker but never activated.
-      if jobId ~= '' and (h[1] == 'active' or (h[1] == 'waiting' and h[2] == entryId)) then
+      if jobId ~= '' and h[1] == 'active' and redis.call('HGET', jobKey, 'atMostOnce') == '1' then
+        local t = redis.call('TIME')
+        interrupted(prefix, jobKey, jobId, tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000),
+          events, true)
+      elseif jobId ~= '' and (h[1] == 'active' or (h[1] == 'waiting' and h[2] == entryId)) then
         leaveActive(prefix, jobKey, jobId, 'requeued', nil, 0)
         local sid = redis.call('XADD', stream, '*', 'id', jobId)
         redis.call('HSET', jobKey, 'state', 'waiting', 'sid', sid)

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING
 from ..limits import millitokens
 from ..types import JobOptions
 from .records import JobRecord, ZSet
+from .window import RateWindow
 
 if TYPE_CHECKING:
     from .store import QueueStore
@@ -45,8 +46,7 @@ class GroupState:
     next_seq: int = 1
     rate_max: int = 0
     rate_duration: int = 0
-    rate_start: int = 0
-    rate_count: int = 0
+    rate: RateWindow = field(default_factory=RateWindow)
     tb_capacity: int = 0  # millitokens
     tb_refill_rate: int = 0  # millitokens per second
     tb_tokens: int = 0
@@ -77,7 +77,8 @@ def join(store: QueueStore, rec: JobRecord, opts: JobOptions, now: int) -> None:
     if rate is not None:
         g.rate_max, g.rate_duration = rate.max, rate.duration
     elif g.rate_max:
-        g.rate_max = g.rate_duration = g.rate_start = g.rate_count = 0
+        g.rate_max = g.rate_duration = 0
+        g.rate.reset()
     bucket = opts.token_bucket
     if bucket is not None:
         if not g.tb_capacity:
@@ -223,12 +224,10 @@ def admit(store: QueueStore, rec: JobRecord, entry: str, now: int, emit: bool) -
         if g.active < g.max_concurrency:
             _fill_slots(store, key, g, now)
         return False
-    rate_start, rate_count = g.rate_start, g.rate_count
     if g.rate_max > 0:
-        if now >= rate_start + g.rate_duration:
-            rate_start, rate_count = now, 0
-        if rate_count >= g.rate_max:
-            _park_rate_limited(store, rec, rate_start + g.rate_duration)
+        left, wait = g.rate.room(g.rate_max, g.rate_duration, now)
+        if left <= 0:
+            _park_rate_limited(store, rec, now + wait)
             return False
     if g.tb_capacity > 0:
         cost = rec.cost or 1000
@@ -253,7 +252,7 @@ def admit(store: QueueStore, rec: JobRecord, entry: str, now: int, emit: bool) -
             return False
         g.tb_tokens, g.tb_last, g.tb_remainder = tokens - cost, last, rem
     if g.rate_max > 0:
-        g.rate_start, g.rate_count = rate_start, rate_count + 1
+        g.rate.charge(g.rate_max, g.rate_duration, now, 1)
     if not rec.ordering and not rec.group_slot:
         g.active += 1
         rec.group_slot = True

@@ -4,10 +4,29 @@ rules of the server library; and when a queue counts as idle under them."""
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from ..limits import RateLimit
 from .store import SHIFT, QueueStore
 
-__all__ = ["allowance", "charge", "group_waiting", "hand_back", "idle", "limit_for", "room"]
+if TYPE_CHECKING:
+    from ..types import JobOptions
+
+__all__ = [
+    "allowance",
+    "charge",
+    "group_waiting",
+    "hand_back",
+    "idle",
+    "key_full",
+    "limit_for",
+    "room",
+]
+
+# states of a job that has not started yet (what the per-key limit counts)
+_NOT_STARTED = frozenset(
+    {"waiting", "delayed", "prioritized", "group-waiting", "rate-limited", "waiting-children"}
+)
 
 _CONCURRENCY_POLL_MS = 50  # as the server: ask again after this when concurrency is used up
 
@@ -18,6 +37,16 @@ def room(store: QueueStore) -> int | None:
         return None
     parked = len(store.lifo) + len(store.ratelimited) + group_waiting(store)
     return store.max_waiting - len(store.waiting) - len(store.scheduled) - parked
+
+
+def key_full(store: QueueStore, opts: JobOptions) -> bool:
+    """Whether the job's ordering or group key already holds `set_max_waiting_per_key` jobs
+    not started yet."""
+    key = opts.ordering_key if opts.ordering_key is not None else opts.group_key
+    if key is None or store.max_waiting_per_key is None:
+        return False
+    held = sum(1 for r in store.jobs.values() if r.group_key == key and r.state in _NOT_STARTED)
+    return held >= store.max_waiting_per_key
 
 
 def group_waiting(store: QueueStore) -> int:
@@ -36,12 +65,10 @@ def allowance(
     for limit, window in ((store.rate, store.windows["queue"]), (limiter, store.windows["worker"])):
         if limit is None:
             continue
-        start, used = window
-        if now >= start + limit.duration:
-            start, used = now, 0
-        if used >= limit.max:
-            return 0, start + limit.duration - now
-        count = min(count, limit.max - used)
+        left, wait = window.room(limit.max, limit.duration, now)
+        if left <= 0:
+            return 0, wait
+        count = min(count, left)
     if store.concurrency > 0:
         if len(store.active) >= store.concurrency:
             return 0, _CONCURRENCY_POLL_MS
@@ -54,11 +81,8 @@ def charge(store: QueueStore, used: int, now: int, limiter: RateLimit | None) ->
     if used <= 0:
         return
     for limit, window in ((store.rate, store.windows["queue"]), (limiter, store.windows["worker"])):
-        if limit is None:
-            continue
-        if now >= window[0] + limit.duration:
-            window[0], window[1] = now, 0
-        window[1] += used
+        if limit is not None:
+            window.charge(limit.max, limit.duration, now, used)
 
 
 def limit_for(store: QueueStore, ms: int, now: int) -> None:

@@ -79,6 +79,10 @@ def _wire_state(state: str) -> str:
     return "dlq" if state == "dead_letter" else state
 
 
+class _KeyFull(QueueFullError):
+    """A refusal by the per-key limit: other keys of the same add_bulk still go on."""
+
+
 class TestQueue(SchedulerMethods, Generic[D, R]):
     """A Queue held in memory: same methods, options, errors and job states as
     `glidemq.Queue`, no server.
@@ -151,6 +155,8 @@ class TestQueue(SchedulerMethods, Generic[D, R]):
         left = limits.room(store)
         if left is not None and left <= 0:
             raise QueueFullError(self.name)
+        if limits.key_full(store, opts):
+            raise _KeyFull(self.name)
         job_id = store.add(name, raw, opts, now)
         if job_id == "duplicate":
             return None
@@ -196,16 +202,18 @@ class TestQueue(SchedulerMethods, Generic[D, R]):
         now = store.clock.now_ms()
         out: list[TestJob[D, R] | None] = []
         refused: list[int] = []
+        stopped = False
         for i, (name, data, options) in enumerate(items):
-            if refused:  # after the first refusal nothing more is sent
+            if stopped:  # after the queue was full nothing more is sent
                 out.append(None)
                 refused.append(i)
                 continue
             try:
                 out.append(self._add_now(store, name, data, options, now))
-            except QueueFullError:
+            except QueueFullError as exc:
                 out.append(None)
                 refused.append(i)
+                stopped = not isinstance(exc, _KeyFull)  # a full key refuses only its jobs
         if refused:
             raise QueueFullError(self.name, out, refused)
         return out
@@ -285,6 +293,21 @@ class TestQueue(SchedulerMethods, Generic[D, R]):
     async def get_max_waiting(self) -> int | None:
         """The queue's limit set by `set_max_waiting`, or None."""
         return (await self._ready()).max_waiting
+
+    async def set_max_waiting_per_key(self, limit: int | None) -> None:
+        """Refuse new jobs of an ordering or group key with QueueFullError while `limit` jobs
+        of that key have not started yet; other keys go on. None removes the limit."""
+        if limit is not None and (
+            isinstance(limit, bool) or not isinstance(limit, int) or limit < 0
+        ):
+            raise ValidationError(
+                "max_waiting_per_key", f"must be an integer >= 0 or None, got {limit!r}"
+            )
+        (await self._ready()).max_waiting_per_key = limit
+
+    async def get_max_waiting_per_key(self) -> int | None:
+        """The per-key limit set by `set_max_waiting_per_key`, or None."""
+        return (await self._ready()).max_waiting_per_key
 
     async def settle(self, timeout: float = 10.0) -> None:
         """Return once nothing runs and nothing could start now (testing only).
@@ -516,7 +539,7 @@ class TestQueue(SchedulerMethods, Generic[D, R]):
         """Lift the queue's rate limit (worker limiters still apply)."""
         store = await self._ready()
         store.rate = None
-        store.windows["queue"] = [0, 0]
+        store.windows["queue"].reset()
         store.notify()
 
     async def remove(self, job_id: str) -> None:

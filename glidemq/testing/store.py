@@ -22,6 +22,7 @@ from ..types import JobOptions
 from . import flows, groups
 from .clock import Clock
 from .records import FINISHED, SHIFT, Event, JobRecord, Owner, ZSet
+from .window import RateWindow
 
 if TYPE_CHECKING:
     from ..scheduler import JobScheduler
@@ -66,9 +67,10 @@ class QueueStore:
         self.serializer: str | None = None  # recorded by the first non-JSON queue or worker
         # limits (glidemq/testing/limits.py) and outcomes kept for add_and_wait
         self.max_waiting: int | None = None
+        self.max_waiting_per_key: int | None = None
         self.concurrency = 0
         self.rate: RateLimit | None = None
-        self.windows = {"queue": [0, 0], "worker": [0, 0]}  # rate windows: [start, used]
+        self.windows = {"queue": RateWindow(), "worker": RateWindow()}
         self.limit_until = 0
         self.metrics: dict[str, dict[int, int]] = {"completed": {}, "failed": {}}
         self.usage_buckets: dict[int, dict[str, float]] = {}  # epoch minute -> bucket fields
