@@ -10,8 +10,9 @@ every other command of its client, so they run on a client of their own.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator, AsyncIterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -145,6 +146,15 @@ class QueueStreams:
         """Follow job `job_id`'s stream: yields each chunk's data, in order, until the job has
         finished and every chunk was read (or it was removed). Uses a connection of its own,
         closed when the iteration ends; `block_ms` bounds each wait for new chunks."""
+        follow = self.follow_stream(job_id, last_id=last_id, block_ms=block_ms)
+        async with contextlib.aclosing(follow):
+            async for chunk in follow:
+                yield chunk.data
+
+    async def follow_stream(
+        self, job_id: str, *, last_id: str | None = None, block_ms: int = 1000
+    ) -> AsyncGenerator[StreamChunk, None]:
+        """As `stream_job`, but yields each `StreamChunk` (its id too, to resume after)."""
         last = check_read(last_id, block_ms)
         if block_ms < 1:
             raise ValidationError(
@@ -159,7 +169,7 @@ class QueueStreams:
                 chunks = await _read(client, key, last, block_ms)
                 for chunk in chunks:
                     last = chunk.id
-                    yield chunk.data
+                    yield chunk
                 if chunks:
                     continue
                 state = await ctx.command(lambda c: c.hget(job_key, "state"))
@@ -175,7 +185,7 @@ class QueueStreams:
                 while chunks := await _read(client, key, last, None):
                     for chunk in chunks:
                         last = chunk.id
-                        yield chunk.data
+                        yield chunk
                 return
         finally:
             await close_client(client)

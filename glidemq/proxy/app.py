@@ -18,7 +18,7 @@ from ..connection import ConnectionLike
 from ..keys import DEFAULT_PREFIX
 from ..web.auth import AuthHook, BasicAuth, check_auth
 from ..web.errors import SecurityHeaders
-from . import flows, queues, streams
+from . import flows, output, queues, streams, suspend
 from .http import error_response, json_response
 from .state import Proxy, proxy_of
 from .table import Handler, Spec, openapi
@@ -44,8 +44,10 @@ SPECS: list[Spec] = [
     Spec("GET", "/health", health, "Is the server reachable", "service"),
     Spec("GET", "/openapi.json", schema, "The OpenAPI schema", "service"),
     *queues.SPECS,
+    *suspend.SPECS,
     *flows.SPECS,
     *streams.SPECS,
+    *output.SPECS,
 ]
 
 

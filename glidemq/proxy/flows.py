@@ -11,6 +11,7 @@ from starlette.responses import Response
 from .. import scheduler
 from ..errors import JobNotFoundError, JobStateError, ValidationError
 from ..flow import FlowJob, JobNode
+from ..flowview import Flow, FlowNode
 from ..keys import validate_job_id
 from ..workflows import DagNode
 from .http import field, json_response, read_json
@@ -89,67 +90,91 @@ async def add_dag(request: Request) -> Response:
     return json_response({k: {"queue": j.queue_name, "id": j.id} for k, j in jobs.items()}, 201)
 
 
-def _split(ref: str, queue: str) -> tuple[str, str]:
-    q, sep, job_id = ref.rpartition(":")
-    return (q, job_id) if sep else (queue, ref)
+def _visible(proxy: Proxy, queue: str) -> bool:
+    return proxy.allowed is None or queue in proxy.allowed
 
 
-async def _tree(
-    proxy: Proxy, queue: str, job_id: str, seen: set[tuple[str, str]]
-) -> dict[str, Any]:
-    seen.add((queue, job_id))
-    detail = await proxy.admin.job(queue, job_id, log_lines=0)
-    refs = [(r.queue, r.id) for r in detail.children_pending]
-    refs += [_split(k, queue) for k in (*detail.children_values, *detail.children_failures)]
-    children = []
-    for q, child in refs:
-        if (q, child) in seen or len(seen) >= _MAX_TREE:
-            continue
-        if proxy.allowed is not None and q not in proxy.allowed:
-            children.append({"queue": q, "id": child, "hidden": True})
-            continue
-        try:
-            children.append(await _tree(proxy, q, child, seen))
-        except LookupError:
-            children.append({"queue": q, "id": child, "state": "removed", "children": []})
+def _tree_json(proxy: Proxy, node: FlowNode, path: frozenset[str]) -> dict[str, Any]:
+    if not _visible(proxy, node.queue):
+        return {"queue": node.queue, "id": node.id, "hidden": True}
+    inside = path | {node.key}
     return {
-        "queue": queue,
-        "id": job_id,
-        "name": detail.name,
-        "state": detail.state,
-        "children": children,
+        "queue": node.queue,
+        "id": node.id,
+        "name": node.name,
+        "state": node.state,
+        "exists": node.exists,
+        "children": [_tree_json(proxy, c, inside) for c in node.children if c.key not in inside],
     }
 
 
-async def get_tree(request: Request) -> Response:
-    """A job with its children, their children and so on (up to 1000 jobs)."""
+def _dag_json(proxy: Proxy, flow: Flow) -> dict[str, Any]:
+    nodes: dict[str, Any] = {}
+    for key, node in flow.nodes.items():
+        if _visible(proxy, node.queue):
+            nodes[key] = {
+                "queue": node.queue,
+                "id": node.id,
+                "name": node.name,
+                "state": node.state,
+                "exists": node.exists,
+            }
+        else:
+            nodes[key] = {"queue": node.queue, "id": node.id, "hidden": True}
+    return {
+        "root": flow.root.key,
+        "nodes": nodes,
+        "edges": [list(e) for e in flow.edges],
+        "truncated": flow.truncated,
+    }
+
+
+async def _flow(request: Request) -> tuple[Proxy, Flow]:
     proxy = proxy_of(request)
     queue = proxy.check(request.path_params["queue"])
     job_id = validate_job_id(request.path_params["job_id"], "job_id")
-    return json_response(await _tree(proxy, queue, job_id, set()))
+    flow = await (await proxy.admin.view(queue)).get_flow(job_id, max_nodes=_MAX_TREE)
+    if flow is None:
+        raise JobNotFoundError(queue, job_id)
+    return proxy, flow
+
+
+async def get_tree(request: Request) -> Response:
+    """A job with its children, their children and so on (up to 1000 jobs), read by
+    `Queue.get_flow`; `view=dag` answers the same jobs as `{root, nodes, edges, truncated}`."""
+    view = request.query_params.get("view", "tree")
+    if view not in ("tree", "dag"):
+        raise ValidationError("view", "must be tree or dag")
+    proxy, flow = await _flow(request)
+    if view == "dag":
+        return json_response(_dag_json(proxy, flow))
+    return json_response(_tree_json(proxy, flow.root, frozenset()))
 
 
 async def revoke_tree(request: Request) -> Response:
     """Revoke every unfinished job of the tree under a job (children first)."""
-    proxy = proxy_of(request)
-    queue = proxy.check(request.path_params["queue"])
-    job_id = validate_job_id(request.path_params["job_id"], "job_id")
     await read_json(request)
-    tree = await _tree(proxy, queue, job_id, set())
+    proxy, flow = await _flow(request)
     results: list[dict[str, Any]] = []
+    done: set[str] = set()
 
-    async def walk(node: dict[str, Any]) -> None:
-        for child in node.get("children", []):
+    async def walk(node: FlowNode) -> None:
+        if node.key in done:
+            return
+        done.add(node.key)
+        if not _visible(proxy, node.queue):
+            return  # nor what hangs below it: outside the allowlist
+        for child in node.children:
             await walk(child)
-        if node.get("hidden") or node.get("state") in (*_FINISHED, "removed"):
+        if not node.exists or node.state in _FINISHED:
             return
         try:
-            outcome = await (await proxy.admin.view(node["queue"])).revoke(node["id"])
+            outcome = await (await proxy.admin.view(node.queue)).revoke(node.id)
         except (JobNotFoundError, JobStateError) as exc:
             outcome = f"not revoked: {exc}"
-        results.append({"queue": node["queue"], "id": node["id"], "outcome": outcome})
+        results.append({"queue": node.queue, "id": node.id, "outcome": outcome})
 
-    await walk(tree)
+    await walk(flow.root)
     return json_response({"revoked": results})
 
 
@@ -238,7 +263,7 @@ SPECS = [
         ("nodes",),
         status=201,
     ),
-    Spec("GET", _J + "/tree", get_tree, "Read a job's tree", "flows"),
+    Spec("GET", _J + "/tree", get_tree, "Read a job's tree", "flows", query={"view": "string"}),
     Spec("POST", _J + "/tree/revoke", revoke_tree, "Revoke a job's tree", "flows", {}),
     Spec("GET", _S, list_schedulers, "List job schedulers", "schedulers"),
     Spec("GET", _S + "/{name}", get_scheduler, "Get a job scheduler", "schedulers"),

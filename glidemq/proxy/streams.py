@@ -24,14 +24,14 @@ __all__ = ["SPECS"]
 _BUFFER = 1000  # broadcast messages the proxy holds for a slow client
 
 
-def _dump(value: Any) -> str:
+def dump(value: Any) -> str:
     return orjson.dumps(value, default=str).decode()
 
 
 _closing: set[asyncio.Task[None]] = set()
 
 
-def _close_later(close: Coroutine[Any, Any, None]) -> None:
+def close_later(close: Coroutine[Any, Any, None]) -> None:
     """Close a feed without awaiting: a stream's cleanup may run in a cancelled scope."""
     task = asyncio.get_running_loop().create_task(close)
     _closing.add(task)
@@ -42,11 +42,11 @@ async def _queue_events(proxy: Proxy, queue: str) -> AsyncIterator[Event]:
     feed = proxy.admin.follow(queue)
     await feed.start()
     try:
-        yield Event("ready", _dump({"queue": queue}))
+        yield Event("ready", dump({"queue": queue}))
         async for ev in feed:
-            yield Event(ev.event, _dump({"id": ev.id, "job_id": ev.job_id, **ev.fields}))
+            yield Event(ev.event, dump({"id": ev.id, "job_id": ev.job_id, **ev.fields}))
     finally:
-        _close_later(feed.close())
+        close_later(feed.close())
 
 
 async def queue_events(request: Request) -> Response:
@@ -62,12 +62,12 @@ async def _messages(
 ) -> AsyncIterator[Event]:
     await worker.start()
     try:
-        yield Event("ready", _dump({"broadcast": worker.name, "subscription": worker.subscription}))
+        yield Event("ready", dump({"broadcast": worker.name, "subscription": worker.subscription}))
         while True:
             job = await inbox.get()
-            yield Event("message", _dump({"id": job.id, "name": job.name, "data": job.data}))
+            yield Event("message", dump({"id": job.id, "name": job.name, "data": job.data}))
     finally:
-        _close_later(worker.close(force=True))
+        close_later(worker.close(force=True))
 
 
 async def broadcast_events(request: Request) -> Response:

@@ -15,16 +15,19 @@ __all__ = ["Event", "event_stream", "format_event"]
 
 @dataclass(frozen=True, slots=True)
 class Event:
-    """One server-sent event: its type and its data (one line of text, e.g. JSON)."""
+    """One server-sent event: its type, its data (one line of text, e.g. JSON) and
+    optionally its id (sent as `id:`; a reconnecting client sends it as `Last-Event-ID`)."""
 
     event: str
     data: str
+    id: str | None = None
 
 
 def format_event(ev: Event) -> bytes:
     """The wire form of one event; a newline in the data starts another `data:` line."""
     lines = "".join(f"data: {line}\n" for line in ev.data.split("\n"))
-    return f"event: {ev.event}\n{lines}\n".encode()
+    head = f"id: {ev.id}\n" if ev.id is not None else ""
+    return f"{head}event: {ev.event}\n{lines}\n".encode()
 
 
 def event_stream(source: AsyncIterator[Event], *, keepalive: float = 15.0) -> StreamingResponse:

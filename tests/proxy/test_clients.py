@@ -2,7 +2,8 @@
 (the built-in `fetch`, no library) and `curl` each follow the queue's events over SSE, add a
 job with add-and-wait, a Python Worker completes it, and the caller gets its result while
 the SSE client sees the job's events. Also: the console script binds loopback by default
-and refuses bad input with exit 2 and one line; the broadcast stream filters by subject."""
+and refuses bad input with exit 2 and one line; the broadcast stream filters by subject;
+curl follows a job's output stream live and resumes it with `Last-Event-ID`."""
 
 from __future__ import annotations
 
@@ -155,6 +156,46 @@ async def test_curl_adds_waits_and_follows_events(
     assert "event: added" in text
     completed = text[text.index("event: completed") :].splitlines()[1]
     assert json.loads(completed.removeprefix("data: "))["job_id"]
+
+
+async def test_curl_follows_a_job_output_stream_live_and_resumes(
+    valkey_server: ValkeyAddress, prefix: str
+) -> None:
+    curl = _need("curl")
+    gate = asyncio.Event()
+
+    async def talk(job: Job[Any, Any]) -> str:
+        await job.stream("first")
+        await gate.wait()  # the second chunk only once curl showed the first
+        await job.stream({"second": 2})
+        return "ok"
+
+    async with Worker("talk", talk, connection=valkey_server.url, prefix=prefix, **FAST):
+        with running_proxy(valkey_server.url, "--prefix", prefix) as (base, _):
+            async with httpx.AsyncClient(base_url=base, timeout=60) as client:
+                r = await client.post("/queues/talk/jobs", json={"name": "t"}, headers=JSON)
+                path = f"{base}/queues/talk/jobs/{r.json()['job']['id']}/stream"
+            sse = await asyncio.create_subprocess_exec(curl, "-sN", path, stdout=subprocess.PIPE)
+            assert sse.stdout is not None
+            frames: list[str] = []
+            try:
+                await asyncio.wait_for(_read_until(sse.stdout, '"first"', frames), 30)
+                gate.set()
+                rest, _ = await asyncio.wait_for(sse.communicate(), 30)  # ends by itself
+            finally:
+                if sse.returncode is None:
+                    sse.terminate()
+                    await sse.wait()
+            text = "".join(frames) + rest.decode()
+            first_id = text[: text.index('data: "first"')].splitlines()[-2].removeprefix("id: ")
+            resumed = await asyncio.create_subprocess_exec(
+                curl, "-sN", "-H", f"Last-Event-ID: {first_id}", path, stdout=subprocess.PIPE
+            )
+            again, _ = await asyncio.wait_for(resumed.communicate(), 30)
+    assert sse.returncode == 0 and "event: chunk" in text
+    assert 'data: {"second":2}' in text and 'event: end\ndata: {"state":"completed"}' in text
+    assert '"first"' not in again.decode() and 'data: {"second":2}' in again.decode()
+    assert "event: end" in again.decode()
 
 
 async def test_broadcast_stream_delivers_only_matching_subjects(

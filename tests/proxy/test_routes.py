@@ -148,7 +148,17 @@ async def test_flows_tree_dag_read_and_revoke(http: httpx.AsyncClient) -> None:
     r = await http.get(f"/queues/fa/jobs/{root['id']}/tree")
     tree = r.json()
     assert tree["state"] == "waiting-children" and len(tree["children"]) == 2
+    assert tree["name"] == "bundle" and tree["exists"] is True
     assert sum(len(c["children"]) for c in tree["children"]) == 1
+    r = await http.get(f"/queues/fa/jobs/{root['id']}/tree", params={"view": "dag"})
+    dag = r.json()
+    assert dag["root"] == f"fa:{root['id']}" and dag["truncated"] is False
+    assert len(dag["nodes"]) == 4 and len(dag["edges"]) == 3
+    assert all(p in dag["nodes"] and c in dag["nodes"] for p, c in dag["edges"])
+    r = await http.get(f"/queues/fa/jobs/{root['id']}/tree", params={"view": "graph"})
+    assert r.status_code == 400 and r.json()["field"] == "view"
+    r = await http.get("/queues/fa/jobs/no-such-job/tree")
+    assert r.status_code == 404 and r.json()["error"] == "not_found"
     r = await post(http, f"/queues/fa/jobs/{root['id']}/tree/revoke")
     assert r.status_code == 200 and len(r.json()["revoked"]) == 4
     r = await http.get(f"/queues/fa/jobs/{root['id']}")
@@ -160,7 +170,15 @@ async def test_flows_tree_dag_read_and_revoke(http: httpx.AsyncClient) -> None:
     ]
     r = await post(http, "/flows/dag", {"nodes": nodes})
     assert r.status_code == 201 and set(r.json()) == {"fetch", "resize", "store"}
-    taken = {"name": "again", "queue_name": "fa", "opts": {"job_id": r.json()["fetch"]["id"]}}
+    store, fetch = r.json()["store"], r.json()["fetch"]
+    r = await http.get(f"/queues/fa/jobs/{store['id']}/tree", params={"view": "dag"})
+    dag = r.json()  # fetch is a child of store and of resize: one node, two edges
+    assert len(dag["nodes"]) == 3 and len(dag["edges"]) == 3
+    assert sum(c == f"fa:{fetch['id']}" for _, c in dag["edges"]) == 2
+    r = await http.get(f"/queues/fa/jobs/{store['id']}/tree")
+    tree = r.json()  # the tree lists the shared job under each parent
+    assert len(tree["children"]) == 2
+    taken = {"name": "again", "queue_name": "fa", "opts": {"job_id": fetch["id"]}}
     r = await post(http, "/flows", {"flow": taken})
     assert r.status_code == 409 and r.json()["error"] == "conflict"
     r = await post(
