@@ -182,6 +182,7 @@ class _Prepared:
     options: list[JobOptions]
     queues: list[str]
     body: list[str | bytes]
+    budget: dict[str, Any] | None = None
 
 
 class FlowProducer:
@@ -431,6 +432,7 @@ class FlowProducer:
                 root_opts = orjson.loads(p.body[3])
                 root_opts["budget"] = wired
                 p.body[3] = orjson.dumps(root_opts)
+                p.budget = wired
             jobs = await self._add(p, parent)
             return self._nodes(p, jobs)[id(flow)]
 
