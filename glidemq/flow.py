@@ -17,9 +17,11 @@ from dataclasses import dataclass, field
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Literal, Self, TypeAlias
 
+import orjson
 from glide import Batch, ClusterBatch, GlideClusterClient
 
 from . import otel
+from .budget import wire_budget
 from .connection import Client, ConnectionLike, close_client, resolve_connection
 from .context import QueueContext, now_ms
 from .errors import (
@@ -180,6 +182,7 @@ class _Prepared:
     options: list[JobOptions]
     queues: list[str]
     body: list[str | bytes]
+    budget: dict[str, Any] | None = None
 
 
 class FlowProducer:
@@ -405,16 +408,31 @@ class FlowProducer:
 
     # -- public API --------------------------------------------------------------------------
 
-    async def add(self, flow: FlowJob, *, parent: JobRef | None = None) -> JobNode:
+    async def add(
+        self,
+        flow: FlowJob,
+        *,
+        parent: JobRef | None = None,
+        budget: Mapping[str, Any] | None = None,
+    ) -> JobNode:
         """Add a flow (a tree, or a DAG through shared FlowJob objects) in one atomic call.
 
         With `parent`, an existing job that is not finished, the flow's root becomes one more
         child of it (a waiting parent then waits for it; a running one may call
         `move_to_waiting_children`). Raises DuplicateJobError when a custom job id exists,
         CycleError, CrossSlotError (cluster) or ValidationError; nothing is written then.
+
+        `budget={"max_total_tokens": N, "max_total_cost": X, "on_exceeded": "fail"|"pause"}`
+        caps the usage the flow's jobs report (docs/AI.md, "Budgets").
         """
+        wired = wire_budget(budget) if budget is not None else None
         with self._traced("add_flow", flow.queue_name) as tp:
             p = self._prepare([flow], traceparent=tp)
+            if wired is not None:
+                root_opts = orjson.loads(p.body[3])
+                root_opts["budget"] = wired
+                p.body[3] = orjson.dumps(root_opts)
+                p.budget = wired
             jobs = await self._add(p, parent)
             return self._nodes(p, jobs)[id(flow)]
 

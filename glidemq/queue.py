@@ -15,6 +15,7 @@ from glide import Batch, ClusterBatch, GlideClusterClient
 
 from . import backpressure, otel, scheduler
 from .admin import JobCounts, QueueAdmin
+from .budget import QueueBudget
 from .connection import Client, ConnectionLike, close_client, resolve_connection
 from .context import QueueContext, now_ms
 from .errors import (
@@ -89,7 +90,15 @@ def pack_bulk(now: int, jobs: Iterable[Sequence[str | bytes]]) -> list[str | byt
     return args
 
 
-class Queue(QueueAdmin[D, R], QueueLimits, QueueUsage, QueueStreams, QueueSuspend, Generic[D, R]):
+class Queue(
+    QueueAdmin[D, R],
+    QueueLimits,
+    QueueUsage,
+    QueueBudget,
+    QueueStreams,
+    QueueSuspend,
+    Generic[D, R],
+):
     """Add jobs to a queue and manage it.
 
     `Queue("emails", connection="valkey://localhost:6379")`; use it as `async with` or call

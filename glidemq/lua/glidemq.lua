@@ -777,6 +777,48 @@ local function addInto(into, t)
   for k, v in pairs(t) do into[k] = (into[k] or 0) + v end
 end
 
+-- Flow budgets (FlowProducer.add(budget=...), glidemq/budget.py): hash budget:{rootId} in the
+-- root's queue {maxTokens, maxCost (0: no cap), mode (fail|pause), tokens, cost, exceeded
+-- (the reason, once a total passed its cap)}; every job of the flow has field 'budget' naming
+-- it. Reports add to it; a job of the flow fetched after 'exceeded' is set fails with that
+-- reason (fail) or is parked as suspended until the budget is raised (pause, set 'held').
+
+-- Parses a budget {maxTotalTokens, maxTotalCost, onExceeded} (decoded JSON): the caps and the
+-- mode, or nil and the name of the bad field.
+local function budgetSpec(b)
+  if type(b) ~= 'table' then return nil, nil, nil, 'budget' end
+  local mt = b.maxTotalTokens == nil and 0 or int(b.maxTotalTokens, 0, MAX_INT)
+  if not mt then return nil, nil, nil, 'budget.max_total_tokens' end
+  local mc = b.maxTotalCost == nil and 0 or num(b.maxTotalCost, 0, MAX_COST)
+  if not mc then return nil, nil, nil, 'budget.max_total_cost' end
+  local mode = b.onExceeded or 'fail'
+  if mode ~= 'fail' and mode ~= 'pause' then return nil, nil, nil, 'budget.on_exceeded' end
+  return mt, mc, mode, nil
+end
+
+-- The reason a budget is exceeded, or false.
+local function budgetReason(tokens, cost, maxTokens, maxCost)
+  if maxTokens > 0 and tokens > maxTokens then
+    return 'budget exceeded: total tokens ' .. tokens .. ' > cap ' .. maxTokens
+  end
+  if maxCost > 0 and cost > maxCost then
+    return 'budget exceeded: total cost ' .. string.format('%.10g', cost) .. ' > cap '
+      .. string.format('%.10g', maxCost)
+  end
+  return false
+end
+
+-- Adds a report to the budget hash bk and marks it exceeded when a total passes its cap.
+local function chargeBudget(bk, tok, cost)
+  local tokens = redis.call('HINCRBY', bk, 'tokens', tok)
+  local total = tonumber(redis.call('HINCRBYFLOAT', bk, 'cost', cost))
+  local b = redis.call('HMGET', bk, 'maxTokens', 'maxCost', 'exceeded')
+  if not b[3] or b[3] == '' then
+    local reason = budgetReason(tokens, total, tonumber(b[1]) or 0, tonumber(b[2]) or 0)
+    if reason then redis.call('HSET', bk, 'exceeded', reason) end
+  end
+end
+
 -- Token limiter (Worker token_limiter): hash 'tpm' {start, used} is a fixed window of tokens
 -- reported by jobs of workers that have one; when a report fills it, meta field limitUntil
 -- (the queue-wide pause every fetch respects) is set to the window's end, so no job starts
@@ -820,7 +862,8 @@ redis.register_function('glidemq_reportUsage', function(keys, args)
   end
   local jobKey = keys[2]
   if redis.call('EXISTS', jobKey) == 0 then return 0 end
-  local old = redis.call('HGET', jobKey, 'usage')
+  local jh = redis.call('HMGET', jobKey, 'usage', 'budget')
+  local old = jh[1]
   local u
   if old then
     local ok, parsed = pcall(cjson.decode, old)
@@ -855,6 +898,7 @@ redis.register_function('glidemq_reportUsage', function(keys, args)
   redis.call('HINCRBY', bucket, 'mcalls|' .. model, 1)
   redis.call('HINCRBY', bucket, 'mtok|' .. model, tok)
   redis.call('HINCRBYFLOAT', bucket, 'mcost|' .. model, cost)
+  if jh[2] then chargeBudget(jh[2], tok, cost) end
   if tpmMax > 0 then
     local prefix = prefixOf(index, 'usage')
     local tpm = prefix .. 'tpm'
@@ -1535,13 +1579,37 @@ local function quarantine(prefix, stream, events, entryId, f, now)
   end
 end
 
+-- A fetched job of a budgeted flow (bk: its budget hash) whose budget is exceeded: fails with
+-- the budget's reason (its parents hear of it) or, in pause mode, is parked as suspended and
+-- listed in bk:held for glidemq_setFlowBudget. Returns whether it was.
+local function budgetStops(prefix, stream, events, entryId, jobId, jobKey, bk, now, emitEvents)
+  local b = redis.call('HMGET', bk, 'exceeded', 'mode')
+  if not b[1] or b[1] == '' then return false end
+  redis.call('XACK', stream, GROUP, entryId)
+  redis.call('XDEL', stream, entryId)
+  redis.call('HDEL', jobKey, 'sid')
+  if b[2] == 'pause' then
+    redis.call('ZADD', prefix .. 'suspended', '+inf', jobId)
+    redis.call('HSET', jobKey, 'state', 'suspended', 'suspendReason', b[1], 'suspendUntil', '')
+    redis.call('SADD', bk .. ':held', jobRef(prefix, jobId))
+    if emitEvents then emit(events, 'suspended', jobId, 'reason', b[1]) end
+  else
+    countMetric(prefix .. 'metrics:failed', now, 1)
+    redis.call('HSET', jobKey, 'state', 'failed', 'failedReason', b[1], 'finishedOn', now)
+    redis.call('ZADD', prefix .. 'failed', now, jobId)
+    emit(events, 'failed', jobId, 'failedReason', b[1])
+    flowNotify(prefix, jobKey, jobId, 'failed', b[1], now)
+  end
+  return true
+end
+
 -- moved: where the ids of quarantined entries are listed (or nil).
 local function activate(prefix, stream, entries, now, out, emitEvents, events, moved)
   for _, e in ipairs(entries) do
     local entryId, f = e[1], e[2]
     local jobId = entryJobId(f)
     local jobKey = jobId and (prefix .. 'job:' .. jobId)
-    local h = jobKey and redis.call('HMGET', jobKey, 'state', 'groupKey')
+    local h = jobKey and redis.call('HMGET', jobKey, 'state', 'groupKey', 'budget')
     local state = h and h[1]
     if f and not jobId then
       quarantine(prefix, stream, events, entryId, f, now)
@@ -1551,6 +1619,9 @@ local function activate(prefix, stream, entries, now, out, emitEvents, events, m
       -- Orphan entry (job removed, finished or parked): drop it so it is not redelivered.
       redis.call('XACK', stream, GROUP, entryId)
       redis.call('XDEL', stream, entryId)
+    elseif h[3] and budgetStops(prefix, stream, events, entryId, jobId, jobKey, h[3], now,
+        emitEvents) then
+      -- failed or parked by its flow's budget
     elseif h[2] and not admitGroupJob(prefix, stream, entryId, jobId, jobKey, h[2], now,
         emitEvents, events) then
       -- parked or dead-lettered by its group
@@ -2180,6 +2251,7 @@ local function writeFlowJob(j, now)
     f[#f + 1] = 'parentQueue'; f[#f + 1] = string.sub(j.pPrefix, 1, #j.pPrefix - 1)
   end
   if j.extra then f[#f + 1] = 'extraParents'; f[#f + 1] = j.extra end
+  if j.budget then f[#f + 1] = 'budget'; f[#f + 1] = j.budget end
   redis.call('HSET', j.prefix .. 'job:' .. j.id, unpack(f))
   if j.waits then redis.call('ZADD', j.prefix .. 'waiting-children', now, j.id) end
   if not string.find(j.opts, '"skipEvents":true', 1, true) then
@@ -2295,6 +2367,16 @@ redis.register_function('glidemq_addTree', function(keys, args)
     jobs[j] = job
   end
   if i ~= #args + 1 then return 'ERR:BAD_FLOW' end
+  -- a budget rides in the root's opts (FlowProducer.add(budget=...))
+  local budget
+  if n > 0 and string.find(jobs[1].opts, '"budget"', 1, true) then
+    local ok, o = pcall(cjson.decode, jobs[1].opts)
+    if ok and type(o) == 'table' and o.budget ~= nil then
+      local mt, mc, mode, bad = budgetSpec(o.budget)
+      if bad then return badCall('ERR:BAD_ARGS', 'glidemq_addTree', bad) end
+      budget = {mt, mc, mode}
+    end
+  end
   local aPrefix, aId, aKey
   if attach ~= '' then
     aPrefix, aId = splitRef(attach)
@@ -2311,6 +2393,13 @@ redis.register_function('glidemq_addTree', function(keys, args)
     reserved[job.prefix .. job.id] = true
   end
   local ids = {}
+  if budget then
+    local bk = jobs[1].prefix .. 'budget:' .. jobs[1].id
+    redis.call('DEL', bk, bk .. ':held')
+    redis.call('HSET', bk, 'maxTokens', budget[1], 'maxCost', budget[2], 'mode', budget[3],
+      'tokens', 0, 'cost', 0, 'exceeded', '')
+    for j = 1, n do jobs[j].budget = bk end
+  end
   for j = 1, n do
     local job = jobs[j]
     local first = jobs[job.parents[1] or 0]
@@ -2338,6 +2427,47 @@ redis.register_function('glidemq_addTree', function(keys, args)
   end
   if aPrefix then hold(aPrefix, aKey, aId) end
   return ids
+end)
+
+-- KEYS: a flow's budget hash (budget:{rootId} in the root's queue). ARGS: now, maxTokens,
+-- maxCost (0: no cap), mode (fail|pause). Sets the caps and mode; when the totals are within
+-- them (or the mode is fail) the jobs the budget parked go back to their queues. Returns how
+-- many went back, or -1 when the flow has no budget (nothing written).
+redis.register_function('glidemq_setFlowBudget', function(keys, args)
+  local fname = 'glidemq_setFlowBudget'
+  local err = shape(fname, keys, args, 1, 4, 4)
+  if err then return err end
+  local now = int(args[1], 0, MAX_TIME)
+  if not now then return badCall('ERR:BAD_TIMESTAMP', fname, 'now') end
+  local mt, mc, mode = int(args[2], 0, MAX_INT), num(args[3], 0, MAX_COST), args[4]
+  if not mt then return badCall('ERR:BAD_ARGS', fname, 'maxTokens') end
+  if not mc then return badCall('ERR:BAD_ARGS', fname, 'maxCost') end
+  if mode ~= 'fail' and mode ~= 'pause' then return badCall('ERR:BAD_ARGS', fname, 'mode') end
+  local bk = keys[1]
+  if string.find(bk, ':budget:', 1, true) == nil then
+    return badCall('ERR:BAD_KEYS', fname, 'not a budget key')
+  end
+  local b = redis.call('HMGET', bk, 'tokens', 'cost')
+  if not b[1] then return -1 end
+  local reason = budgetReason(tonumber(b[1]) or 0, tonumber(b[2]) or 0, mt, mc)
+  redis.call('HSET', bk, 'maxTokens', mt, 'maxCost', mc, 'mode', mode, 'exceeded', reason or '')
+  if reason and mode == 'pause' then return 0 end
+  local n = 0
+  for _, ref in ipairs(redis.call('SMEMBERS', bk .. ':held')) do
+    local p, id = splitRef(ref)
+    if p then
+      local jobKey = p .. 'job:' .. id
+      local h = redis.call('HMGET', jobKey, 'state', 'priority')
+      if h[1] == 'suspended' then
+        redis.call('ZREM', p .. 'suspended', id)
+        redis.call('HSET', jobKey, 'suspendReason', '')
+        requeue(p, jobKey, id, tonumber(h[2]) or 0, now, now)
+        n = n + 1
+      end
+    end
+  end
+  redis.call('DEL', bk .. ':held')
+  return n
 end)
 
 -- KEYS: id, stream, scheduled, events of the parent's queue, then the same four per child.

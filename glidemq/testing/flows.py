@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..flowview import Flow, NodeRecord, build_flow
 from ..types import JobOptions
+from .budgets import MemoryBudget
 from .records import FINISHED, JobRecord
 
 if TYPE_CHECKING:
@@ -183,6 +184,7 @@ def add_tree(
     parents: Sequence[Sequence[int]],
     attach: tuple[QueueStore, str] | None,
     now: int,
+    budget: dict[str, Any] | None = None,
 ) -> list[str] | tuple[str, int] | str:
     """Write a checked flow (parents before children, as `plan_flow` orders it): the ids,
     ('duplicate', index) when a custom id is taken, or 'ERR:PARENT_NOT_FOUND' /
@@ -206,6 +208,12 @@ def add_tree(
         reserved.add((id(store), job_id))
         ids.append(job_id)
     waits = {p for ps in parents for p in ps}
+    shared = None
+    if budget is not None:
+        shared = MemoryBudget(
+            budget["maxTotalTokens"], budget["maxTotalCost"], budget["onExceeded"]
+        )
+        stores[0].budgets[ids[0]] = shared
     for i, store in enumerate(stores):
         opts, wire = options[i], options[i].to_wire()
         rec = JobRecord(
@@ -217,6 +225,7 @@ def add_tree(
         if not rec.parents and attach is not None:
             rec.parents = [(attach[0].name, attach[1])]
         rec.parent_id = rec.parents[0][1] if rec.parents else None
+        rec.budget = shared
         store.jobs[rec.id] = rec
         if i in waits:
             rec.state = "waiting-children"

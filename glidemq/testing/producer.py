@@ -92,7 +92,7 @@ class TestFlowProducer(FlowProducer):
         now = stores[0].clock.now_ms()
         datas = [encode_data(node.data, compress=self.compression) for node in p.order]
         reply = flows.add_tree(
-            stores, [n.name for n in p.order], datas, p.options, p.parents, attach, now
+            stores, [n.name for n in p.order], datas, p.options, p.parents, attach, now, p.budget
         )
         if isinstance(reply, tuple):
             i = reply[1]

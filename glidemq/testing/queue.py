@@ -11,6 +11,7 @@ from types import TracebackType
 from typing import Any, Generic, Self, TypeVar
 
 from ..admin import JOB_STATES
+from ..budget import FlowBudget, check_budget
 from ..errors import (
     GlideMQError,
     JobFailedError,
@@ -33,7 +34,7 @@ from ..streams import StreamChunk
 from ..suspend import encode_signal
 from ..types import JobOptions, bulk_item
 from ..usage import FlowUsage, UsageSummary
-from . import bulk, flows, limits, streams, suspend, usage
+from . import budgets, bulk, flows, limits, streams, suspend, usage
 from .bulk import redis_range
 from .job import TestJob, check_reply
 from .schedulers import SchedulerMethods
@@ -417,6 +418,32 @@ class TestQueue(SchedulerMethods, Generic[D, R]):
     async def get_flow_usage(self, parent_id: str) -> FlowUsage:
         """Usage summed over the flow tree under job `parent_id` of this queue."""
         return usage.flow_usage(await self._ready(), parent_id)
+
+    async def get_flow_budget(self, root_id: str) -> FlowBudget | None:
+        """The budget of the flow rooted at job `root_id` (see `glidemq.Queue`)."""
+        b = (await self._ready()).budgets.get(root_id)
+        return None if b is None else b.view()
+
+    async def set_flow_budget(
+        self,
+        root_id: str,
+        *,
+        max_total_tokens: int | None = None,
+        max_total_cost: float | None = None,
+        on_exceeded: str = "fail",
+    ) -> int:
+        """Replace a flow's budget; parked jobs go back when it fits (see `glidemq.Queue`)."""
+        raw: dict[str, Any] = {"on_exceeded": on_exceeded}
+        if max_total_tokens is not None:
+            raw["max_total_tokens"] = max_total_tokens
+        if max_total_cost is not None:
+            raw["max_total_cost"] = max_total_cost
+        tokens, cost, mode = check_budget(raw)
+        store = await self._ready()
+        b = store.budgets.get(root_id)
+        if b is None:
+            raise JobNotFoundError(self.name, root_id)
+        return budgets.release(store, b, tokens, cost, mode, store.clock.now_ms())
 
     async def signal(self, job_id: str, name: str, data: Any = None) -> str:
         """Wake suspended job `job_id` with a signal (see `glidemq.Queue.signal`)."""

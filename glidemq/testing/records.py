@@ -78,6 +78,7 @@ class JobRecord:
     usage: Usage | None = None  # summed model usage (glidemq/usage.py)
     signals: list[Signal] = field(default_factory=list)  # glidemq/suspend.py
     suspend_reason: str = ""
+    budget: Any = None  # the flow's MemoryBudget (glidemq/testing/budgets.py)
 
     @property
     def ordering(self) -> bool:

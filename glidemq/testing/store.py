@@ -19,7 +19,7 @@ from ..keys import DEFAULT_PREFIX
 from ..limits import RateLimit
 from ..serialize import EVENT_VALUE_MAX_BYTES
 from ..types import JobOptions
-from . import flows, groups
+from . import budgets, flows, groups
 from .clock import Clock
 from .records import FINISHED, SHIFT, Event, JobRecord, Owner, ZSet
 from .window import RateWindow
@@ -75,6 +75,7 @@ class QueueStore:
         self.metrics: dict[str, dict[int, int]] = {"completed": {}, "failed": {}}
         self.usage_buckets: dict[int, dict[str, float]] = {}  # epoch minute -> bucket fields
         self.job_streams: dict[str, list[tuple[str, bytes]]] = {}  # job id -> chunks
+        self.budgets: dict[str, Any] = {}  # root job id -> MemoryBudget of its flow
         self.suspended: dict[str, float] = {}  # job id -> deadline (ms; inf: none)
         self.token_window: tuple[int, int] = (0, 0)  # token limiter: start, used
         self.watched: dict[str, int] = {}
@@ -317,6 +318,9 @@ class QueueStore:
             job_id = self.waiting.pop(entry)
             rec = self.jobs.get(job_id)
             if rec is None or rec.state != "waiting":
+                continue
+            if rec.budget is not None and rec.budget.exceeded:
+                budgets.stop(self, rec, now, emit)
                 continue
             if rec.group_key is not None and not groups.admit(self, rec, entry, now, emit):
                 continue  # parked by its group (or dead-lettered)

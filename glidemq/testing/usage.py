@@ -22,6 +22,7 @@ from ..usage import (
     sum_usages,
     totals_from_fields,
 )
+from . import budgets
 from .store import QueueStore
 
 __all__ = ["flow_usage", "report", "summary"]
@@ -46,6 +47,8 @@ def report(
     minute = store.clock.now_ms() // 60_000
     bucket = store.usage_buckets.setdefault(minute, {})
     bucket_add(bucket, model or (rec.usage.model or ""), tokens, costs)
+    if rec.budget is not None:
+        budgets.charge(rec.budget, int(_total(tokens)), float(_total(costs)))
     if limiter is not None:
         _charge(store, limiter, int(_total(tokens)), store.clock.now_ms())
     return rec.usage

@@ -353,6 +353,13 @@ def build_cases(r: Any, p: str) -> list[Case]:
         ),
         Case("glidemq_expireSuspended", k("suspended", "events"), [now, "10"], {0: TS, 1: ARGS}),
         Case(
+            "glidemq_setFlowBudget",
+            k(f"budget:{a}"),
+            [now, "10", "0.5", "fail"],
+            {0: TS, 1: ARGS, 3: ARGS},
+            wrong_keys=[[], [f"{p}:budget:{a}", f"{p}:extra"], [f"{p}:stream"]],
+        ),
+        Case(
             "glidemq_usageSummary",
             k("usage"),
             ["0", str(int(now) // 60000)],
@@ -420,6 +427,30 @@ async def test_valid_calls_of_the_table_do_write(queue: Queue[Any, Any], raw: An
         got = answer(raw, case, case.keys, case.args)
         assert not got.startswith("ERR"), (name, got)
         assert snapshot(raw, p) != before, name
+
+
+@pytest.mark.parametrize(
+    ("budget", "field"),
+    [
+        ('{"maxTotalTokens":-1}', "budget.max_total_tokens"),
+        ('{"maxTotalTokens":1.5}', "budget.max_total_tokens"),
+        ('{"maxTotalCost":"x"}', "budget.max_total_cost"),
+        ('{"maxTotalTokens":5,"onExceeded":"stop"}', "budget.on_exceeded"),
+        ("7", "budget"),
+    ],
+)
+async def test_add_tree_refuses_a_bad_budget_and_writes_nothing(
+    queue: Queue[Any, Any], raw: Any, budget: str, field: str
+) -> None:
+    p = f"glide:{{{queue.name}}}"
+    now = str(int(time.time() * 1000))
+    opts = '{"budget":' + budget + "}"
+    args = [now, "1", "", "1", "n", "1", opts, "0", "0", "1", "0", "", "0"]
+    before = snapshot(raw, p)
+    with pytest.raises(valkey.exceptions.ResponseError) as info:
+        raw.fcall("glidemq_addTree", 1, f"{p}:id", *args)
+    assert str(info.value) == f"ERR:BAD_ARGS glidemq_addTree: {field}"
+    assert snapshot(raw, p) == before
 
 
 @pytest.mark.parametrize("size", [1_048_577, 5_000_000])
