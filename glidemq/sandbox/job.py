@@ -309,6 +309,20 @@ class SandboxJob(Job[D, R]):
         """Failure reasons of children failed with `ignore_dependency_on_failure`."""
         return dict(await self._call("get_ignored_children_failures") or {})
 
+    async def get_children_failures(self) -> dict[str, str]:
+        """Failure reasons recorded for this job's children (not available in a sandbox yet:
+        the parent refuses it, see docs/SANDBOX.md)."""
+        return dict(await self._call("get_children_failures") or {})
+
+    async def get_dependencies(self, *, processed: bool = True, unprocessed: bool = True) -> Any:
+        """This job's children (not available in a sandbox yet: the parent refuses it)."""
+        return await self._call("get_dependencies", processed, unprocessed)
+
+    async def get_parents(self) -> list[tuple[str, str]]:
+        """(queue, id) of every flow parent (not available in a sandbox yet: the parent
+        refuses it)."""
+        return [(str(q), str(i)) for q, i in await self._call("get_parents") or []]
+
     async def move_to_waiting_children(self) -> None:
         """Stop running until this job's pending children finished; returns when none is
         pending, otherwise raises WaitingChildrenError, which the processor should let

@@ -473,8 +473,15 @@ class TestQueue(SchedulerMethods, Generic[D, R]):
         self, job_id: str, *, last_id: str | None = None, block_ms: int = 1000
     ) -> AsyncIterator[Any]:
         """Follow job `job_id`'s stream until the job finished and every chunk was read."""
-        async for data in streams.follow(await self._ready(), job_id, last_id, block_ms):
-            yield data
+        async for chunk in streams.follow(await self._ready(), job_id, last_id, block_ms):
+            yield chunk.data
+
+    async def follow_stream(
+        self, job_id: str, *, last_id: str | None = None, block_ms: int = 1000
+    ) -> AsyncIterator[StreamChunk]:
+        """As `stream_job`, but yields each `StreamChunk` (its id too, to resume after)."""
+        async for chunk in streams.follow(await self._ready(), job_id, last_id, block_ms):
+            yield chunk
 
     async def get_metrics(self, kind: str = "completed", *, minutes: int = 60) -> Metrics:
         """Jobs completed (or failed for good) per minute over the last `minutes` (<= 1440)."""

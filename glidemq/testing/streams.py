@@ -61,7 +61,7 @@ async def read(
 async def follow(
     store: QueueStore, job_id: str, last_id: str | None, block_ms: int
 ) -> AsyncIterator[Any]:
-    """The chunks' data until the job finished (or is gone) and every chunk was read."""
+    """The chunks until the job finished (or is gone) and every chunk was read."""
     last = check_read(last_id, block_ms)
     if block_ms < 1:
         raise ValidationError("block_ms", "must be >= 1: the state is checked between waits")
@@ -69,12 +69,12 @@ async def follow(
         chunks = _after(store, job_id, last)
         for chunk in chunks:
             last = chunk.id
-            yield chunk.data
+            yield chunk
         if chunks:
             continue
         rec = store.jobs.get(job_id)
         if rec is None or rec.state in ("completed", "failed"):
             for chunk in _after(store, job_id, last):
-                yield chunk.data
+                yield chunk
             return
         await store.changed(block_ms / 1000)
