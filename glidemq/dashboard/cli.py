@@ -13,7 +13,7 @@ from ..connection import resolve_connection
 from ..errors import ValidationError
 from ..keys import validate_prefix
 from ..web.auth import BasicAuth
-from ..web.serve import port_problem, reachable
+from ..web.serve import port_problem, serve
 
 __all__ = ["build_parser", "main"]
 
@@ -104,8 +104,6 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"{prog}: error: {problem}", file=sys.stderr)
         return USAGE
 
-    import uvicorn
-
     from .app import create_app
 
     try:
@@ -120,27 +118,19 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ValidationError as exc:
         print(f"{prog}: error: {exc}", file=sys.stderr)
         return USAGE
-    host = f"[{args.bind}]" if ":" in args.bind else args.bind
     mode = " (read-only)" if args.read_only else ""
-    print(f"glidemq dashboard on http://{host}:{args.port}/ for {conn.url}{mode}", flush=True)
-    if args.bind not in ("127.0.0.1", "localhost", "::1") and basic is None:
-        print(
-            f"{prog}: warning: listening on {args.bind} without --basic-auth-file",
-            file=sys.stderr,
-            flush=True,
-        )
-    if not reachable(conn.addresses):
-        print(
-            f"{prog}: warning: cannot reach Valkey at {conn.url} now; pages answer 503 "
-            "until it is up",
-            file=sys.stderr,
-            flush=True,
-        )
-    config = uvicorn.Config(app, host=args.bind, port=args.port, log_level="warning", lifespan="on")
-    try:
-        uvicorn.Server(config).run()
-    except KeyboardInterrupt:
-        return OK
+    serve(
+        app,
+        prog=prog,
+        banner="glidemq dashboard",
+        bind=args.bind,
+        port=args.port,
+        addresses=conn.addresses,
+        url=conn.url,
+        mode=mode,
+        with_auth=basic is not None,
+        when_down="pages",
+    )
     return OK
 
 

@@ -12,7 +12,7 @@ from ..argtypes import port
 from ..connection import has_password, resolve_connection
 from ..errors import ValidationError
 from ..keys import validate_prefix, validate_queue_name
-from ..web.serve import port_problem, reachable
+from ..web.serve import port_problem, serve
 
 __all__ = ["build_parser", "main"]
 
@@ -120,8 +120,6 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"{PROG}: error: {problem}", file=sys.stderr)
         return USAGE
 
-    import uvicorn
-
     from .app import create_app
 
     app = create_app(
@@ -134,26 +132,17 @@ def main(argv: Sequence[str] | None = None) -> int:
             file=sys.stderr,
             flush=True,
         )
-    host = f"[{args.bind}]" if ":" in args.bind else args.bind
-    print(f"glidemq proxy on http://{host}:{args.port}/ for {conn.url}", flush=True)
-    if args.bind not in ("127.0.0.1", "localhost", "::1") and basic is None:
-        print(
-            f"{PROG}: warning: listening on {args.bind} without --basic-auth-file",
-            file=sys.stderr,
-            flush=True,
-        )
-    if not reachable(conn.addresses):
-        print(
-            f"{PROG}: warning: cannot reach Valkey at {conn.url} now; requests answer 503 "
-            "until it is up",
-            file=sys.stderr,
-            flush=True,
-        )
-    config = uvicorn.Config(app, host=args.bind, port=args.port, log_level="warning", lifespan="on")
-    try:
-        uvicorn.Server(config).run()
-    except KeyboardInterrupt:
-        return OK
+    serve(
+        app,
+        prog=PROG,
+        banner="glidemq proxy",
+        bind=args.bind,
+        port=args.port,
+        addresses=conn.addresses,
+        url=conn.url,
+        with_auth=basic is not None,
+        when_down="requests",
+    )
     return OK
 
 

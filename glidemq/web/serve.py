@@ -4,10 +4,13 @@ need no web extra."""
 
 from __future__ import annotations
 
+import contextlib
 import socket
+import sys
 from collections.abc import Sequence
+from typing import Any
 
-__all__ = ["port_problem", "reachable"]
+__all__ = ["port_problem", "reachable", "serve"]
 
 
 def port_problem(host: str, number: int) -> str | None:
@@ -31,3 +34,37 @@ def reachable(addresses: Sequence[tuple[str, int]], timeout: float = 2.0) -> boo
         except OSError:
             continue
     return False
+
+
+def serve(
+    app: Any,
+    *,
+    prog: str,
+    banner: str,
+    bind: str,
+    port: int,
+    addresses: Sequence[tuple[str, int]],
+    url: str,
+    with_auth: bool,
+    when_down: str,
+    mode: str = "",
+) -> None:
+    """Print `banner` with the address served (and `mode`), warn about a non-loopback bind
+    without auth and an unreachable Valkey (`when_down` says what answers 503), then run
+    `app` under uvicorn until Ctrl-C or SIGTERM."""
+    import uvicorn
+
+    host = f"[{bind}]" if ":" in bind else bind
+    print(f"{banner} on http://{host}:{port}/ for {url}{mode}", flush=True)
+    if bind not in ("127.0.0.1", "localhost", "::1") and not with_auth:
+        _warn(f"{prog}: warning: listening on {bind} without --basic-auth-file")
+    if not reachable(addresses):
+        later = f"{when_down} answer 503 until it is up"
+        _warn(f"{prog}: warning: cannot reach Valkey at {url} now; {later}")
+    config = uvicorn.Config(app, host=bind, port=port, log_level="warning", lifespan="on")
+    with contextlib.suppress(KeyboardInterrupt):
+        uvicorn.Server(config).run()
+
+
+def _warn(line: str) -> None:
+    print(line, file=sys.stderr, flush=True)
