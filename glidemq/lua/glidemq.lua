@@ -829,6 +829,7 @@ end
 -- pairs (kind, amount). Adds the report to the job's usage, to the bucket of the minute and to
 -- the token window. Returns the job's usage (JSON) after it, or 0 when the job is gone
 -- (nothing written).
+-- @wire glidemq_reportUsage keys=2 args=8..
 redis.register_function('glidemq_reportUsage', function(keys, args)
   local fname = 'glidemq_reportUsage'
   local err = shape(fname, keys, args, 2, 8)
@@ -920,6 +921,7 @@ end)
 
 -- KEYS: usage (the bucket index). ARGS: fromMinute, toMinute (epoch minutes, inclusive).
 -- Returns the buckets of those minutes summed, as a flat list of field, value (strings).
+-- @wire glidemq_usageSummary keys=1 args=2
 redis.register_function{function_name = 'glidemq_usageSummary', callback = function(keys, args)
   local fname = 'glidemq_usageSummary'
   local err = shape(fname, keys, args, 1, 2, 2)
@@ -952,6 +954,7 @@ local MAX_CHUNK = 1048576
 
 -- KEYS: the job hash, its stream. ARGS: maxLen, ttlMs, then one or more chunks. Returns the
 -- entry id of the last chunk, or 0 when the job is gone (nothing written).
+-- @wire glidemq_streamChunk keys=2 args=3..
 redis.register_function('glidemq_streamChunk', function(keys, args)
   local fname = 'glidemq_streamChunk'
   local err = shape(fname, keys, args, 2, 3)
@@ -979,6 +982,7 @@ end)
 -- emitEvents. Ends the current run of a job this worker holds without counting an attempt
 -- (a concurrency slot is given back; an ordering key stays with the job). Returns
 -- 'suspended', 'stale' (the worker no longer owns it) or 'missing'.
+-- @wire glidemq_suspend keys=3 args=6
 redis.register_function('glidemq_suspend', function(keys, args)
   local fname = 'glidemq_suspend'
   local err = shape(fname, keys, args, 3, 6, 6)
@@ -1011,6 +1015,7 @@ end)
 -- KEYS: stream, suspended, events. ARGS: now, jobId, name, data (JSON), emitEvents.
 -- Re-queues a suspended job with the signal appended to its 'signals'. Returns the job's new
 -- state, 0 when it does not exist, or 'ERR:STATE' when it is not suspended (nothing written).
+-- @wire glidemq_signal keys=3 args=5
 redis.register_function('glidemq_signal', function(keys, args)
   local fname = 'glidemq_signal'
   local err = shape(fname, keys, args, 3, 5, 5)
@@ -1038,6 +1043,7 @@ end)
 -- KEYS: suspended, events. ARGS: now, limit. Fails suspended jobs whose deadline passed
 -- (failedReason 'suspension timed out: <reason>'); they are kept in the failed set. Returns
 -- how many failed.
+-- @wire glidemq_expireSuspended keys=2 args=2
 redis.register_function('glidemq_expireSuspended', function(keys, args)
   local fname = 'glidemq_expireSuspended'
   local err = shape(fname, keys, args, 2, 2, 2)
@@ -1068,6 +1074,7 @@ end)
 ---------------------------------------------------------------------------------------------
 -- version
 
+-- @wire glidemq_version keys=0..1 args=0
 redis.register_function{function_name = 'glidemq_version', callback = function(keys, args)
   if #keys > 1 then return badCall('ERR:BAD_KEYS', 'glidemq_version', 'takes at most 1 key') end
   if #args > 0 then return badCall('ERR:BAD_ARGS', 'glidemq_version', 'takes no arguments') end
@@ -1076,6 +1083,7 @@ end, flags = {'no-writes'}}
 
 -- The mark of this project's library (from version 11): its clients replace an older version of
 -- it, but never another project's library that is also named glidemq, nor run on one.
+-- @wire glidemq_library keys=0..1 args=0
 redis.register_function{function_name = 'glidemq_library', callback = function(keys, args)
   if #keys > 1 then return badCall('ERR:BAD_KEYS', 'glidemq_library', 'takes at most 1 key') end
   if #args > 0 then return badCall('ERR:BAD_ARGS', 'glidemq_library', 'takes no arguments') end
@@ -1183,6 +1191,7 @@ local function addJobCore(idKey, events, a, o, v)
 end
 
 -- KEYS: id, stream, scheduled, events. ARGS: the 17 documented addJob arguments.
+-- @wire glidemq_addJob keys=4 args=17..18
 redis.register_function('glidemq_addJob', function(keys, args)
   local err = shape('glidemq_addJob', keys, args, 4, 17, 18)
   if err then return err end
@@ -1215,6 +1224,7 @@ local function bulkRun(args, i, now, a)
   return i + (ext and 17 or 9)
 end
 
+-- @wire glidemq_addBulk keys=4 args=1..
 redis.register_function('glidemq_addBulk', function(keys, args)
   local err = shape('glidemq_addBulk', keys, args, 4, 1)
   if err then return err end
@@ -1267,6 +1277,7 @@ redis.register_function('glidemq_addBulk', function(keys, args)
 end)
 
 -- KEYS: dedup, id, stream, scheduled, events. ARGS: dedupId, ttlMs, mode, then the 17 addJob args.
+-- @wire glidemq_dedup keys=5 args=20..21
 redis.register_function('glidemq_dedup', function(keys, args)
   local err = shape('glidemq_dedup', keys, args, 5, 20, 21)
   if err then return err end
@@ -1325,6 +1336,7 @@ end)
 -- jobs, then prioritized jobs only while the stream holds nothing undelivered, so priority
 -- order is kept among waiting jobs. Returns {moved, nextDueMs or -1} (the earliest due time of
 -- a delayed or rate-limited job).
+-- @wire glidemq_promote keys=3 args=2..3
 redis.register_function('glidemq_promote', function(keys, args)
   local scheduled = keys[1]
   local prefix = prefixOf(scheduled, 'scheduled')
@@ -1359,6 +1371,7 @@ redis.register_function('glidemq_promote', function(keys, args)
 end)
 
 -- KEYS: scheduled. ARGS: now. Returns {next due time of a delayed job or -1, count in bands >= 1}.
+-- @wire glidemq_nextDue keys=1 args=0..1
 redis.register_function{function_name = 'glidemq_nextDue', callback = function(keys, args)
   local err = shape('glidemq_nextDue', keys, args, 1, 0, 1)
   if err then return err end
@@ -1730,6 +1743,7 @@ local function limiterOk(max, duration)
   return (max == nil or int(max, 0, MAX_INT)) and (duration == nil or int(duration, 0, MAX_INT))
 end
 
+-- @wire glidemq_completeAndFetchNext keys=5 args=5..
 redis.register_function('glidemq_completeAndFetchNext', function(keys, args)
   local err = shape('glidemq_completeAndFetchNext', keys, args, 5, 5)
   if err then return err end
@@ -1767,6 +1781,7 @@ end)
 
 -- KEYS: stream, completed, events, scheduled, meta. ARGS: same as completeAndFetchNext with
 -- fetchCount 0. Kept as its own name for the documented function list.
+-- @wire glidemq_complete keys=5 args=10
 redis.register_function('glidemq_complete', function(keys, args)
   local err = shape('glidemq_complete', keys, args, 5, 10, 10)
   if err then return err end
@@ -1785,6 +1800,7 @@ end)
 -- KEYS: stream, completed, events, scheduled, meta. ARGS: now, emitEvents, limiterMax,
 -- limiterDuration ('0' '0' without a limiter), then entryId/jobId pairs read by a blocking
 -- XREADGROUP. Returns the fetched triples.
+-- @wire glidemq_moveToActive keys=5 args=4..
 redis.register_function('glidemq_moveToActive', function(keys, args)
   local err = shape('glidemq_moveToActive', keys, args, 5, 4)
   if err then return err end
@@ -1878,6 +1894,7 @@ end
 -- ARGS: now, emitEvents, jobId, entryId, reason, retryDelay (-1: do not retry), keepCount,
 --       keepAge, deadLetter ('1' to park final failures in the dead-letter set), stacktrace.
 -- Returns 'retry', 'failed' or 'stale'.
+-- @wire glidemq_fail keys=5 args=9..10
 redis.register_function('glidemq_fail', function(keys, args)
   local err = shape('glidemq_fail', keys, args, 5, 9, 10)
   if err then return err end
@@ -1968,6 +1985,7 @@ end
 -- dead consumer, e.g. a killed glidemq-run process), takes only what owner holds, at once
 -- (minIdleMs and cursor unused), then removes owner; call again until the cursor is '0-0'.
 -- Returns {nextCursor, requeued, failed}.
+-- @wire glidemq_reclaimStalled keys=5 args=7..11
 redis.register_function('glidemq_reclaimStalled', function(keys, args)
   local err = shape('glidemq_reclaimStalled', keys, args, 5, 7, 11)
   if err then return err end
@@ -2036,6 +2054,7 @@ end)
 -- the consumer still holds. Hands unfinished jobs straight back to the stream (a clean
 -- shutdown) and removes the consumer when it holds nothing more; an at-most-once job that
 -- was running is dead-lettered instead ('interrupted'). Returns the count handed back.
+-- @wire glidemq_deferActive keys=2 args=1..
 redis.register_function('glidemq_deferActive', function(keys, args)
   local err = shape('glidemq_deferActive', keys, args, 2, 1)
   if err then return err end
@@ -2100,6 +2119,7 @@ end)
 -- KEYS: stream. ARGS: consumer, then entryId/jobId pairs of the jobs the worker is running.
 -- Resets their idle time so they are not reclaimed as stalled. Returns {lost, revoked}: jobs
 -- the worker no longer owns and jobs revoked while running.
+-- @wire glidemq_heartbeat keys=1 args=1..
 redis.register_function('glidemq_heartbeat', function(keys, args)
   local err = shape('glidemq_heartbeat', keys, args, 1, 1)
   if err then return err end
@@ -2140,6 +2160,7 @@ end)
 -- KEYS: stream, scheduled, events. ARGS: now, jobId, entryId, runAt (ms), emitEvents, step
 -- (optional). Moves a running job back to delayed (step jobs, DelayedError) without counting
 -- an attempt.
+-- @wire glidemq_moveActiveToDelayed keys=3 args=5..6
 redis.register_function('glidemq_moveActiveToDelayed', function(keys, args)
   local err = shape('glidemq_moveActiveToDelayed', keys, args, 3, 5, 6)
   if err then return err end
@@ -2170,6 +2191,7 @@ end)
 -- Worker.rate_limit: no worker of the queue starts a job for delayMs. With a job (a processor
 -- raised RateLimitError), that running job goes back to the stream without counting an
 -- attempt. Returns 'ok', or for the job 'stale' (no longer this worker's) or 'missing'.
+-- @wire glidemq_rateLimit keys=3 args=2..4
 redis.register_function('glidemq_rateLimit', function(keys, args)
   local err = shape('glidemq_rateLimit', keys, args, 3, 2, 4)
   if err then return err end
@@ -2337,6 +2359,7 @@ end
 -- The compact form glidemq's FlowProducer uses for every flow, tree and DAG: one call, all or
 -- nothing. Returns the job ids in order; {'duplicate', index} when a custom id is taken; or an
 -- 'ERR:...' string. Nothing but id counters is written unless it succeeds.
+-- @wire glidemq_addTree keys=1.. args=3..
 redis.register_function('glidemq_addTree', function(keys, args)
   local err = shape('glidemq_addTree', keys, args, nil, 3)
   if err then return err end
@@ -2433,6 +2456,7 @@ end)
 -- maxCost (0: no cap), mode (fail|pause). Sets the caps and mode; when the totals are within
 -- them (or the mode is fail) the jobs the budget parked go back to their queues. Returns how
 -- many went back, or -1 when the flow has no budget (nothing written).
+-- @wire glidemq_setFlowBudget keys=1 args=4
 redis.register_function('glidemq_setFlowBudget', function(keys, args)
   local fname = 'glidemq_setFlowBudget'
   local err = shape(fname, keys, args, 1, 4, 4)
@@ -2477,6 +2501,7 @@ end)
 --       the parent waits for too.
 -- The glide-mq wire form. Returns JSON [parentId, childId, ...] or ["duplicate"], or an
 -- 'ERR:...' string; nothing but id counters is written unless it succeeds.
+-- @wire glidemq_addFlow keys=1.. args=9..
 redis.register_function('glidemq_addFlow', function(keys, args)
   local err = shape('glidemq_addFlow', keys, args, nil, 9)
   if err then return err end
@@ -2558,6 +2583,7 @@ end)
 -- dependency added later). Returns 'ok'; 'exists' (already a dependency); 'completed' (the
 -- child had finished: its value is recorded, nothing to wait for); or ERR:CHILD_NOT_FOUND,
 -- ERR:PARENT_NOT_FOUND, ERR:PARENT_STATE, ERR:CHILD_FAILED, ERR:CYCLE, ERR:TOO_LARGE.
+-- @wire glidemq_registerParent keys=2 args=2
 redis.register_function('glidemq_registerParent', function(keys, args)
   local err = shape('glidemq_registerParent', keys, args, 2, 2, 2)
   if err then return err end
@@ -2598,6 +2624,7 @@ end)
 -- again when the last one finishes. Returns {status, detail}: 'waiting-children'; 'continue'
 -- when nothing is pending (the job stays active); 'failed' with the reason when a child's
 -- failure fails this job; 'stale' (the worker no longer owns it) or 'missing'.
+-- @wire glidemq_moveToWaitingChildren keys=3 args=3
 redis.register_function('glidemq_moveToWaitingChildren', function(keys, args)
   local err = shape('glidemq_moveToWaitingChildren', keys, args, 3, 3, 3)
   if err then return err end
@@ -2628,6 +2655,7 @@ end)
 -- queue control
 
 -- KEYS: meta, events.
+-- @wire glidemq_pause keys=2 args=0
 redis.register_function('glidemq_pause', function(keys, args)
   local err = shape('glidemq_pause', keys, args, 2, 0, 0)
   if err then return err end
@@ -2636,6 +2664,7 @@ redis.register_function('glidemq_pause', function(keys, args)
   return 1
 end)
 
+-- @wire glidemq_resume keys=2 args=0
 redis.register_function('glidemq_resume', function(keys, args)
   local err = shape('glidemq_resume', keys, args, 2, 0, 0)
   if err then return err end
@@ -2663,6 +2692,7 @@ local function unlinkWaiting(prefix, stream, scheduled, jobId, state, sid)
 end
 
 -- ARGS: jobId. Returns 1 removed, 0 not found, 'ERR:ACTIVE' when a worker is running it.
+-- @wire glidemq_removeJob keys=3 args=1
 redis.register_function('glidemq_removeJob', function(keys, args)
   local err = shape('glidemq_removeJob', keys, args, 3, 1, 1)
   if err then return err end
@@ -2691,6 +2721,7 @@ end)
 
 -- ARGS: jobId, now. A job not yet running is failed at once with reason 'revoked'; a running
 -- job is flagged and its worker aborts it. Returns 'revoked', 'flagged', 0 or 'ERR:FINISHED'.
+-- @wire glidemq_revoke keys=3 args=2
 redis.register_function('glidemq_revoke', function(keys, args)
   local err = shape('glidemq_revoke', keys, args, 3, 2, 2)
   if err then return err end
@@ -2720,6 +2751,7 @@ redis.register_function('glidemq_revoke', function(keys, args)
 end)
 
 -- ARGS: jobId, priority, now. Returns the new state or 'ERR:STATE' / 0.
+-- @wire glidemq_changePriority keys=3 args=3
 redis.register_function('glidemq_changePriority', function(keys, args)
   local err = shape('glidemq_changePriority', keys, args, 3, 3, 3)
   if err then return err end
@@ -2752,6 +2784,7 @@ redis.register_function('glidemq_changePriority', function(keys, args)
 end)
 
 -- ARGS: jobId, delay (ms from now), now. Only for delayed jobs.
+-- @wire glidemq_changeDelay keys=3 args=3
 redis.register_function('glidemq_changeDelay', function(keys, args)
   local err = shape('glidemq_changeDelay', keys, args, 3, 3, 3)
   if err then return err end
@@ -2770,6 +2803,7 @@ redis.register_function('glidemq_changeDelay', function(keys, args)
 end)
 
 -- ARGS: jobId, now. Makes a delayed job runnable now.
+-- @wire glidemq_promoteJob keys=3 args=2
 redis.register_function('glidemq_promoteJob', function(keys, args)
   local err = shape('glidemq_promoteJob', keys, args, 3, 2, 2)
   if err then return err end
@@ -2790,6 +2824,7 @@ end)
 
 -- ARGS: jobId, emitEvents, then field/value pairs. Updates fields of an existing job (data,
 -- progress) and, for progress, emits a progress event. Returns 1, or 0 when the job is gone.
+-- @wire glidemq_updateJob keys=1 args=4..
 redis.register_function('glidemq_updateJob', function(keys, args)
   local err = shape('glidemq_updateJob', keys, args, 1, 4)
   if err then return err end
@@ -2816,6 +2851,7 @@ end)
 
 -- KEYS: job hash, its log list. ARGS: lines. Appends to the log of an existing job only, so
 -- a removed job gets no orphan log. Returns the log's new length, or 0 when the job is gone.
+-- @wire glidemq_log keys=2 args=1..
 redis.register_function('glidemq_log', function(keys, args)
   local err = shape('glidemq_log', keys, args, 2, 1)
   if err then return err end
@@ -2829,6 +2865,7 @@ end)
 -- KEYS: stream, scheduled, events.
 -- ARGS: now, source ('failed' | 'completed' | 'dlq'), count, then optional explicit job ids.
 -- Moves finished jobs back to waiting with a fresh attempt count. Returns how many moved.
+-- @wire glidemq_retryJobs keys=3 args=3..
 redis.register_function('glidemq_retryJobs', function(keys, args)
   local err = shape('glidemq_retryJobs', keys, args, 3, 3)
   if err then return err end
@@ -2866,6 +2903,7 @@ end)
 -- KEYS: stream, scheduled, events. ARGS: cursor (stream id), limit, includeDelayed.
 -- Removes waiting (and prioritized; with includeDelayed also delayed) jobs, leaving running
 -- ones alone. Returns {removed, nextCursor or '0' when done}.
+-- @wire glidemq_drain keys=3 args=3
 redis.register_function('glidemq_drain', function(keys, args)
   local err = shape('glidemq_drain', keys, args, 3, 3, 3)
   if err then return err end
@@ -2927,6 +2965,7 @@ end)
 -- KEYS: stream, scheduled, events. ARGS: state, olderThan (ms timestamp), limit.
 -- Removes up to limit jobs in a finished set (completed, failed, dlq) finished before
 -- olderThan, or waiting / delayed jobs enqueued before it. Returns the removed ids.
+-- @wire glidemq_clean keys=3 args=3
 redis.register_function('glidemq_clean', function(keys, args)
   local err = shape('glidemq_clean', keys, args, 3, 3, 3)
   if err then return err end
@@ -3001,6 +3040,7 @@ end)
 
 -- KEYS: stream, meta. ARGS: cursor, force ('1'). Deletes every key of the queue, a batch per
 -- call. Refuses while jobs are running unless forced. Returns the next SCAN cursor ('0': done).
+-- @wire glidemq_obliterate keys=2 args=2
 redis.register_function('glidemq_obliterate', function(keys, args)
   local err = shape('glidemq_obliterate', keys, args, 2, 2, 2)
   if err then return err end
@@ -3032,6 +3072,7 @@ end
 
 -- KEYS: schedulers. ARGS: name, expectedSha1 ('' = must not exist), entry ('' deletes).
 -- Returns 1 when written, 0 when the stored entry is not the expected one.
+-- @wire glidemq_setScheduler keys=1 args=3
 redis.register_function('glidemq_setScheduler', function(keys, args)
   local err = shape('glidemq_setScheduler', keys, args, 1, 3, 3)
   if err then return err end
@@ -3050,6 +3091,7 @@ end)
 -- addJob arguments and lifo. Fires one due run: only if the entry is still the one the caller
 -- read, so of all the workers that saw the same due run, exactly one adds its job.
 -- Returns {'fired', addJob reply} or {'skip', ''}.
+-- @wire glidemq_fireScheduler keys=5 args=20..21
 redis.register_function('glidemq_fireScheduler', function(keys, args)
   local err = shape('glidemq_fireScheduler', keys, args, 5, 20, 21)
   if err then return err end
@@ -3108,6 +3150,7 @@ end
 -- field/kind/value triples for dataMatches (kind 't': the lowercased value appears anywhere
 -- in the data's JSON text, field ignored). Looks at no more than scanMax jobs of the state
 -- (finished ones newest first). Returns up to limit matching job ids.
+-- @wire glidemq_searchByName keys=2 args=4..
 redis.register_function{function_name = 'glidemq_searchByName', callback = function(keys, args)
   local err = shape('glidemq_searchByName', keys, args, 2, 4)
   if err then return err end
@@ -3173,6 +3216,7 @@ end, flags = {'no-writes'}}
 -- KEYS: stream, scheduled. Returns {waiting, active, delayed, prioritized, completed, failed,
 -- dlq, paused, waitingChildren, groupWaiting, rateLimited}; waiting includes LIFO and
 -- group-waiting jobs, delayed includes rate-limited ones (the last two are those parts).
+-- @wire glidemq_getCounts keys=2 args=0
 redis.register_function{function_name = 'glidemq_getCounts', callback = function(keys, args)
   local err = shape('glidemq_getCounts', keys, args, 2, 0, 0)
   if err then return err end
@@ -3225,6 +3269,7 @@ end
 -- KEYS: stream, scheduled. ARGS: state, start, stop (inclusive indices). Returns job ids:
 -- finished sets newest first, others in the order they would run. Reads the stream and the
 -- sets in chunks, so the cost grows with start + count, not with the size of the queue.
+-- @wire glidemq_getJobIds keys=2 args=3
 redis.register_function{function_name = 'glidemq_getJobIds', callback = function(keys, args)
   local err = shape('glidemq_getJobIds', keys, args, 2, 3, 3)
   if err then return err end
@@ -3327,6 +3372,7 @@ end
 -- KEYS: a broadcast stream. Deletes the entries every subscription (consumer group) is done
 -- with: those older than the oldest entry a group still has pending or has not read yet.
 -- Returns how many were deleted.
+-- @wire glidemq_bcTrim keys=1 args=0
 redis.register_function('glidemq_bcTrim', function(keys, args)
   local err = shape('glidemq_bcTrim', keys, args, 1, 0, 0)
   if err then return err end
