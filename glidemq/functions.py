@@ -40,7 +40,7 @@ __all__ = [
 
 LIBRARY_NAME = "glidemq"
 LIBRARY_VERSION = 19
-LIBRARY_SOURCE_SHA256 = "bfd4954ef85e086223d69d1017f310449e31fe85866dc79f292fe87bcaa5866b"
+LIBRARY_SOURCE_SHA256 = "593bfd531979113433f005e44b715cefad5e2dd7b31816add747c025ce7b76f4"
 LIBRARY_FILES = (
     "00_prelude.lua",  # shebang, version placeholder, constants, input checks, shared helpers
     "10_limits.lua",  # queue-wide limits, groups, token buckets, ordering keys, LIFO

@@ -52,6 +52,24 @@ local function entryIdOk(v)
   return type(v) == 'string' and string.find(v, '^%d+%-%d+$') ~= nil
 end
 
+-- A job's opts JSON as a table, for the few options this library reads itself (by field, at
+-- the top level, whatever the spacing). Text that is not a JSON object sets none of them: it
+-- is stored as it is and its worker reports the job.
+local function jobOpts(opts)
+  if opts == '{}' or opts == '' or opts == nil then return {} end
+  local ok, o = pcall(cjson.decode, opts)
+  if ok and type(o) == 'table' then return o end
+  return {}
+end
+
+-- An optional integer option of the opts JSON: absent (nil or null) is true, nil; an integer
+-- 0..MAX_INT is true and its decimal text; anything else is false.
+local function optInt(v)
+  if v == nil or v == cjson.null then return true, nil end
+  if type(v) ~= 'number' or v < 0 or v > MAX_INT or v ~= math.floor(v) then return false, nil end
+  return true, string.format('%d', v)
+end
+
 local function dataTooLarge(data)
   if #data <= MAX_DATA then return false end
   return string.sub(data, 1, 3) ~= 'gz:' or #data > MAX_GZ_DATA

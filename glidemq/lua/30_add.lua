@@ -17,10 +17,11 @@ local function checkAdd(a, o)
   local ttl = int(a[o + 15] == '' and 0 or a[o + 15], 0, MAX_INT)
   if not delay or not priority or not maxAttempts or not ttl then return 'ERR:BAD_OPTION' end
   if dataTooLarge(data) or #opts > MAX_DATA then return 'ERR:PAYLOAD_TOO_LARGE' end
-  local rttl = string.match(opts, '"resultTtl"%s*:%s*(%d+)')
-  if rttl and #rttl > 15 then return 'ERR:BAD_OPTION' end
-  local lockMs = string.match(opts, '"lockDuration"%s*:%s*(%d+)')
-  if lockMs and #lockMs > 15 then return 'ERR:BAD_OPTION' end
+  local jo = jobOpts(opts)
+  local rttlOk, rttl = optInt(jo.resultTtl)
+  local lockOk, lockMs = optInt(jo.lockDuration)
+  if not rttlOk or not lockOk then return 'ERR:BAD_OPTION' end
+  if rttl == '0' then rttl = nil end -- a result kept for 0 ms is no result cache
   -- Arguments 10-15 configure the group named by the ordering key; without a key they mean
   -- nothing: refuse them rather than accept a promise that would not be kept.
   local orderingKey = a[o + 8] or ''
@@ -38,7 +39,7 @@ local function checkAdd(a, o)
   if customId ~= '' and not validCustomId(customId) then return 'ERR:INVALID_JOB_ID' end
   return nil, {now = now, delay = delay, priority = priority, ttl = ttl, rttl = rttl,
     group = group, orderingKey = orderingKey, customId = customId, lockMs = lockMs,
-    atMostOnce = string.find(opts, '"atMostOnce":true', 1, true) ~= nil}
+    atMostOnce = jo.atMostOnce == true, skipEvents = jo.skipEvents == true}
 end
 
 -- a: argument table, o: index of the first of the 17 addJob arguments; a[o + 17] = '1' adds
@@ -92,9 +93,7 @@ local function addJobCore(idKey, events, a, o, v)
     for _, f in ipairs(joinGroup(prefix, orderingKey, group, now)) do fields[#fields + 1] = f end
   end
   redis.call('HSET', jobKey, unpack(fields))
-  if not string.find(opts, '"skipEvents":true', 1, true) then
-    emit(events, 'added', jobId, 'name', name)
-  end
+  if not v.skipEvents then emit(events, 'added', jobId, 'name', name) end
   return jobId
 end
 

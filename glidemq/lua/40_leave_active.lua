@@ -60,11 +60,10 @@ end
 -- opts): fail them (the default), or drop the dependency, recorded ('ignore') or not ('remove'),
 -- or record it and run the parent at once ('continue').
 local function failurePolicy(opts)
-  if opts then
-    if string.find(opts, '"ignoreDependencyOnFailure":true', 1, true) then return 'ignore' end
-    if string.find(opts, '"removeDependencyOnFailure":true', 1, true) then return 'remove' end
-    if string.find(opts, '"continueParentOnFailure":true', 1, true) then return 'continue' end
-  end
+  local o = jobOpts(opts)
+  if o.ignoreDependencyOnFailure == true then return 'ignore' end
+  if o.removeDependencyOnFailure == true then return 'remove' end
+  if o.continueParentOnFailure == true then return 'continue' end
   return 'fail'
 end
 

@@ -27,6 +27,7 @@ local function flowSpec(idKey, name, data, opts, delay, priority, maxAttempts, t
     return nil, 'ERR:BAD_OPTION'
   end
   if dataTooLarge(data) or #j.opts > MAX_DATA then return nil, 'ERR:PAYLOAD_TOO_LARGE' end
+  j.o = jobOpts(j.opts)
   if j.customId ~= '' then
     if not validCustomId(j.customId) then return nil, 'ERR:INVALID_JOB_ID' end
     local k = j.prefix .. j.customId
@@ -56,9 +57,7 @@ local function writeFlowJob(j, now)
   if j.budget then f[#f + 1] = 'budget'; f[#f + 1] = j.budget end
   redis.call('HSET', j.prefix .. 'job:' .. j.id, unpack(f))
   if j.waits then redis.call('ZADD', j.prefix .. 'waiting-children', now, j.id) end
-  if not string.find(j.opts, '"skipEvents":true', 1, true) then
-    emit(j.prefix .. 'events', 'added', j.id, 'name', j.name)
-  end
+  if j.o.skipEvents ~= true then emit(j.prefix .. 'events', 'added', j.id, 'name', j.name) end
 end
 
 -- Whether an existing job can be made to wait for one more child: not finished, and not a
@@ -172,13 +171,10 @@ redis.register_function('glidemq_addTree', function(keys, args)
   if i ~= #args + 1 then return 'ERR:BAD_FLOW' end
   -- a budget rides in the root's opts (FlowProducer.add(budget=...))
   local budget
-  if n > 0 and string.find(jobs[1].opts, '"budget"', 1, true) then
-    local ok, o = pcall(cjson.decode, jobs[1].opts)
-    if ok and type(o) == 'table' and o.budget ~= nil then
-      local mt, mc, mode, bad = budgetSpec(o.budget)
-      if bad then return badCall('ERR:BAD_ARGS', 'glidemq_addTree', bad) end
-      budget = {mt, mc, mode}
-    end
+  if n > 0 and jobs[1].o.budget ~= nil then
+    local mt, mc, mode, bad = budgetSpec(jobs[1].o.budget)
+    if bad then return badCall('ERR:BAD_ARGS', 'glidemq_addTree', bad) end
+    budget = {mt, mc, mode}
   end
   local aPrefix, aId, aKey
   if attach ~= '' then
