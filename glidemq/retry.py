@@ -71,7 +71,6 @@ RETRY_SAFE_FUNCTIONS = frozenset(
         "glidemq_getJobIds",
         "glidemq_nextDue",
         "glidemq_completeAndFetchNext",
-        "glidemq_complete",
         "glidemq_fail",
         "glidemq_heartbeat",
         "glidemq_promote",

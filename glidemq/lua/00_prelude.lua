@@ -31,6 +31,12 @@ local function int(v, lo, hi)
   return nil
 end
 
+-- The server's clock in ms, for calls that are given no time.
+local function clockMs()
+  local t = redis.call('TIME')
+  return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+end
+
 local function badCall(code, fname, what)
   return redis.error_reply(code .. ' ' .. fname .. ': ' .. what)
 end

@@ -495,9 +495,3 @@ local function takeParked(prefix, now)
   end
   return ids
 end
-
--- The server's clock in ms, for calls that are given no time.
-local function clockMs()
-  local t = redis.call('TIME')
-  return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-end

@@ -1,8 +1,4 @@
 ---------------------------------------------------------------------------------------------
--- activation
-
--- Marks stream entries as active and returns {entryId, jobId, {hash fields...}} triples, flat.
----------------------------------------------------------------------------------------------
 -- leaving the active state
 --
 -- Every path that takes a job out of the active state calls leaveActive once, before the job
@@ -12,7 +8,7 @@
 -- later, like 'delayed'). One HMGET per call keeps the hot path cheap for plain jobs.
 
 -- Groups and ordering keys: give back the slot the job held. Must be idempotent.
-local function releaseGroupSlot(prefix, jobKey, jobId, groupKey, outcome, now)
+local function releaseGroupSlot(prefix, jobKey, groupKey, outcome, now)
   local j = redis.call('HMGET', jobKey, 'orderingKey', 'orderingSeq', 'groupSlot', 'state')
   local finished = outcome == 'completed' or outcome == 'failed'
   -- Read from the stream but never started (handed back, or its reader died): a reservation
@@ -31,11 +27,6 @@ end
 -- parents in extraParents (references joined by '\n'). What finished children left for a
 -- parent lives in the parent's own hash ('cv:<ref>' = return value, 'cf:<ref>' = reason of an
 -- ignored failure), so whatever deletes the parent deletes it too.
-
-local function serverNow()
-  local t = redis.call('TIME')
-  return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-end
 
 local function jobRef(prefix, jobId)
   return string.sub(prefix, 1, #prefix - 1) .. ':' .. jobId
@@ -130,7 +121,7 @@ local function flowNotify(prefix, jobKey, jobId, outcome, value, now)
     i = i + 1
     local h = redis.call('HMGET', w[2], 'parentId', 'parentQueue', 'extraParents')
     if h[1] then
-      now = now or serverNow()
+      now = now or clockMs()
       local policy = 'fail'
       if w[4] == 'failed' then policy = failurePolicy(redis.call('HGET', w[2], 'opts')) end
       local ref = jobRef(w[1], w[3])
@@ -149,20 +140,15 @@ local function flowNotify(prefix, jobKey, jobId, outcome, value, now)
   end
 end
 
--- Flows: tell the parents a child finished. Only for 'completed' and 'failed'.
-local function notifyParent(prefix, jobKey, jobId, parentId, outcome, value, now)
-  flowNotify(prefix, jobKey, jobId, outcome, value, now)
-end
-
 -- Returns the job's result-cache ttl ('rttl', read in the same HMGET) or false.
 local function leaveActive(prefix, jobKey, jobId, outcome, value, now)
   local h = redis.call('HMGET', jobKey, 'parentId', 'groupKey', 'rttl')
   if h[2] then
-    releaseGroupSlot(prefix, jobKey, jobId, h[2], outcome, now)
+    releaseGroupSlot(prefix, jobKey, h[2], outcome, now)
     if outcome ~= 'completed' and outcome ~= 'failed' then groupWaiting(prefix, h[2], 1) end
   end
   if h[1] and (outcome == 'completed' or outcome == 'failed') then
-    notifyParent(prefix, jobKey, jobId, h[1], outcome, value, now)
+    flowNotify(prefix, jobKey, jobId, outcome, value, now)
   end
   return h[3]
 end

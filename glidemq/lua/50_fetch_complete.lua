@@ -60,7 +60,8 @@ local function budgetStops(prefix, stream, events, entryId, jobId, jobKey, bk, n
   return true
 end
 
--- moved: where the ids of quarantined entries are listed (or nil).
+-- Marks stream entries as active and appends {entryId, jobId, {hash fields...}} triples, flat,
+-- to out. moved: where the ids of quarantined entries are listed (or nil).
 local function activate(prefix, stream, entries, now, out, emitEvents, events, moved)
   for _, e in ipairs(entries) do
     local entryId, f = e[1], e[2]
@@ -76,13 +77,10 @@ local function activate(prefix, stream, entries, now, out, emitEvents, events, m
       -- Orphan entry (job removed, finished or parked): drop it so it is not redelivered.
       redis.call('XACK', stream, GROUP, entryId)
       redis.call('XDEL', stream, entryId)
-    elseif h[3] and budgetStops(prefix, stream, events, entryId, jobId, jobKey, h[3], now,
-        emitEvents) then
-      -- failed or parked by its flow's budget
-    elseif h[2] and not admitGroupJob(prefix, stream, entryId, jobId, jobKey, h[2], now,
-        emitEvents, events) then
-      -- parked or dead-lettered by its group
-    else
+    elseif not (h[3] and budgetStops(prefix, stream, events, entryId, jobId, jobKey, h[3], now,
+        emitEvents)) -- not failed or parked by its flow's budget
+        and (not h[2] or admitGroupJob(prefix, stream, entryId, jobId, jobKey, h[2], now,
+        emitEvents, events)) then -- nor parked or dead-lettered by its group
       if h[2] then groupWaiting(prefix, h[2], -1) end
       redis.call('HSET', jobKey, 'state', 'active', 'processedOn', now, 'sid', entryId)
       out[#out + 1] = entryId
@@ -133,14 +131,8 @@ end
 
 local EVENT_VALUE_MAX = 16384 -- bytes of a return value a 'completed' event carries
 
--- KEYS: stream, completed, events, scheduled, meta.
--- ARGS: now, consumer, fetchCount, emitEvents, nCompletions,
---       then per completion: jobId, entryId, returnvalue, keepCount, keepAge,
---       then optionally the worker's limiter: max, duration (ms).
--- Returns {statuses, fetched (flat triples), paused, waitMs, quarantined entry ids}; waitMs > 0 when a queue-wide
--- limit (rate, concurrency, Worker.rate_limit) stopped the fetch: ask again after that long. A completion whose entry is no longer
--- pending for the group (the job was reclaimed and handed to another worker) is a no-op
--- reported as 'stale', so a job is never completed twice.
+-- One completion: 'ok'; 'stale' when the entry is no longer pending for the group (the job
+-- was reclaimed and handed to another worker), so a job is never completed twice; 'missing'.
 local function completeOne(prefix, stream, completed, events, now, jobId, entryId, rv,
                            keepCount, keepAge, emitEvents)
   if redis.call('XACK', stream, GROUP, entryId) == 0 then return 'stale' end
@@ -187,6 +179,13 @@ local function limiterOk(max, duration)
   return (max == nil or int(max, 0, MAX_INT)) and (duration == nil or int(duration, 0, MAX_INT))
 end
 
+-- KEYS: stream, completed, events, scheduled, meta.
+-- ARGS: now, consumer, fetchCount, emitEvents, nCompletions,
+--       then per completion: jobId, entryId, returnvalue, keepCount, keepAge,
+--       then optionally the worker's limiter: max, duration (ms).
+-- Returns {statuses (completeOne's), fetched (flat triples), paused, waitMs, quarantined entry
+-- ids}; waitMs > 0 when a queue-wide limit (rate, concurrency, Worker.rate_limit) stopped the
+-- fetch: ask again after that long.
 -- @wire glidemq_completeAndFetchNext keys=5 args=5..
 redis.register_function('glidemq_completeAndFetchNext', function(keys, args)
   local err = shape('glidemq_completeAndFetchNext', keys, args, 5, 5)
@@ -221,24 +220,6 @@ redis.register_function('glidemq_completeAndFetchNext', function(keys, args)
   local got, wait = fetch(prefix, keys, consumer, fetchCount, now, emitEvents, out,
     limiterArg(args[i], args[i + 1]), moved)
   return {statuses, out, got == -1 and 1 or 0, wait, moved}
-end)
-
--- KEYS: stream, completed, events, scheduled, meta. ARGS: same as completeAndFetchNext with
--- fetchCount 0. Kept as its own name for the documented function list.
--- @wire glidemq_complete keys=5 args=10
-redis.register_function('glidemq_complete', function(keys, args)
-  local err = shape('glidemq_complete', keys, args, 5, 10, 10)
-  if err then return err end
-  local stream, completed, events = keys[1], keys[2], keys[3]
-  local prefix = prefixOf(stream, 'stream')
-  local now = int(args[1], 0, MAX_TIME)
-  if not now then return badCall('ERR:BAD_TIMESTAMP', 'glidemq_complete', 'now') end
-  err = checkCompletions('glidemq_complete', args, 6, 1)
-  if err then return err end
-  local status = completeOne(prefix, stream, completed, events, now, args[6], args[7], args[8],
-    tonumber(args[9]), tonumber(args[10]), args[4] == '1')
-  if status == 'ok' then countMetric(prefix .. 'metrics:completed', now, 1) end
-  return status
 end)
 
 -- KEYS: stream, completed, events, scheduled, meta. ARGS: now, emitEvents, limiterMax,

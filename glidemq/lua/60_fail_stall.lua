@@ -236,9 +236,7 @@ redis.register_function('glidemq_deferActive', function(keys, args)
       local h = redis.call('HMGET', jobKey, 'state', 'sid')
       -- 'waiting' with this entry as its sid: read by the worker but never activated.
       if jobId ~= '' and h[1] == 'active' and redis.call('HGET', jobKey, 'atMostOnce') == '1' then
-        local t = redis.call('TIME')
-        interrupted(prefix, jobKey, jobId, tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000),
-          events, true)
+        interrupted(prefix, jobKey, jobId, clockMs(), events, true)
       elseif jobId ~= '' and (h[1] == 'active' or (h[1] == 'waiting' and h[2] == entryId)) then
         leaveActive(prefix, jobKey, jobId, 'requeued', nil, 0)
         local sid = redis.call('XADD', stream, '*', 'id', jobId)

@@ -153,10 +153,10 @@ redis.register_function('glidemq_addTree', function(keys, args)
   for j = 1, n do
     local idKey = keys[int(args[i], 1, #keys) or 0]
     if not idKey or i + 9 > #args then return 'ERR:BAD_FLOW' end
-    local job, err = flowSpec(idKey, args[i + 1], args[i + 2], args[i + 3], args[i + 4],
+    local job, bad = flowSpec(idKey, args[i + 1], args[i + 2], args[i + 3], args[i + 4],
       args[i + 5], args[i + 6], args[i + 7], args[i + 8], reserved)
-    if err == 'duplicate' then return {'duplicate', j} end
-    if err then return err end
+    if bad == 'duplicate' then return {'duplicate', j} end
+    if bad then return bad end
     local np = int(args[i + 9], 0, MAX_INT)
     if not np or i + 9 + np > #args then return 'ERR:BAD_FLOW' end
     for k = 1, np do
@@ -292,13 +292,10 @@ redis.register_function('glidemq_addFlow', function(keys, args)
   if not nx or (#args ~= 9 + nc * 9 and #args ~= 10 + nc * 9 + nx) then
     return badCall('ERR:BAD_ARGS', 'glidemq_addFlow', 'wrong number of arguments')
   end
-  local function ttlOf(opts)
-    local ok, o = pcall(cjson.decode, opts or '')
-    if ok and type(o) == 'table' then return tonumber(o.ttl) or 0 end
-    return 0
-  end
+  local function ttlOf(opts) return tonumber(jobOpts(opts).ttl) or 0 end
   local reserved = {}
-  local parent, err = flowSpec(keys[1], args[1], args[2], args[3], args[5], args[6], args[7],
+  local parent
+  parent, err = flowSpec(keys[1], args[1], args[2], args[3], args[5], args[6], args[7],
     ttlOf(args[3]), args[9], reserved)
   if err == 'duplicate' then return cjson.encode({'duplicate'}) end
   if err then return err end

@@ -216,7 +216,7 @@ end)
 redis.register_function('glidemq_retryJobs', function(keys, args)
   local err = shape('glidemq_retryJobs', keys, args, 3, 3)
   if err then return err end
-  local stream, scheduled, events = keys[1], keys[2], keys[3]
+  local stream, events = keys[1], keys[3]
   local prefix = prefixOf(stream, 'stream')
   local now, source, count = int(args[1], 0, MAX_TIME), args[2], int(args[3], 0, MAX_INT)
   if not now then return badCall('ERR:BAD_TIMESTAMP', 'glidemq_retryJobs', 'now') end

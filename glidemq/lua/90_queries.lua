@@ -5,6 +5,14 @@
 -- value} with kind s (string), n (number), b (boolean, '1' / '0'), z (null). Compressed data
 -- and data of another serializer ('<name>:' tagged) cannot be read here and count as a match:
 -- the caller checks them.
+-- Does a decoded top-level value match a filter of kind s, n, b or z?
+local function valueMatches(v, kind, want)
+  if kind == 's' then return v == want end
+  if kind == 'n' then return type(v) == 'number' and v == tonumber(want) end
+  if kind == 'b' then return v == (want == '1') end
+  return kind == 'z' and v == cjson.null
+end
+
 local function dataMatches(raw, filters)
   if #filters == 0 then return true end
   if not raw then return false end
@@ -22,18 +30,8 @@ local function dataMatches(raw, filters)
     end
   end
   for _, f in ipairs(filters) do
-    local v, kind, want = d and d[f[1]], f[2], f[3]
-    if kind == 't' then
-      -- matched above
-    elseif kind == 's' then
-      if v ~= want then return false end
-    elseif kind == 'n' then
-      if type(v) ~= 'number' or v ~= tonumber(want) then return false end
-    elseif kind == 'b' then
-      if v ~= (want == '1') then return false end
-    elseif kind ~= 'z' or v ~= cjson.null then
-      return false
-    end
+    -- kind 't' was matched above
+    if f[2] ~= 't' and not valueMatches(d and d[f[1]], f[2], f[3]) then return false end
   end
   return true
 end
@@ -118,10 +116,8 @@ redis.register_function{function_name = 'glidemq_getCounts', callback = function
   local active = 0
   local ok, pending = pcall(redis.call, 'XPENDING', stream, GROUP)
   if ok then active = tonumber(pending[1]) end
-  local t = redis.call('TIME')
-  local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+  local now = clockMs()
   local total = redis.call('ZCARD', scheduled)
-  local delayed = redis.call('ZCOUNT', scheduled, 0, SHIFT - 1)
   local prioritized = 0
   local base = SHIFT
   for _ = 1, 100000 do
@@ -134,15 +130,15 @@ redis.register_function{function_name = 'glidemq_getCounts', callback = function
   end
   -- rate-limited jobs count as delayed; LIFO and group-waiting ones as waiting
   local rateLimited = redis.call('ZCARD', prefix .. 'ratelimited')
-  delayed = total - prioritized + rateLimited
+  local delayed = total - prioritized + rateLimited
   local m = redis.call('HMGET', prefix .. 'meta', 'paused', 'groupWaiting')
   local paused = m[1] == '1' and 1 or 0
-  local groupWaiting = tonumber(m[2]) or 0
-  local parked = redis.call('LLEN', prefix .. 'list') + groupWaiting
+  local inGroups = tonumber(m[2]) or 0
+  local parked = redis.call('LLEN', prefix .. 'list') + inGroups
   return {redis.call('XLEN', stream) - active + parked, active, delayed, prioritized,
     redis.call('ZCARD', prefix .. 'completed'), redis.call('ZCARD', prefix .. 'failed'),
     redis.call('ZCARD', prefix .. 'dlq'), paused, redis.call('ZCARD', prefix .. 'waiting-children'),
-    groupWaiting, rateLimited}
+    inGroups, rateLimited}
 end, flags = {'no-writes'}}
 
 -- Calls visit(member) on a sorted set's members in order, reading 1000 at a time, until visit

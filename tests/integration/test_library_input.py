@@ -206,14 +206,6 @@ def build_cases(r: Any, p: str) -> list[Case]:
             min_args=5,
         ),
         Case(
-            "glidemq_complete",
-            fetch_keys,
-            [now, "c1", "0", "1", "1", a, ea, '"r"', "-1", "0"],
-            {0: TS, 8: ARGS, 9: ARGS},
-            negative_ok=frozenset({8}),
-            entry_ids=(6,),
-        ),
-        Case(
             "glidemq_moveToActive",
             fetch_keys,
             [now, "1", "0", "0", ea, a],
