@@ -71,6 +71,8 @@ def _field(r: Any, p: str, job_id: str, name: str) -> str | None:
         ('{"skipEvents":false}', 1),
         ('{"skipEvents":false,"meta":{"skipEvents":true}}', 1),
         ('{"deduplication":{"id":"d","skipEvents":true}}', 1),
+        ('{"\\u0073kipEvents":true}', 0),
+        ('{"note":"skipEvents"}', 1),
         ("{}", 1),
     ],
 )
