@@ -40,7 +40,7 @@ __all__ = [
 
 LIBRARY_NAME = "glidemq"
 LIBRARY_VERSION = 19
-LIBRARY_SOURCE_SHA256 = "9955df1bbbfb313381138fe84a580a0c8c0a922fcb08abd616a6fac1199c8205"
+LIBRARY_SOURCE_SHA256 = "44d021009bee654a3490e771a0b9106dbd46e3fee6c08e78973457ba68f03268"
 LIBRARY_FILES = (
     "00_prelude.lua",  # shebang, version placeholder, constants, input checks, shared helpers
     "10_limits.lua",  # queue-wide limits, groups, token buckets, ordering keys, LIFO

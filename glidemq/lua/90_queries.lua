@@ -1,10 +1,6 @@
 ---------------------------------------------------------------------------------------------
 -- search (glidemq/queries.py)
 
--- Do the top-level fields of a job's JSON data hold the wanted values? filters: {field, kind,
--- value} with kind s (string), n (number), b (boolean, '1' / '0'), z (null). Compressed data
--- and data of another serializer ('<name>:' tagged) cannot be read here and count as a match:
--- the caller checks them.
 -- Does a decoded top-level value match a filter of kind s, n, b or z?
 local function valueMatches(v, kind, want)
   if kind == 's' then return v == want end
@@ -13,6 +9,10 @@ local function valueMatches(v, kind, want)
   return kind == 'z' and v == cjson.null
 end
 
+-- Do the top-level fields of a job's JSON data hold the wanted values? filters: {field, kind,
+-- value} with kind s (string), n (number), b (boolean, '1' / '0'), z (null). Compressed data
+-- and data of another serializer ('<name>:' tagged) cannot be read here and count as a match:
+-- the caller checks them.
 local function dataMatches(raw, filters)
   if #filters == 0 then return true end
   if not raw then return false end
