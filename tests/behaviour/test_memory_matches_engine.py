@@ -13,6 +13,7 @@ import asyncio
 import itertools
 from typing import Any
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -140,6 +141,8 @@ async def _run_engine(
     return trace
 
 
+@pytest.mark.slow  # 25 sequences against Valkey: ~20 s on an idle machine
+@pytest.mark.timeout(300)
 @settings(
     max_examples=25,
     deadline=None,
