@@ -12,6 +12,7 @@ import re
 from datetime import UTC, datetime
 from typing import Any
 
+import orjson
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -29,6 +30,7 @@ from glidemq.keys import (
 )
 from glidemq.serialize import decode_data, decode_json, encode_data, encode_result
 from glidemq.serializers import get_serializer
+from glidemq.types import JobOptions, KeepJobs, retention_args, retention_from_wire, wire_opts
 
 settings.register_profile(
     "glidemq-properties", max_examples=150, deadline=None, derandomize=True, database=None
@@ -143,6 +145,69 @@ def test_every_key_of_a_queue_lives_in_the_queue_slot(name: str, job_id: str, pr
     every += [keys.job(job_id), keys.log(job_id)]
     assert {hash_slot(k) for k in every} == {slot}
     assert hash_slot(name.encode()) == slot  # the tag is the name itself
+
+
+# -- job options -------------------------------------------------------------------------------
+
+retentions = (
+    st.booleans()
+    | st.integers(0, 10_000)
+    | st.builds(
+        KeepJobs, count=st.none() | st.integers(0, 10_000), age=st.none() | st.integers(1, 10**6)
+    )
+)
+option_values = st.fixed_dictionaries(
+    {},
+    optional={
+        "delay": st.integers(-5, 10**9),
+        "priority": st.integers(-1, 2100),
+        "attempts": st.integers(0, 20),
+        "lifo": st.booleans(),
+        "job_id": st.sampled_from(("a", "job-1", "x:y", "")),
+        "timeout": st.none() | st.integers(-1, 10**6),
+        "remove_on_complete": retentions,
+        "remove_on_fail": retentions,
+    },
+)
+
+
+def _build(make: Any) -> Any:
+    try:
+        return make()
+    except ValidationError as exc:
+        return ("refused", exc.field)
+
+
+@PROPS
+@given(values=option_values)
+def test_options_from_a_mapping_equal_options_from_keywords(values: dict[str, Any]) -> None:
+    as_mapping = {
+        k: ({"count": v.count, "age": v.age} if isinstance(v, KeepJobs) else v)
+        for k, v in values.items()
+    }
+    assert _build(lambda: JobOptions.coerce(as_mapping)) == _build(lambda: JobOptions(**values))
+
+
+@PROPS
+@given(values=option_values)
+def test_options_wire_json_is_their_wire_dict_and_retention_survives_it(
+    values: dict[str, Any],
+) -> None:
+    opts = _build(lambda: JobOptions(**values))
+    if isinstance(opts, tuple):
+        return  # refused: nothing reaches the wire
+    wire = opts.to_wire()
+    assert orjson.loads(wire_opts(opts)) == wire
+    for field, key in (
+        ("remove_on_complete", "removeOnComplete"),
+        ("remove_on_fail", "removeOnFail"),
+    ):
+        value = getattr(opts, field)
+        if value is None:
+            assert key not in wire
+        else:
+            back = retention_from_wire(wire[key])
+            assert back is not None and retention_args(back) == retention_args(value)
 
 
 # -- cron ------------------------------------------------------------------------------------
