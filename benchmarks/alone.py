@@ -19,6 +19,10 @@ threads included) and the server's CPU, as the median and range over `--reps` ru
 
 With `--profile DIR`, each phase of the last repetition also runs under cProfile; the stats
 are written to DIR/PHASE.pstats and the top lines (own time) are printed.
+
+With `--bullmq REPS`, it then runs glidemq-bench's `process` at concurrency 1 and 10 and
+`add-single` (only those) side by side with BullMQ, REPS pairs each, on a fresh embedded
+Valkey, and prints the ratio table (`glidemq-bench run --only` cannot pick concurrencies).
 """
 
 from __future__ import annotations
@@ -221,6 +225,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--only", default=",".join(PHASES), help=f"phases from {','.join(PHASES)}")
     ap.add_argument("--profile", metavar="DIR", help="cProfile each phase's last repetition")
     ap.add_argument("--top", type=int, default=25, help="profile lines printed per phase")
+    ap.add_argument("--bullmq", type=int, default=0, metavar="REPS", help="BullMQ pairs too")
+    ap.add_argument("--scale", type=float, default=1.0, help="with --bullmq: job count factor")
     o = ap.parse_args(argv)
     names = [p for p in o.only.split(",") if p]
     unknown = set(names) - set(PHASES)
@@ -262,7 +268,26 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         if server is not None:
             server.stop()
+    if o.bullmq:
+        _against_bullmq(o.bullmq, o.scale)
     return 0
+
+
+def _against_bullmq(reps: int, scale: float) -> None:
+    from glidemq.bench.harness import format_table, ratios, run_profile, scale_jobs
+    from glidemq.bench.peer import ScenarioParams
+
+    profile = [
+        ScenarioParams("process", jobs=5_000, concurrency=1),
+        ScenarioParams("process", jobs=10_000, concurrency=10),
+        ScenarioParams("add-single", jobs=3_000),
+    ]
+    records = run_profile(scale_jobs(profile, scale), reps, None, progress=print)
+    summary = ratios(records)
+    print(format_table(summary))
+    for key, row in summary.items():
+        spread = ", ".join(f"{r:.2f}" for r in row.get("ratios", []))
+        print(f"{key}: ratios per pair {spread}")
 
 
 if __name__ == "__main__":
