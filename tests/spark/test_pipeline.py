@@ -211,7 +211,7 @@ def test_pipeline_reads_parquet_like_jsonl(spark: Any, tmp_path: Path) -> None:
 
 
 def test_pipeline_cli(spark: Any, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    from glidemq.spark.pipeline import main
+    from glidemq.spark.report import main
 
     assert main([str(RESULTS), "--out", str(tmp_path / "cli")]) == 0
     printed = capsys.readouterr().out
