@@ -9,26 +9,25 @@ from __future__ import annotations
 
 import atexit
 import contextlib
-import ctypes
 import importlib.util
 import os
 import shutil
 import signal
 import socket
 import subprocess
-import sys
 import tempfile
 import threading
 import time
 import warnings
 import weakref
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from types import TracebackType
 from typing import IO, Self, TypeAlias
 
 from .errors import GlideMQError
+from .process.setup import HAS_PDEATHSIG, die_with_parent
 
 __all__ = [
     "CLUSTER_SLOTS",
@@ -189,20 +188,13 @@ def parse_info(text: Reply) -> dict[str, str]:
 
 # --------------------------------------------------------------------------- process handling
 
-_PR_SET_PDEATHSIG = 1
-_prctl: Callable[..., int] | None = None
-if sys.platform.startswith("linux"):
-    with contextlib.suppress(OSError, AttributeError):
-        # Resolved in the parent: the child must not dlopen between fork and exec.
-        _prctl = ctypes.CDLL(None, use_errno=True).prctl
-
 
 def _child_setup(parent_pid: int) -> None:
-    """Run in the forked child: die with the parent so a SIGKILLed pytest leaves no server."""
-    if _prctl is not None:
-        _prctl(_PR_SET_PDEATHSIG, int(signal.SIGKILL), 0, 0, 0)
-        if os.getppid() != parent_pid:  # the parent died before prctl took effect
-            os._exit(1)
+    """Run in the forked child before exec: die with the parent so a SIGKILLed pytest leaves
+    no server. (prctl is resolved when glidemq.process.setup is imported, in the parent: the
+    child must not dlopen between fork and exec.)"""
+    if not die_with_parent(parent_pid):
+        os._exit(1)
 
 
 _spawner: ThreadPoolExecutor | None = None
@@ -293,7 +285,7 @@ _swept = False
 def _make_temp_dir() -> Path:
     """Create a server temp dir; first remove those whose owner process died without cleanup."""
     global _swept
-    if not _swept and _prctl is not None:
+    if not _swept and HAS_PDEATHSIG:
         # Only where PDEATHSIG guarantees the servers of a dead owner are dead too.
         _swept = True
         for stale in Path(tempfile.gettempdir()).glob(_TMP_PREFIX + "*"):

@@ -109,7 +109,7 @@ def test_free_port_also_leaves_cluster_bus_port_free() -> None:
 def test_temp_dirs_of_a_killed_owner_are_swept(monkeypatch: pytest.MonkeyPatch) -> None:
     import glidemq.server as server_module
 
-    if server_module._prctl is None:
+    if not server_module.HAS_PDEATHSIG:
         pytest.skip("the sweep only runs where PR_SET_PDEATHSIG is available")
     dead = subprocess.run(
         [sys.executable, "-c", "import os; print(os.getpid())"],
