@@ -7,7 +7,6 @@ from collections.abc import Sequence
 
 __all__ = [
     "BatchError",
-    "ChaosError",
     "ConnectionError",
     "CostExceedsCapacityError",
     "CrossSlotError",
@@ -37,11 +36,6 @@ __all__ = [
 
 class GlideMQError(Exception):
     """Root of every error glidemq raises on purpose."""
-
-
-class ChaosError(GlideMQError):
-    """A chaos run (`glidemq-chaos`) could not be set up, e.g. its worker fleet never
-    became ready; the run's verdict is then unknown, not a failure of the queue."""
 
 
 class ValidationError(GlideMQError, ValueError):

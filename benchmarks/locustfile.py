@@ -1,7 +1,7 @@
 """Locust load test of a glidemq queue: users add jobs, and add jobs and wait for results.
 
     glidemq-bench locust                      # embedded Valkey + worker, headless, 30 s
-    locust -f glidemq/bench/locustfile.py --headless -u 50 -r 10 -t 30s
+    locust -f benchmarks/locustfile.py --headless -u 50 -r 10 -t 30s
 
 Each user calls `Queue.add` (request name `add`) and `Queue.add_and_wait` (request name
 `add_and_wait`: add a job and wait for a worker to finish it), 3 to 1, and every call is
