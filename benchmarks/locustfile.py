@@ -32,6 +32,7 @@ from gevent.hub import get_hub  # type: ignore[import-untyped]
 from locust import User, between, events, task
 
 from glidemq import Queue
+from glidemq.process.loop import loop_factory
 
 __all__ = ["GlidemqUser", "QueueClient"]
 
@@ -83,12 +84,7 @@ class QueueClient:
 
 
 def _new_loop() -> asyncio.AbstractEventLoop:
-    try:
-        import uvloop
-
-        return uvloop.new_event_loop()
-    except ImportError:  # pragma: no cover - uvloop is a dependency on Linux
-        return asyncio.new_event_loop()
+    return (loop_factory() or asyncio.new_event_loop)()
 
 
 def _settle(done: AsyncResult, task: asyncio.Task[Any]) -> None:

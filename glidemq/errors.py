@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import builtins
 from collections.abc import Sequence
 
 __all__ = [
@@ -98,8 +99,9 @@ class ProcessorExitError(GlideMQError):
         self.original_type = name
 
 
-class ConnectionError(GlideMQError):
-    """The Valkey server could not be reached or the connection was lost."""
+class ConnectionError(GlideMQError, builtins.ConnectionError):
+    """The Valkey server could not be reached or the connection was lost (also a builtin
+    `ConnectionError`, so code written against the builtin catches it)."""
 
 
 class ServerError(GlideMQError):
