@@ -5,7 +5,7 @@ job schedulers) and its lifecycle; reading and maintenance come from `QueueAdmin
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterable, Mapping
+from collections.abc import Coroutine, Iterable, Mapping
 from datetime import datetime
 from types import TracebackType
 from typing import Any, Generic, Self, TypeVar, cast
@@ -89,6 +89,7 @@ class Queue(
         self._closed = False
         self._adds: list[tuple[list[str | bytes], asyncio.Future[Any]]] = []
         self._add_scheduled = False
+        self._add_in_flight = False  # a lone add is being sent by its own caller
         self._add_tasks: set[asyncio.Task[None]] = set()
         self._blocking: Client | None = None  # blocking stream reads (glidemq/streams.py)
         self._blocking_lock: asyncio.Lock | None = None
@@ -194,8 +195,9 @@ class Queue(
     ) -> Job[D, R] | None:
         """Add one job. Returns it, or None when a custom id or deduplication skipped it.
 
-        Adds made in the same event-loop iteration share one round trip; each is still
-        atomic on its own.
+        An add made while no other is under way is sent at once; adds made while one is in
+        flight are collected per event-loop iteration and share one round trip. Each is
+        still atomic on its own.
         """
         tracing = self._tracing
         if tracing is None:
@@ -220,22 +222,44 @@ class Queue(
             reply = await send(ctx, self._dedup_call(name, data, options, now, traceparent))
             return self._added(reply, name, data, options, now)
         args = self._compact(name, data, options, traceparent)
-        future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        if not self._add_in_flight and not self._add_scheduled:
+            # No other add under way: send this one now, from this task. A lone add then
+            # costs what the client's call costs, with no hop through another task.
+            self._add_in_flight = True
+            try:
+                now = now_ms()
+                call = adds.add_bulk_call(self.keys, now, [args], safe=bool(args[6]))
+                reply = (await send(ctx, call))[0]
+            finally:
+                self._add_in_flight = False
+            return self._added(reply, name, data, options, now)
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future[Any] = loop.create_future()
         self._adds.append((args, future))
         if not self._add_scheduled:
+            # The task's first step runs in the next loop iteration and takes every add made
+            # until then: adds made meanwhile share one call.
             self._add_scheduled = True
-            asyncio.get_running_loop().call_soon(self._flush_adds)
+            self._start_add_task(loop, self._flush_adds())
         reply, now = await future
         return self._added(reply, name, data, options, now)
 
-    def _flush_adds(self) -> None:
+    def _start_add_task(
+        self, loop: asyncio.AbstractEventLoop, coro: Coroutine[Any, Any, None]
+    ) -> None:
+        task = loop.create_task(coro)
+        self._add_tasks.add(task)
+        task.add_done_callback(self._add_tasks.discard)
+
+    async def _flush_adds(self) -> None:
         self._add_scheduled = False
         pending, self._adds = self._adds, []
-        loop = asyncio.get_running_loop()
-        for start in range(0, len(pending), _BULK_CHUNK):
-            task = loop.create_task(self._send_adds(pending[start : start + _BULK_CHUNK]))
-            self._add_tasks.add(task)
-            task.add_done_callback(self._add_tasks.discard)
+        if len(pending) > _BULK_CHUNK:  # further chunks go out side by side
+            loop = asyncio.get_running_loop()
+            for start in range(_BULK_CHUNK, len(pending), _BULK_CHUNK):
+                self._start_add_task(loop, self._send_adds(pending[start : start + _BULK_CHUNK]))
+            pending = pending[:_BULK_CHUNK]
+        await self._send_adds(pending)
 
     async def _send_adds(
         self, pending: list[tuple[list[str | bytes], asyncio.Future[Any]]]
