@@ -1,8 +1,10 @@
-"""Adding jobs: glidemq_addJob, glidemq_addBulk and glidemq_dedup.
+"""Adding jobs: glidemq_addJob, glidemq_addBulk, glidemq_dedup and the job schedulers'
+glidemq_setScheduler and glidemq_fireScheduler.
 
-The positional addJob arguments (docs/WIRE.md: 17 documented, an 18th for LIFO) are built
-by `job_args` alone; glidemq_dedup and glidemq_fireScheduler take the same arguments after
-their own, and glidemq_addBulk's compact runs are built by `bulk_job` and `pack_bulk`.
+The positional addJob arguments (docs/WIRE_PROTOCOL.md: 17 documented, an 18th for LIFO)
+are built by `job_args` alone; glidemq_dedup and glidemq_fireScheduler take the same
+arguments after their own, and glidemq_addBulk's compact runs are built by `bulk_job` and
+`pack_bulk`.
 """
 
 from __future__ import annotations
@@ -27,13 +29,17 @@ __all__ = [
     "ADD_BULK",
     "ADD_JOB",
     "DEDUP",
+    "FIRE_SCHEDULER",
+    "SET_SCHEDULER",
     "add_bulk_call",
     "add_job_call",
     "added_id",
     "bulk_job",
     "dedup_call",
+    "fire_scheduler_call",
     "job_args",
     "pack_bulk",
+    "set_scheduler_call",
 ]
 
 ADD_JOB = layout("glidemq_addJob", keys="4", args="17..18")
