@@ -17,6 +17,7 @@ from .context import now_ms
 from .errors import GlideMQError, ServerError
 from .limiting import limiter_args
 from .retry import to_glidemq_error
+from .wire import fetch
 
 if TYPE_CHECKING:
     from .worker import Worker
@@ -118,10 +119,8 @@ class Fetcher:
         n = min(w._free(), w._prefetch)
         w._reserved += n
         try:
-            reply = await w._ctx.fcall(
-                "glidemq_completeAndFetchNext",
-                w._ctx.fetch_keys,
-                [str(now_ms()), w.consumer, str(n), w._emit_flag, "0", *self.limiter],
+            reply = await fetch.complete_and_fetch_next(
+                w._ctx, [str(now_ms()), w.consumer, str(n), w._emit_flag, "0", *self.limiter]
             )
             w._start_jobs(reply[1])
         finally:
@@ -169,13 +168,9 @@ class Fetcher:
                     if fields and not job_id:
                         foreign.append(entry_id)
             if w._paused:  # paused while the read was blocked: hand the entries back
-                await w._ctx.fcall(
-                    "glidemq_deferActive",
-                    [w.keys.stream, w.keys.events],
-                    [w.consumer, *args[4:]],
-                )
+                await fetch.defer_active(w._ctx, w.consumer, args[4:])
             else:
-                flat = await w._ctx.fcall("glidemq_moveToActive", w._ctx.fetch_keys, args)
+                flat = await fetch.move_to_active(w._ctx, args)
                 w._start_jobs(flat)
             if foreign:
                 self.quarantined(foreign)

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 from .context import QueueContext, now_ms
 from .errors import GlideMQError, RateLimitError, ValidationError
 from .limits import SLIDING_MAX, RateLimit
+from .wire import fetch
 
 if TYPE_CHECKING:
     from .job import Job
@@ -157,10 +158,6 @@ def limiter_args(opts: WorkerOptions) -> list[str]:
     return [str(opts.limiter.max), str(opts.limiter.duration)]
 
 
-def _rate_keys(worker: Worker[Any, Any]) -> list[str]:
-    return [worker.keys.stream, worker.keys.meta, worker.keys.events]
-
-
 async def rate_limit(worker: Worker[Any, Any], ms: int) -> None:
     """Stop every worker of the queue from starting jobs for `ms` milliseconds."""
     if isinstance(ms, bool) or not isinstance(ms, int) or ms < 0:
@@ -168,9 +165,7 @@ async def rate_limit(worker: Worker[Any, Any], ms: int) -> None:
     if worker._ctx is None:
         raise GlideMQError("the worker is not started")
     # safe to run twice: the pause only ever moves later, a job already handed back is 'stale'
-    await worker._ctx.fcall(
-        "glidemq_rateLimit", _rate_keys(worker), [str(now_ms()), str(ms)], safe=True
-    )
+    await fetch.rate_limit(worker._ctx, now_ms(), ms)
 
 
 async def hand_back(
@@ -180,13 +175,10 @@ async def hand_back(
     attempt, and the queue pauses for the error's delay."""
     assert worker._ctx is not None
     try:
-        reply = await worker._ctx.fcall(
-            "glidemq_rateLimit",
-            _rate_keys(worker),
-            [str(now_ms()), str(error.delay), job.id, job.entry_id or ""],
-            safe=True,
+        reply = await fetch.rate_limit(
+            worker._ctx, now_ms(), error.delay, job.id, job.entry_id or ""
         )
-        if reply in (b"ok", "ok"):
+        if reply == "ok":
             job.state = "waiting"
     except GlideMQError as exc:
         # Left in the pending list: stall recovery hands it back instead.

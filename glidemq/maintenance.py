@@ -12,6 +12,7 @@ from .context import now_ms
 from .errors import GlideMQError
 from .queries import WorkerRegistration
 from .scheduler import SchedulerRunner
+from .wire import fetch
 
 if TYPE_CHECKING:
     from .worker import Worker
@@ -54,13 +55,10 @@ class Maintenance:
             try:
                 assert w._ctx is not None
                 now = now_ms()
-                reply = await w._ctx.fcall(
-                    "glidemq_promote",
-                    [w.keys.scheduled, w.keys.stream, w.keys.events],
-                    [str(now), str(_PROMOTE_BATCH), str(w._concurrency)],
+                promoted, next_due = await fetch.promote(
+                    w._ctx, now, _PROMOTE_BATCH, w._concurrency
                 )
-                next_due = int(reply[1])
-                if int(reply[0]) >= _PROMOTE_BATCH:
+                if promoted >= _PROMOTE_BATCH:
                     delay = 0
                 elif next_due >= 0:
                     delay = max(0.0, min(interval, (next_due - now_ms()) / 1000))
@@ -82,21 +80,17 @@ class Maintenance:
             try:
                 assert w._ctx is not None
                 while True:
-                    reply = await w._ctx.fcall(
-                        "glidemq_reclaimStalled",
-                        w._ctx.fail_keys,
-                        [
-                            str(now_ms()),
-                            w.consumer,
-                            str(w.opts.lock_duration),
-                            self.stall_cursor,
-                            str(_RECLAIM_BATCH),
-                            str(w.opts.max_stalled_count),
-                            w._emit_flag,
-                            str(w._keep_fail[0]),
-                            str(w._keep_fail[1]),
-                            "1" if w.opts.dead_letter else "0",
-                        ],
+                    reply = await fetch.reclaim_stalled(
+                        w._ctx,
+                        now_ms(),
+                        w.consumer,
+                        w.opts.lock_duration,
+                        self.stall_cursor,
+                        _RECLAIM_BATCH,
+                        w.opts.max_stalled_count,
+                        w._emit_flag,
+                        w._keep_fail,
+                        w.opts.dead_letter,
                     )
                     cursor = reply[0].decode() if isinstance(reply[0], bytes) else str(reply[0])
                     requeued, failed = int(reply[1]), int(reply[2])
@@ -134,7 +128,7 @@ class Maintenance:
                 args = [w.consumer]
                 for entry_id, (job, _) in list(w._active.items()):
                     args += [entry_id, job.id]
-                lost, revoked = await w._ctx.fcall("glidemq_heartbeat", [w.keys.stream], args)
+                lost, revoked = await fetch.heartbeat(w._ctx, w.consumer, args[1:])
                 for raw in revoked:
                     w._abort(raw.decode(), revoked=True)
                 for raw in lost:

@@ -35,6 +35,7 @@ from glide import MinId as _MinId
 
 from .connection import Client, ConnectionOptions, close_client, create_client
 from .errors import ConnectionError, GlideMQError
+from .wire import fetch
 
 if TYPE_CHECKING:
     from .context import QueueContext
@@ -324,7 +325,7 @@ async def hand_back_unknown(worker: Worker[Any, Any]) -> int:
         args += [entry_id, job_id]  # no job id: the entry is only acknowledged
     if len(args) == 1:
         return 0
-    back = await ctx.fcall("glidemq_deferActive", [stream, w.keys.events], args)
+    back = await fetch.defer_active(ctx, w.consumer, args[1:], stream=stream)
     if back:
         log.warning(
             "glidemq: worker %s handed back %s job(s) whose reply was lost", w.consumer, back

@@ -13,7 +13,7 @@ from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 from uuid import uuid4
 
-from . import limiting, otel
+from . import limiting, otel, wire
 from .batch import BatchRunner
 from .connection import Client, ConnectionLike, close_client, create_client, resolve_connection
 from .context import QueueContext, now_ms
@@ -213,9 +213,7 @@ class Worker(WorkerLifecycle, Generic[D, R]):
         await asyncio.gather(*self._tasks[1:], return_exceptions=True)
         if self._ctx is not None:
             try:
-                await self._ctx.fcall(
-                    "glidemq_deferActive", [self.keys.stream, self.keys.events], [self.consumer]
-                )
+                await wire.fetch.defer_active(self._ctx, self.consumer)
             except GlideMQError as exc:
                 # Jobs left in the PEL are still recovered by stall recovery.
                 self.events.emit("error", exc)
@@ -370,9 +368,7 @@ class Worker(WorkerLifecycle, Generic[D, R]):
         try:
             try:
                 # Transient faults are retried inside fcall, within the connection's budget.
-                reply = await self._ctx.fcall(
-                    "glidemq_completeAndFetchNext", self._ctx.fetch_keys, args
-                )
+                reply = await wire.fetch.complete_and_fetch_next(self._ctx, args)
             except GlideMQError as exc:
                 self.events.emit("error", exc)
                 # The jobs stay in the PEL; stall recovery runs them again.
@@ -411,7 +407,7 @@ class Worker(WorkerLifecycle, Generic[D, R]):
             args += [job.entry_id or "", job.id]
             self._active.pop(job.entry_id or "", None)
         try:
-            await self._ctx.fcall("glidemq_deferActive", [self.keys.stream, self.keys.events], args)
+            await wire.fetch.defer_active(self._ctx, self.consumer, args[1:])
         except GlideMQError as exc:
             self.events.emit("error", exc)  # left in the PEL: stall recovery takes them
         self._wake.set()
@@ -428,21 +424,17 @@ class Worker(WorkerLifecycle, Generic[D, R]):
             return "rate-limited"
         f = job_failure(job, error, self.opts, self._keep_fail, self.events)
         try:
-            reply = await self._ctx.fcall(
-                "glidemq_fail",
-                self._ctx.fail_keys,
-                [
-                    str(now_ms()),
-                    self._emit_flag,
-                    job.id,
-                    job.entry_id or "",
-                    f.reason,
-                    str(f.delay),
-                    str(f.keep[0]),
-                    str(f.keep[1]),
-                    "1" if self.opts.dead_letter else "0",
-                    f.stack,
-                ],
+            reply = await wire.fetch.fail(
+                self._ctx,
+                now_ms(),
+                self._emit_flag,
+                job.id,
+                job.entry_id or "",
+                f.reason,
+                f.delay,
+                f.keep,
+                self.opts.dead_letter,
+                f.stack,
             )
         except GlideMQError as exc:
             # Left in the PEL: stall recovery will retry the job.

@@ -261,7 +261,7 @@ class QueueStore:
         self.expire_suspended(now)
 
     def expire_suspended(self, now: int) -> int:
-        """Fail suspended jobs whose deadline passed (glidemq_expireSuspended)."""
+        """Fail suspended jobs whose deadline passed (wire.features.expire_suspended)."""
         due = [i for i, deadline in self.suspended.items() if deadline <= now]
         for job_id in due:
             del self.suspended[job_id]
