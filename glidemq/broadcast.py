@@ -37,13 +37,13 @@ from glide import ConnectionError as _GlideConnectionError
 from glide import GlideError as _GlideError
 from glide import TimeoutError as _GlideTimeout
 
-from .backpressure import is_full
 from .connection import Client, ConnectionLike, close_client, resolve_connection
 from .context import now_ms
 from .errors import ConnectionError, GlideMQError, ServerError, ValidationError
 from .functions import call, connect_with_library
 from .keys import DEFAULT_PREFIX, QueueKeys, validate_prefix, validate_queue_name
-from .limits import addjob_limit_args
+from .limit_options import addjob_limit_args
+from .queue_limits import is_full
 from .serialize import encode_data
 from .subjects import SubjectFilter, check_subject
 from .types import JobOptions, wire_opts

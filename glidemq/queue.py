@@ -1,6 +1,6 @@
 """Queue: the producer side of one queue (adding jobs, waiting for results, backpressure,
 job schedulers) and its lifecycle; reading and maintenance come from `QueueAdmin`
-(glidemq/admin/base.py), queue-wide limits from `QueueLimits` (glidemq/limiting.py)."""
+(glidemq/admin/base.py), queue-wide limits from `QueueLimits` (glidemq/queue_limits.py)."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from typing import Any, Generic, Self, TypeVar
 
 from glide import Batch, ClusterBatch, GlideClusterClient
 
-from . import backpressure, otel, scheduler
+from . import otel, queue_limits, scheduler
 from .admin import JobCounts, QueueAdmin
 from .budget import QueueBudget
 from .connection import Client, ConnectionLike, close_client, resolve_connection
@@ -30,8 +30,8 @@ from .errors import (
 from .functions import connect_with_library
 from .job import Job
 from .keys import DEFAULT_PREFIX, QueueKeys
-from .limiting import QueueLimits
-from .limits import addjob_limit_args, compact_limit_args
+from .limit_options import addjob_limit_args, compact_limit_args
+from .queue_limits import QueueLimits
 from .request import ResultWaiter, default_result_ttl, validate_result_ttl
 from .retry import retry_batch
 from .scheduler import JobScheduler, JobTemplate
@@ -242,7 +242,7 @@ class Queue(
             if job_id == "ERR:COST_EXCEEDS_CAPACITY":
                 bucket = opts.token_bucket
                 raise CostExceedsCapacityError(opts.cost or 1.0, bucket.capacity if bucket else 0)
-            if job_id in (backpressure.QUEUE_FULL, backpressure.KEY_FULL):
+            if job_id in (queue_limits.QUEUE_FULL, queue_limits.KEY_FULL):
                 raise QueueFullError(self.name)
             if job_id == "ERR:BAD_OPTION":
                 raise ValidationError("opts", "delay, priority or attempts rejected by the server")
@@ -252,7 +252,7 @@ class Queue(
                 raise ValidationError("data", "larger than the server accepts")
             raise ServerError(f"add: {job_id}")
         assert self._ctx is not None
-        return Job._created(
+        return Job.created(
             self._ctx,
             job_id,
             name,
@@ -441,11 +441,11 @@ class Queue(
                         replies_by_job[j] = r
                 else:
                     replies_by_job[idx[0]] = reply
-            if any(backpressure.is_queue_full(replies_by_job[j]) for c in chunk for j in c[3]):
+            if any(queue_limits.is_queue_full(replies_by_job[j]) for c in chunk for j in c[3]):
                 break  # the queue is full: send nothing more (a full key stops only its jobs)
-        refused = backpressure.refused_items(replies_by_job)
+        refused = queue_limits.refused_items(replies_by_job)
         for (name, data, options, _), reply in zip(items, replies_by_job, strict=True):
-            if refused and (reply is None or backpressure.is_full(reply)):
+            if refused and (reply is None or queue_limits.is_full(reply)):
                 out.append(None)
             else:
                 out.append(self._added(reply, name, data, options, now))
@@ -467,7 +467,7 @@ class Queue(
         of) that job instead of adding one. See docs/ADVANCED.md.
         """
         if self._results is None:
-            self._results = ResultWaiter(self)
+            self._results = ResultWaiter(self, self._context)
         result: R = await self._results.add_and_wait(name, data, opts, timeout)
         return result
 
@@ -475,20 +475,20 @@ class Queue(
         """Refuse new jobs with QueueFullError while `limit` jobs have not started yet
         (`count()`: waiting + prioritized + delayed, LIFO and jobs held back by their group
         included); None removes the limit. Shared by all producers."""
-        await backpressure.set_max_waiting(await self._context(), limit)
+        await queue_limits.set_max_waiting(await self._context(), limit)
 
     async def get_max_waiting(self) -> int | None:
         """The queue's limit set by `set_max_waiting`, or None."""
-        return await backpressure.get_max_waiting(await self._context())
+        return await queue_limits.get_max_waiting(await self._context())
 
     async def set_max_waiting_per_key(self, limit: int | None) -> None:
         """Refuse new jobs of an ordering or group key with QueueFullError while `limit` jobs
         of that key have not started yet; other keys go on. None removes the limit."""
-        await backpressure.set_max_waiting_per_key(await self._context(), limit)
+        await queue_limits.set_max_waiting_per_key(await self._context(), limit)
 
     async def get_max_waiting_per_key(self) -> int | None:
         """The per-key limit set by `set_max_waiting_per_key`, or None."""
-        return await backpressure.get_max_waiting_per_key(await self._context())
+        return await queue_limits.get_max_waiting_per_key(await self._context())
 
     # -- job schedulers (glidemq/scheduler.py) -----------------------------------------------
 

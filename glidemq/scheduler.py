@@ -32,7 +32,7 @@ from .context import QueueContext
 from .cron import CronExpression, parse_cron, resolve_tz
 from .errors import GlideMQError, PayloadTooLargeError, ServerError, ValidationError
 from .keys import validate_job_id
-from .limits import addjob_limit_args
+from .limit_options import addjob_limit_args
 from .serialize import encode_data
 from .types import Backoff, JobOptions, from_mapping, retention_from_wire
 

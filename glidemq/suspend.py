@@ -85,23 +85,27 @@ def encode_signal(name: object, data: object) -> bytes:
     return raw
 
 
-async def suspend(job: Job[Any, Any], reason: str | None, timeout_ms: int | None) -> None:
-    """See `Job.suspend`."""
+async def suspend(
+    job: Job[Any, Any],
+    ctx: QueueContext,
+    emit_flag: str | None,
+    reason: str | None,
+    timeout_ms: int | None,
+) -> None:
+    """See `Job.suspend`. `emit_flag` is the running worker's ('1': emit events), None when
+    no worker runs the job; the job records the move when this raises SuspendedError."""
     why, timeout = check_suspend(reason, timeout_ms)
-    if job.entry_id is None or job._worker is None:
+    if job.entry_id is None or emit_flag is None:
         raise JobStateError(job.id, "suspend", "only a running job can be suspended")
-    ctx = job._ctx
     keys = ctx.keys
     reply = await ctx.fcall(
         "glidemq_suspend",
         [keys.stream, suspended_key(keys), keys.events],
-        [str(now_ms()), job.id, job.entry_id, why, str(timeout), job._worker._emit_flag],
+        [str(now_ms()), job.id, job.entry_id, why, str(timeout), emit_flag],
     )
     state = reply.decode() if isinstance(reply, bytes) else str(reply)
     if state != "suspended":
         raise JobStateError(job.id, "suspend", "the worker no longer owns it")
-    job._moved = True
-    job.state = state
     raise SuspendedError(f"job {job.id} suspended: {why or 'no reason given'}")
 
 
