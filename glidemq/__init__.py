@@ -14,7 +14,6 @@ from .broadcast import Broadcast, BroadcastWorker
 from .connection import ConnectionOptions
 from .errors import (
     BatchError,
-    ChaosError,
     ConnectionError,
     CostExceedsCapacityError,
     CrossSlotError,
@@ -69,7 +68,6 @@ __all__ = [
     "BatchOptions",
     "Broadcast",
     "BroadcastWorker",
-    "ChaosError",
     "ConnectionError",
     "ConnectionOptions",
     "CostExceedsCapacityError",

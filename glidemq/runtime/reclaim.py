@@ -22,6 +22,7 @@ from ..context import QueueContext, now_ms
 from ..errors import GlideMQError
 from ..functions import connect_with_library
 from ..keys import QueueKeys
+from ..process.loop import loop_factory
 from ..types import WorkerOptions, retention_args
 
 __all__ = ["Holding", "holding_of", "reclaim", "run_reclaimer"]
@@ -135,12 +136,6 @@ async def reclaim(
 def run_reclaimer(conn: ConnectionOptions, holdings: Sequence[Holding]) -> dict[str, Any]:
     """Body of the reclaimer process a draining supervisor forks: reclaim and return the
     report it sends back."""
-    try:
-        import uvloop
-
-        factory: Any = uvloop.new_event_loop
-    except ImportError:  # pragma: no cover - uvloop is a dependency on Linux
-        factory = None
-    with asyncio.Runner(loop_factory=factory) as runner:
+    with asyncio.Runner(loop_factory=loop_factory()) as runner:
         done, requeued, failed = runner.run(reclaim(conn, holdings))
     return {"done": [list(k) for k in done], "requeued": requeued, "failed": failed}
