@@ -34,12 +34,12 @@ from glide import (
 )
 from glide import TimeoutError as _GlideTimeout
 
-from .backpressure import is_full
 from .connection import Client, ConnectionLike, close_client, resolve_connection
 from .context import ClientSender, QueueContext, now_ms
 from .errors import ConnectionError, GlideMQError, ServerError, ValidationError
 from .functions import connect_with_library
 from .keys import DEFAULT_PREFIX, QueueKeys, validate_prefix, validate_queue_name
+from .queue_limits import is_full
 from .serialize import encode_data
 from .subjects import SubjectFilter, check_subject
 from .types import JobOptions, wire_opts

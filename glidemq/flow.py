@@ -318,7 +318,7 @@ class FlowProducer:
     def _resolve(self, ref: JobRef, what: str) -> tuple[str, str, QueueKeys]:
         """(queue, id, keys) of an existing job given as a Job or (queue, id)."""
         if isinstance(ref, Job):
-            return ref.queue_name, ref.id, ref._ctx.keys
+            return ref.queue_name, ref.id, ref.queue_keys
         if isinstance(ref, tuple) and len(ref) == 2:
             queue, job_id = ref
             keys = QueueKeys(queue, self.prefix)
@@ -357,7 +357,7 @@ class FlowProducer:
     ) -> list[Job[Any, Any]]:
         jobs: list[Job[Any, Any]] = []
         for i, (node, opts) in enumerate(zip(p.order, p.options, strict=True)):
-            job = Job._created(
+            job = Job.created(
                 self._ctx(client, node.queue_name),
                 ids[i],
                 node.name,
@@ -557,13 +557,13 @@ async def ignored_failures(ctx: QueueContext, job_id: str) -> dict[str, str]:
     return {_child_key(k[3:]): v.decode() for k, v in fields.items() if k.startswith(b"cf:")}
 
 
-async def move_to_waiting_children(job: Job[Any, Any]) -> None:
-    """See `Job.move_to_waiting_children`."""
-    if job.entry_id is None or job._worker is None:
+async def move_to_waiting_children(job: Job[Any, Any], ctx: QueueContext, running: bool) -> None:
+    """See `Job.move_to_waiting_children` (`running`: a worker runs the job; the job records
+    the move when this raises WaitingChildrenError)."""
+    if job.entry_id is None or not running:
         raise JobStateError(
             job.id, "move to waiting-children", "only a running job can wait for children"
         )
-    ctx = job._ctx
     status, detail = await flows.move_to_waiting_children(
         ctx, ctx.keys, job.id, job.entry_id, now_ms()
     )
@@ -573,6 +573,4 @@ async def move_to_waiting_children(job: Job[Any, Any]) -> None:
         raise UnrecoverableError(detail)
     if status != "waiting-children":
         raise JobStateError(job.id, "move to waiting-children", "the worker no longer owns it")
-    job._moved = True
-    job.state = "waiting-children"
     raise WaitingChildrenError(f"job {job.id} waits for its children")

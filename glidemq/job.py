@@ -18,7 +18,8 @@ from .wire import features, fetch, ops
 
 if TYPE_CHECKING:
     from .flowview import Dependencies
-    from .worker import Worker
+    from .keys import QueueKeys
+    from .link import WorkerLink
 
 __all__ = ["Job", "JobState"]
 
@@ -145,7 +146,7 @@ class Job(Generic[D, R]):
         fields: Mapping[bytes, bytes],
         *,
         entry_id: str | None = None,
-        worker: Worker[Any, Any] | None = None,
+        worker: WorkerLink | None = None,
     ) -> None:
         self._ctx = ctx
         self._worker = worker
@@ -185,8 +186,19 @@ class Job(Generic[D, R]):
         self.usage: Usage | None = parse_usage(g(b"usage"))
         self.signals: list[Signal] = parse_signals(g(b"signals"))
 
+    @property
+    def queue_keys(self) -> QueueKeys:
+        """The keys of the job's queue."""
+        return self._ctx.keys
+
+    @property
+    def moved(self) -> bool:
+        """Whether the processor moved this run elsewhere (failed, delayed, suspended,
+        waiting for children): the worker records no outcome for it."""
+        return self._moved
+
     @classmethod
-    def _created(
+    def created(
         cls,
         ctx: QueueContext,
         job_id: str,
@@ -317,9 +329,16 @@ class Job(Generic[D, R]):
         `Queue.signal` wakes the job (it runs again, the signal in `job.signals`) or
         `timeout_ms` passes (it fails). Raises SuspendedError, which the processor should
         let propagate."""
+        from .errors import SuspendedError
         from .suspend import suspend
 
-        await suspend(self, reason, timeout_ms)
+        runner = self._worker
+        emit_flag = runner.emit_flag if runner is not None else None
+        try:
+            await suspend(self, self._ctx, emit_flag, reason, timeout_ms)
+        except SuspendedError:
+            self._moved, self.state = True, "suspended"
+            raise
 
     def discard(self) -> None:
         """Make the current run's failure final, whatever attempts remain."""
@@ -360,9 +379,14 @@ class Job(Generic[D, R]):
         """From inside a processor: stop running until this job's pending children finished;
         it runs again after the last one. Returns when none is pending (go on); otherwise
         raises WaitingChildrenError, which the processor should let propagate."""
+        from .errors import WaitingChildrenError
         from .flow import move_to_waiting_children
 
-        await move_to_waiting_children(self)
+        try:
+            await move_to_waiting_children(self, self._ctx, self._worker is not None)
+        except WaitingChildrenError:
+            self._moved, self.state = True, "waiting-children"
+            raise
 
     async def get_children_values(self) -> dict[str, Any]:
         """Return values of this job's completed children, by `"<queue>:<id>"`."""
@@ -404,7 +428,7 @@ class Job(Generic[D, R]):
         """From inside a processor: fail this run now with `error` (retries still apply)."""
         if self._worker is None or self.entry_id is None:
             raise JobStateError(self.id, "move to failed", "only a running job can be failed")
-        await self._worker._fail_now(self, error)
+        await self._worker.fail_now(self, error)
         self._moved = True
 
     async def remove(self) -> None:

@@ -1,6 +1,6 @@
 """Queue: the producer side of one queue (adding jobs, waiting for results, backpressure,
 job schedulers) and its lifecycle; reading and maintenance come from `QueueAdmin`
-(glidemq/admin/base.py), queue-wide limits from `QueueLimits` (glidemq/limiting.py)."""
+(glidemq/admin/base.py), queue-wide limits from `QueueLimits` (glidemq/queue_limits.py)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from datetime import datetime
 from types import TracebackType
 from typing import Any, Generic, Self, TypeVar, cast
 
-from . import backpressure, otel, scheduler
+from . import otel, queue_limits, scheduler
 from .admin import JobCounts, QueueAdmin
 from .budget import QueueBudget
 from .connection import Client, ConnectionLike, close_client, resolve_connection
@@ -25,7 +25,7 @@ from .errors import (
 from .functions import connect_with_library
 from .job import Job
 from .keys import DEFAULT_PREFIX, QueueKeys
-from .limiting import QueueLimits
+from .queue_limits import QueueLimits
 from .request import ResultWaiter, default_result_ttl, validate_result_ttl
 from .scheduler import JobScheduler, JobTemplate
 from .serialize import encode_data
@@ -178,7 +178,7 @@ class Queue(
         if job_id is None:
             return None
         assert self._ctx is not None
-        return Job._created(
+        return Job.created(
             self._ctx,
             job_id,
             name,
@@ -358,11 +358,11 @@ class Queue(
                         replies_by_job[j] = r
                 else:
                     replies_by_job[idx[0]] = reply
-            if any(backpressure.is_queue_full(replies_by_job[j]) for c in chunk for j in c[1]):
+            if any(queue_limits.is_queue_full(replies_by_job[j]) for c in chunk for j in c[1]):
                 break  # the queue is full: send nothing more (a full key stops only its jobs)
-        refused = backpressure.refused_items(replies_by_job)
+        refused = queue_limits.refused_items(replies_by_job)
         for (name, data, options, _), reply in zip(items, replies_by_job, strict=True):
-            if refused and (reply is None or backpressure.is_full(reply)):
+            if refused and (reply is None or queue_limits.is_full(reply)):
                 out.append(None)
             else:
                 out.append(self._added(reply, name, data, options, now))
@@ -384,7 +384,7 @@ class Queue(
         of) that job instead of adding one. See docs/ADVANCED.md.
         """
         if self._results is None:
-            self._results = ResultWaiter(self)
+            self._results = ResultWaiter(self, self._context)
         result: R = await self._results.add_and_wait(name, data, opts, timeout)
         return result
 
@@ -392,20 +392,20 @@ class Queue(
         """Refuse new jobs with QueueFullError while `limit` jobs have not started yet
         (`count()`: waiting + prioritized + delayed, LIFO and jobs held back by their group
         included); None removes the limit. Shared by all producers."""
-        await backpressure.set_max_waiting(await self._context(), limit)
+        await queue_limits.set_max_waiting(await self._context(), limit)
 
     async def get_max_waiting(self) -> int | None:
         """The queue's limit set by `set_max_waiting`, or None."""
-        return await backpressure.get_max_waiting(await self._context())
+        return await queue_limits.get_max_waiting(await self._context())
 
     async def set_max_waiting_per_key(self, limit: int | None) -> None:
         """Refuse new jobs of an ordering or group key with QueueFullError while `limit` jobs
         of that key have not started yet; other keys go on. None removes the limit."""
-        await backpressure.set_max_waiting_per_key(await self._context(), limit)
+        await queue_limits.set_max_waiting_per_key(await self._context(), limit)
 
     async def get_max_waiting_per_key(self) -> int | None:
         """The per-key limit set by `set_max_waiting_per_key`, or None."""
-        return await backpressure.get_max_waiting_per_key(await self._context())
+        return await queue_limits.get_max_waiting_per_key(await self._context())
 
     # -- job schedulers (glidemq/scheduler.py) -----------------------------------------------
 

@@ -86,12 +86,18 @@ def encode_signal(name: object, data: object) -> bytes:
     return raw
 
 
-async def suspend(job: Job[Any, Any], reason: str | None, timeout_ms: int | None) -> None:
-    """See `Job.suspend`."""
+async def suspend(
+    job: Job[Any, Any],
+    ctx: QueueContext,
+    emit_flag: str | None,
+    reason: str | None,
+    timeout_ms: int | None,
+) -> None:
+    """See `Job.suspend`. `emit_flag` is the running worker's ('1': emit events), None when
+    no worker runs the job; the job records the move when this raises SuspendedError."""
     why, timeout = check_suspend(reason, timeout_ms)
-    if job.entry_id is None or job._worker is None:
+    if job.entry_id is None or emit_flag is None:
         raise JobStateError(job.id, "suspend", "only a running job can be suspended")
-    ctx = job._ctx
     keys = ctx.keys
     state = await features.suspend(
         ctx,
@@ -101,12 +107,10 @@ async def suspend(job: Job[Any, Any], reason: str | None, timeout_ms: int | None
         job.entry_id,
         why,
         timeout,
-        job._worker._emit_flag,
+        emit_flag,
     )
     if state != "suspended":
         raise JobStateError(job.id, "suspend", "the worker no longer owns it")
-    job._moved = True
-    job.state = state
     raise SuspendedError(f"job {job.id} suspended: {why or 'no reason given'}")
 
 

@@ -17,7 +17,7 @@ import orjson
 from .errors import ValidationError
 from .fallbacks import Fallback, check_fallbacks
 from .keys import validate_job_id
-from .limits import RateLimit, TokenBucket, check_job_limits, limits_to_wire
+from .limit_options import RateLimit, TokenBucket, check_job_limits, limits_to_wire
 from .usage import TokenLimiter
 
 if TYPE_CHECKING:

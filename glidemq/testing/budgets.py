@@ -62,7 +62,7 @@ def stop(store: QueueStore, rec: JobRecord, now: int, emit: bool) -> None:
             store.emit("suspended", rec.id, reason=b.exceeded)
         return
     store.left_active(rec, "failed", now, b.exceeded)
-    store._final_fail(rec, b.exceeded, now, (-1, 0), True, False)
+    store.final_fail(rec, b.exceeded, now, (-1, 0), True, False)
 
 
 def release(

@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from .. import backpressure
+from .. import queue_limits
 from ..errors import (
     CostExceedsCapacityError,
     QueueFullError,
@@ -21,7 +21,7 @@ from ..errors import (
     ValidationError,
 )
 from ..keys import QueueKeys
-from ..limits import addjob_limit_args, compact_limit_args
+from ..limit_options import addjob_limit_args, compact_limit_args
 from ..types import JobOptions
 from .layout import Call, layout
 
@@ -153,7 +153,7 @@ def added_id(reply: Any, queue: str, opts: JobOptions) -> str | None:
     if job_id == "ERR:COST_EXCEEDS_CAPACITY":
         bucket = opts.token_bucket
         raise CostExceedsCapacityError(opts.cost or 1.0, bucket.capacity if bucket else 0)
-    if job_id in (backpressure.QUEUE_FULL, backpressure.KEY_FULL):
+    if job_id in (queue_limits.QUEUE_FULL, queue_limits.KEY_FULL):
         raise QueueFullError(queue)
     if job_id == "ERR:BAD_OPTION":
         raise ValidationError("opts", "delay, priority or attempts rejected by the server")
