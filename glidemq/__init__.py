@@ -44,7 +44,7 @@ from .events import QueueEvent, QueueEvents
 from .flow import FlowJob, FlowProducer, JobNode
 from .flowview import Dependencies, Flow, FlowNode
 from .job import Job
-from .limits import RateLimit, TokenBucket
+from .limit_options import RateLimit, TokenBucket
 from .processor import ProcessorSpec, processor
 from .producer import Producer
 from .queries import Metrics, WorkerInfo

@@ -37,7 +37,7 @@ async def noop(job: Job[Any, Any]) -> None:
 
 def _fake_jobs(n: int) -> list[Job[Any, Any]]:
     ctx = QueueContext(None, QueueKeys("bench"))  # type: ignore[arg-type]  # never used
-    return [Job._created(ctx, str(i), "j", i, {}, 0, 0, 0, 1) for i in range(n)]
+    return [Job.created(ctx, str(i), "j", i, {}, 0, 0, 0, 1) for i in range(n)]
 
 
 async def _ready(pool: SandboxPool, count: int) -> None:

@@ -125,7 +125,8 @@ class SandboxPool:
     def pipeline_slots(self) -> int:
         """Runs the pool would hold queued in children now: `pipeline_depth` for each child
         that has a free slot or started a run within `pipeline_window`. The Worker takes
-        that many jobs beyond its concurrency."""
+        that many jobs beyond its concurrency: the pool is the `SlotExtension` of the
+        worker's `Slots` (glidemq/slots.py), which counts them with its own slots."""
         if self._loop is None:
             return 0
         return self._pipeline.open_slots(self._children.ready, self._loop.time())
