@@ -6,8 +6,8 @@ one); docs/CHAOS.md describes them, the guarantees and the measured numbers.
 
 from __future__ import annotations
 
+from .context import ChaosRun, Fault
 from .registry import register, scenarios
-from .run import ChaosRun, Fault
 from .scenario import FleetSettings, Scenario
 
 __all__ = ["ChaosRun", "Fault", "FleetSettings", "Scenario", "register", "scenarios"]

@@ -139,7 +139,7 @@ def test_health_percentiles_and_soak_durations() -> None:
 
 
 def test_a_run_directory_is_always_new(tmp_path: Path) -> None:
-    from glidemq.chaos.runner import fresh_run_dir
+    from glidemq.chaos.lifecycle import fresh_run_dir
 
     first = fresh_run_dir(tmp_path / "w", "kill-workers-4")
     (first / "exec").mkdir()

@@ -15,8 +15,8 @@ import time
 
 from ...keys import QueueKeys
 from ..collect import read_jobs
+from ..context import ChaosRun
 from ..registry import register
-from ..run import ChaosRun
 from ..scenario import FleetSettings
 from .server_restart import ServerRestart
 

@@ -27,8 +27,8 @@ from glide import ExclusiveIdBound, IdBound, MaxId
 from ...errors import GlideMQError
 from ...server import EmbeddedValkey
 from ...server_cluster import EmbeddedCluster
+from ..context import ChaosRun
 from ..registry import register
-from ..run import ChaosRun
 from ..scenario import FleetSettings, Scenario
 
 __all__ = ["Failover"]

@@ -41,9 +41,9 @@ from typing import Any
 import psutil
 
 from ...server import EmbeddedValkey
+from ..context import ChaosRun
 from ..faults import kill_process, process_tree, wait_gone
 from ..registry import register
-from ..run import ChaosRun
 from ..scenario import FleetSettings, Scenario
 from .kill_storm import STALLED_TOO_OFTEN
 from .memory_kill import OUT_OF_MEMORY

@@ -1,4 +1,4 @@
-"""Running one scenario from start to verdict.
+"""Running one scenario from start to verdict (its lifecycle).
 
 Server up -> `prepare` -> fleet (`glidemq-run`) ready -> producer and `inject` together ->
 drain (until every job finished or `--drain-timeout`) -> fleet drained with SIGTERM ->
@@ -29,13 +29,13 @@ from ..progress import Progress
 from ..queue import Queue
 from .app import DIR_ENV
 from .collect import EventsTail, read_in_queue, read_jobs, read_leftovers
+from .context import ChaosRun
 from .fleet import Fleet
 from .invariants import check_invariants
 from .ledger import read_executions
 from .outcomes import FaultMark, classify
 from .producer import Producer
 from .result import build_result, write_records
-from .run import ChaosRun
 from .scenario import FleetSettings, Scenario
 from .target import start_target
 

@@ -1,5 +1,6 @@
-"""`ChaosRun`: what a scenario's hooks get: the server, the fleet, the seeded random source,
-the progress of the run, and the way to record faults and problems."""
+"""The context of one run, `ChaosRun`: what a scenario's hooks get: the server, the fleet,
+the seeded random source, the progress of the run, and the way to record faults and
+problems."""
 
 from __future__ import annotations
 
