@@ -164,7 +164,9 @@ async def run_scenario(scenario: Scenario, args: argparse.Namespace) -> dict[str
     else:
         workdir = Path(tempfile.mkdtemp(prefix=f"glidemq-chaos-{scenario.name}-"))
         keep = False
-    target = start_target(scenario.server, args.url)
+    target = start_target(
+        scenario.server, args.url, node_timeout_ms=getattr(args, "node_timeout_ms", None)
+    )
     run = ChaosRun(
         scenario=scenario.name,
         args=args,
