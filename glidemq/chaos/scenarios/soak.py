@@ -69,6 +69,10 @@ _STALL_S = 0.5
 # busy 2-core machine), and writes it acknowledged meanwhile may be lost with it; 5 s, as
 # in docker-compose.cluster.yml, keeps failovers to the ones the soak injects.
 _NODE_TIMEOUT_MS = 5000
+# A killed node restarts by loading its data (hundreds of MB late in a long soak) and the
+# cluster is healthy once its replica synced: both take tens of seconds under load.
+_NODE_START_S = 120.0
+_HEALTHY_S = 180.0
 
 
 def parse_duration(text: str) -> float:
@@ -248,7 +252,7 @@ class Soak(Scenario):
     async def _sigkill_primary(self, run: ChaosRun) -> None:
         cluster = run.target.cluster
         assert cluster is not None
-        await asyncio.to_thread(cluster.wait_healthy, 60.0)
+        await asyncio.to_thread(cluster.wait_healthy, _HEALTHY_S)
         primary = await asyncio.to_thread(self._slot_primary, run)
         pid = primary.pid
         cluster.kill_node(primary)
@@ -268,13 +272,14 @@ class Soak(Scenario):
         cluster = run.target.cluster
         assert cluster is not None
         while self.down:
-            cluster.restart_node(self.down.pop())
-        cluster.wait_healthy(60.0)
+            # loading its data again takes a while on a busy machine
+            cluster.restart_node(self.down.pop(), timeout=_NODE_START_S)
+        cluster.wait_healthy(_HEALTHY_S)
 
     async def _node_stall(self, run: ChaosRun) -> None:
         cluster = run.target.cluster
         assert cluster is not None
-        await asyncio.to_thread(cluster.wait_healthy, 60.0)
+        await asyncio.to_thread(cluster.wait_healthy, _HEALTHY_S)
         node = await asyncio.to_thread(self._slot_primary, run)
         node.kill(signal.SIGSTOP, wait=False)
         fault = run.fault("node-stall", node.pid, hits_all=True, node=node.port, hold_s=_STALL_S)
