@@ -27,6 +27,8 @@ if TYPE_CHECKING:
 
 __all__ = ["ChaosRun", "Fault", "Progress"]
 
+_SPOOL = "ledger.spool.jsonl"
+
 
 @dataclass
 class Fault:
@@ -90,7 +92,8 @@ class ChaosRun:
 
     def __post_init__(self) -> None:
         self.rng = random.Random(self.seed)
-        self.ledger = Ledger(f"{self.scenario}-{self.seed}")
+        # spooled to the run's directory: a soak's million jobs would not fit in memory
+        self.ledger = Ledger(f"{self.scenario}-{self.seed}", spool=self.workdir / _SPOOL)
         if not self.worker_url:
             self.worker_url = self.target.url
 
@@ -118,8 +121,7 @@ class ChaosRun:
             pids=tuple(hurt),
             hits_all=everything,
         )
-        self.faults.append(f)
-        self.ledger.add("fault", None, f.at, pid, kind=kind, detail=f.detail)
+        self.faults.append(f)  # into the ledger at the end, with what it learned since
         where = f" pid {pid}" if pid is not None else ""
         self.say(f"fault {len(self.faults)}: {kind}{where} at {self.progress.done:,} done")
         return f

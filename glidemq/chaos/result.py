@@ -156,7 +156,7 @@ def build_result(
             "read": tail.read,
             "missed": tail.missed,
             "stalled": sum(tail.stalled.values()),
-            "completed": sum(tail.completed.values()),
+            "completed": tail.completed.total,
         },
         "torn_ledger_lines": executions.torn_lines,
         "settings": {**asdict(run.settings), "server": run.target.describe()},

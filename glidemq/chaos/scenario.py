@@ -91,6 +91,11 @@ class Scenario:
         """Extra data for some jobs, by id (planted behaviours of the fixture processor)."""
         return {}
 
+    def job_options(self, run: ChaosRun) -> dict[str, object]:
+        """Extra options for every job (`remove_on_complete=N` makes the run follow the
+        completed set while it goes on: see `glidemq.chaos.harvest`)."""
+        return {}
+
     def reexecution_bound(self, run: ChaosRun) -> int:
         """The most re-executions (starts beyond the first, summed over jobs) the injected
         faults can explain. A fault on one process may cut off or duplicate what that

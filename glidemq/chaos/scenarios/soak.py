@@ -17,8 +17,11 @@ over the duration and, until it is over, injects one fault every `--fault-every`
 - `metrics-flood`: 50 idle connections on the supervisor's metrics port for 2 s, with a
   `/health` probe (latency reported, not bounded here: `metrics-flood` bounds it).
 
-Besides, `--growers` seeded jobs grow past `--max-memory-per-child` on their first attempt
-(`memory-grow`: the sandbox child is retired, the job completes on a retry). Every
+Jobs are added with `remove_on_complete=--keep-completed` (50,000), so the server's memory
+stays flat: the run reads every completed job before retention removes it
+(`glidemq.chaos.harvest`). Besides, `--growers` seeded jobs grow past
+`--max-memory-per-child` on their first attempt (`memory-grow`: the sandbox child is
+retired, the job completes on a retry). Every
 `--sample-every` seconds the run samples the worker processes' RSS and the primaries'
 `used_memory`; the result has the samples, and the run fails when the largest worker's RSS
 at the end is more than `--max-rss-growth` (10 %) above its value after the first 10 % of
@@ -72,6 +75,9 @@ _NODE_TIMEOUT_MS = 5000
 # A killed node restarts by loading its data (hundreds of MB late in a long soak) and the
 # cluster is healthy once its replica synced: both take tens of seconds under load.
 _NODE_START_S = 120.0
+# The server keeps this many completed jobs (the run reads each one as it completes):
+# its memory stays flat however many jobs the soak runs.
+_KEEP_COMPLETED = 50_000
 _HEALTHY_S = 180.0
 
 
@@ -126,6 +132,14 @@ class Soak(Scenario):
         parser.add_argument("--sample-every", type=float, default=5.0, metavar="SECONDS")
         parser.add_argument("--max-rss-growth", type=float, default=0.10, metavar="FRACTION")
         parser.add_argument(
+            "--keep-completed",
+            type=int,
+            default=_KEEP_COMPLETED,
+            metavar="N",
+            help="jobs are added with remove_on_complete=N, so the server keeps only the "
+            f"newest N completed jobs (default {_KEEP_COMPLETED:,}; 0 keeps all)",
+        )
+        parser.add_argument(
             "--node-timeout-ms",
             type=int,
             default=_NODE_TIMEOUT_MS,
@@ -155,6 +169,10 @@ class Soak(Scenario):
         run.extra["_growers"] = growers
         grow = 3 * int(run.args.max_memory_per_child)
         return {j: {"grow_mb": grow, "grow_attempts": 1} for j in growers}
+
+    def job_options(self, run: ChaosRun) -> dict[str, object]:
+        keep = int(run.args.keep_completed)
+        return {"remove_on_complete": keep} if keep > 0 else {}
 
     def reexecution_bound(self, run: ChaosRun) -> int:
         s = run.settings
