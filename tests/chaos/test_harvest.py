@@ -88,3 +88,36 @@ async def test_a_harvest_that_fell_behind_makes_the_removed_jobs_lost(
     out = classify(ids, records, ex, set())
     assert out.counts()["lost"] == JOBS - KEEP
     assert out.counts()["completed_once"] == KEEP
+
+
+async def test_a_completion_that_reaches_the_server_late_is_still_read(
+    valkey_server: EmbeddedValkey, queue_name: str
+) -> None:
+    # A completion is dated by its worker: one sent before a newer one may be written
+    # after it (a batch, a retry after a failover), so it enters the completed set below
+    # the newest score the harvest has seen.
+    conn = ConnectionOptions.from_url(valkey_server.url)
+    keys = QueueKeys(queue_name)
+    client = await create_client(conn, name="test-harvest-late")
+    try:
+
+        async def complete(job_id: str, at_ms: int) -> None:
+            result = {"id": job_id, "pid": 1, "run": "1-1"}
+            await client.hset(
+                keys.job(job_id),
+                {"state": "completed", "finishedOn": str(at_ms), "returnvalue": str(result)},
+            )
+            await client.zadd(keys.completed, {job_id: float(at_ms)})
+
+        harvest = Harvest(client, keys)
+        now = 1_800_000_000_000
+        await complete("j1", now)
+        await complete("j2", now + 1000)
+        assert await harvest.once() == 2
+        await complete("j0", now - 2000)  # late: older than what was already read
+        assert await harvest.once() == 1
+        assert sorted(harvest.records) == ["j0", "j1", "j2"]
+        assert await harvest.once() == 0  # nothing read twice
+    finally:
+        await client.delete([keys.job(f"j{i}") for i in range(3)] + [keys.completed])
+        await close_client(client)
