@@ -45,6 +45,7 @@ from glidemq.connection import close_client, create_client, resolve_connection
 from glidemq.context import QueueContext
 from glidemq.functions import ensure_library
 from glidemq.keys import QueueKeys
+from glidemq.process.loop import loop_factory
 
 PHASES = ("ping", "fcall", "ctx", "add", "c1", "c10", "wake")
 
@@ -243,12 +244,7 @@ def main(argv: list[str] | None = None) -> int:
     prof_dir = Path(o.profile) if o.profile else None
     if prof_dir:
         prof_dir.mkdir(parents=True, exist_ok=True)
-    try:
-        import uvloop
-
-        factory: Any = uvloop.new_event_loop
-    except ImportError:  # pragma: no cover - uvloop is a dependency
-        factory = None
+    factory = loop_factory()
     print(f"{os.cpu_count()} cpus, Python {sys.version.split()[0]}, {o.url}, reps {o.reps}")
     try:
         with asyncio.Runner(loop_factory=factory) as runner:

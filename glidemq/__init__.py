@@ -14,7 +14,6 @@ from .broadcast import Broadcast, BroadcastWorker
 from .connection import ConnectionOptions
 from .errors import (
     BatchError,
-    ChaosError,
     ConnectionError,
     CostExceedsCapacityError,
     CrossSlotError,
@@ -45,7 +44,7 @@ from .events import QueueEvent, QueueEvents
 from .flow import FlowJob, FlowProducer, JobNode
 from .flowview import Dependencies, Flow, FlowNode
 from .job import Job
-from .limits import RateLimit, TokenBucket
+from .limit_options import RateLimit, TokenBucket
 from .processor import ProcessorSpec, processor
 from .producer import Producer
 from .queries import Metrics, WorkerInfo
@@ -69,7 +68,6 @@ __all__ = [
     "BatchOptions",
     "Broadcast",
     "BroadcastWorker",
-    "ChaosError",
     "ConnectionError",
     "ConnectionOptions",
     "CostExceedsCapacityError",

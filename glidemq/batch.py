@@ -6,7 +6,8 @@ not depend on the engine; glidemq.testing's BatchRunner shares them."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 from .context import now_ms
@@ -19,10 +20,10 @@ from .serializers import Serializer
 from .types import BatchOptions
 
 if TYPE_CHECKING:
-    from .lifecycle import WorkerLifecycle
-    from .worker import Worker
+    from .link import WorkerLink
+    from .processor import ProcessorCall
 
-__all__ = ["BatchRunner"]
+__all__ = ["BatchOutcomes", "BatchRunner"]
 
 D = TypeVar("D")
 R = TypeVar("R")
@@ -31,10 +32,13 @@ J = TypeVar("J", bound=Job[Any, Any])
 
 class BatchCollector(Generic[J]):
     """Collects a worker's jobs into batches of `size` (a partial batch waits at most
-    `timeout_ms`) and starts `run` once per batch, as the task that holds its jobs."""
+    `timeout_ms`) and starts `run` once per batch, as the task that holds its jobs
+    (`hold(entry_id, job, task)` records it in the worker's job table)."""
 
-    def __init__(self, worker: WorkerLifecycle, options: BatchOptions) -> None:
-        self._holder = worker
+    def __init__(
+        self, hold: Callable[[str, J, asyncio.Task[Any]], None], options: BatchOptions
+    ) -> None:
+        self._hold = hold
         self.options = options
         self.buffer: list[J] = []
         self.timer: asyncio.TimerHandle | None = None
@@ -50,14 +54,14 @@ class BatchCollector(Generic[J]):
 
     def dispatch(self, timer: bool = False) -> None:
         """Start full batches now; a partial one when its wait runs out."""
-        active = self._holder._active
+        hold = self._hold
         size = self.options.size
         loop = asyncio.get_running_loop()
         while len(self.buffer) >= size or (timer and self.buffer):
             jobs, self.buffer = self.buffer[:size], self.buffer[size:]
             task = loop.create_task(self.run(jobs))
             for job in jobs:
-                active[job.entry_id or ""] = (job, task)
+                hold(job.entry_id or "", job, task)
         if timer:
             self.timer = None
         if self.buffer and self.timer is None:
@@ -104,58 +108,78 @@ def encoded_outcome(
         return exc.with_traceback(None)  # the stored stack: just the reason, as for a result
 
 
+@dataclass(frozen=True, slots=True)
+class BatchOutcomes(Generic[D, R]):
+    """How a Worker records what a job of a batch came to: `complete(job, result, encoded)`
+    queues a success, `fail(job, error)` records a failed try, `defer(jobs)` hands jobs back
+    unrun. Each is called once the job's slot was freed."""
+
+    complete: Callable[[Job[D, R], Any, bytes], None]
+    fail: Callable[[Job[D, R], BaseException], Awaitable[str]]
+    defer: Callable[[list[Job[D, R]]], Awaitable[None]]
+
+
 class BatchRunner(BatchCollector[Job[D, R]]):
     """Batches of a Worker: successes complete together, failures (a BatchError entry, or
     the whole call) one by one."""
 
-    def __init__(self, worker: Worker[D, R], options: BatchOptions) -> None:
-        super().__init__(worker, options)
-        self.worker = worker
+    def __init__(
+        self,
+        link: WorkerLink,
+        options: BatchOptions,
+        proc: ProcessorCall,
+        outcomes: BatchOutcomes[D, R],
+        serializer: Serializer | None,
+    ) -> None:
+        super().__init__(link.slots.hold, options)
+        self.link = link
+        self.proc = proc
+        self.outcomes = outcomes
+        self.serializer = serializer
 
     async def run(self, jobs: list[Job[D, R]]) -> None:
         """Run one batch and record every job's outcome."""
-        w = self.worker
+        link, slots, out = self.link, self.link.slots, self.outcomes
         now = now_ms()
         expired = [j for j in jobs if j.expire_at is not None and now > j.expire_at]
         if expired:
             jobs = [j for j in jobs if j not in expired]
-            w._running -= len(expired)
-            await asyncio.gather(*(w._fail(j, expired_error(), counted=True) for j in expired))
+            slots.end(len(expired))
+            await asyncio.gather(*(out.fail(j, expired_error()) for j in expired))
             if not jobs:
                 return
         n = len(jobs)
         try:
-            results = await batch_outcomes(w._proc.batch(jobs), n)
+            results = await batch_outcomes(self.proc.batch(jobs), n)
         except asyncio.CancelledError:
-            w._running -= n
-            if not w._closing:  # some job of the batch was revoked or lost
+            slots.end(n)
+            if not link.closing:  # some job of the batch was revoked or lost
                 await self.settle_cancelled(jobs)
             return  # closing: the jobs are handed back by deferActive
         except SandboxHandBack:  # no sandbox child can run it now: back to the queue
-            w._running -= n
-            await w._defer(jobs)
+            slots.end(n)
+            await out.defer(jobs)
             return
         failures: list[tuple[Job[D, R], BaseException]] = []
+        serializer = self.serializer
         for job, result in zip(jobs, results, strict=True):
-            outcome = encoded_outcome(result, w.opts.max_result_bytes, w._serializer)
+            outcome = encoded_outcome(result, link.opts.max_result_bytes, serializer)
             if isinstance(outcome, BaseException):
                 failures.append((job, outcome))
             else:
-                w._complete_later(job, result, outcome)
-        w._running -= len(failures)
-        await asyncio.gather(*(w._fail(job, err, counted=True) for job, err in failures))
+                out.complete(job, result, outcome)
+        slots.end(len(failures))
+        await asyncio.gather(*(out.fail(job, err) for job, err in failures))
 
     async def settle_cancelled(self, jobs: list[Job[D, R]]) -> None:
         """A batch cancelled for one job: revoked jobs fail, the rest go back to the queue."""
-        w = self.worker
-        assert w._ctx is not None
-        revoked = [j for j in jobs if j.id in w._revoked]
-        back = [j for j in jobs if j not in revoked and (j.entry_id or "") in w._active]
+        slots, out = self.link.slots, self.outcomes
+        assert self.link.ctx is not None
+        revoked = [j for j in jobs if slots.is_revoked(j.id)]
+        back = [j for j in jobs if j not in revoked and slots.holds(j.entry_id or "")]
         for job in revoked:
-            w._revoked.discard(job.id)
-        await asyncio.gather(
-            *(w._fail(j, UnrecoverableError("revoked"), counted=True) for j in revoked)
-        )
+            slots.take_revoked(job.id)
+        await asyncio.gather(*(out.fail(j, UnrecoverableError("revoked")) for j in revoked))
         if back:
-            await w._defer(back)
-        w._wake.set()
+            await out.defer(back)
+        slots.wake()

@@ -23,30 +23,27 @@ from types import TracebackType
 from typing import Any, Generic, Self, TypeVar
 from uuid import uuid4
 
+from glide import ClosingError as _GlideClosing
+from glide import ConnectionError as _GlideConnectionError
+from glide import GlideError as _GlideError
 from glide import (
-    Batch,
-    ClusterBatch,
-    GlideClusterClient,
     StreamAddOptions,
     StreamGroupOptions,
     StreamReadGroupOptions,
     TrimByMaxLen,
 )
-from glide import ClosingError as _GlideClosing
-from glide import ConnectionError as _GlideConnectionError
-from glide import GlideError as _GlideError
 from glide import TimeoutError as _GlideTimeout
 
-from .backpressure import is_full
 from .connection import Client, ConnectionLike, close_client, resolve_connection
-from .context import now_ms
+from .context import ClientSender, QueueContext, now_ms
 from .errors import ConnectionError, GlideMQError, ServerError, ValidationError
-from .functions import call, connect_with_library
+from .functions import connect_with_library
 from .keys import DEFAULT_PREFIX, QueueKeys, validate_prefix, validate_queue_name
-from .limits import addjob_limit_args
+from .queue_limits import is_full
 from .serialize import encode_data
 from .subjects import SubjectFilter, check_subject
 from .types import JobOptions, wire_opts
+from .wire import Call, adds, ops
 from .worker import Processor, Worker
 
 __all__ = ["Broadcast", "BroadcastWorker", "broadcast_key", "subjects_key", "subscription_queue"]
@@ -265,7 +262,7 @@ class Broadcast:
         """Delete the messages every subscription is done with; returns how many. Workers do
         this on their own every few seconds."""
         client = await self._connect()
-        return int(await call(client, "glidemq_bcTrim", [self.key], []))
+        return await ops.bc_trim(ClientSender(client), self.key)
 
     async def length(self) -> int:
         """Messages in the stream (published and not trimmed yet)."""
@@ -417,7 +414,7 @@ class BroadcastWorker(Generic[D, R]):
                     next_maintenance = loop.time() + _MAINTENANCE_S
                     await self._refresh_filter(client)
                     await self._reclaim(client)
-                    await call(client, "glidemq_bcTrim", [self.stream], [])
+                    await ops.bc_trim(ClientSender(client), self.stream)
                 reply = await _command(
                     "read broadcast",
                     client.xreadgroup(
@@ -473,12 +470,8 @@ class BroadcastWorker(Generic[D, R]):
         ids: list[bytes] = []
         gone: list[bytes] = []
         k, o = self._keys, self.job_options
-        keys = [k.id, k.stream, k.scheduled, k.events]
-        batch: Batch | ClusterBatch = (
-            ClusterBatch(False) if isinstance(client, GlideClusterClient) else Batch(False)
-        )
-        now = str(now_ms())
-        *group, lifo = addjob_limit_args(o)
+        calls: list[Call] = []
+        now = now_ms()
         for entry_id, pairs in entries.items():
             if pairs is None:  # trimmed while pending
                 gone.append(entry_id)
@@ -490,28 +483,17 @@ class BroadcastWorker(Generic[D, R]):
                     self.skipped += 1  # acknowledged for this subscription, never a job
                     gone.append(entry_id)
                     continue
-            # addJob's 17 documented arguments and the 18th (lifo); the message id is the
-            # custom job id, the job options' group, ordering and LIFO settings apply
-            args: list[str | bytes] = [
-                fields.get(b"name", b""),
-                fields.get(b"data", b"null"),
-                self._opts_json,
-                now,
-                str(o.delay),
-                str(o.priority),
-                "",
-                str(o.attempts),
-                *group,
-                str(o.ttl),
-                entry_id,
-                lifo,
-            ]
-            batch.fcall("glidemq_addJob", keys, args)
+            # the message id is the custom job id; the job options' group, ordering and
+            # LIFO settings apply
+            name, data = fields.get(b"name", b""), fields.get(b"data", b"null")
+            args = adds.job_args(name, data, self._opts_json, now, o, entry_id)
+            calls.append(adds.add_job_call(k, args))
             ids.append(entry_id)
         full = False
         done = list(gone)
         if ids:
-            replies = await _command("forward broadcast", client.exec(batch, False))  # type: ignore[arg-type,unused-ignore]
+            ctx = QueueContext(client, k)
+            replies = await ctx.pipeline(calls, safe=False, resend=False)
             for entry_id, reply in zip(ids, replies or [], strict=True):
                 if isinstance(reply, Exception):
                     raise ServerError(f"forward broadcast: {reply}")

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 from .context import now_ms
 from .errors import JobNotFoundError, ValidationError
 from .keys import validate_job_id
+from .wire import flows
 
 if TYPE_CHECKING:
     from .context import QueueContext
@@ -123,10 +124,7 @@ class QueueBudget:
         tokens, cost, mode = check_budget(budget)
         key = self.keys.base + "budget:" + validate_job_id(root_id, "root_id")
         ctx = await self._context()
-        reply = await ctx.fcall(
-            "glidemq_setFlowBudget", [key], [str(now_ms()), str(tokens), repr(cost), mode]
-        )
-        n = int(reply)
+        n = await flows.set_flow_budget(ctx, key, now_ms(), tokens, cost, mode)
         if n < 0:
             raise JobNotFoundError(self.keys.name, root_id)
         return n

@@ -1,27 +1,28 @@
-"""One queue on one connection: the typed calls into the server library.
+"""One queue on one connection: how calls reach the server.
 
-Queue, Worker and Job all talk to the server through a QueueContext, so the argument
-layout of each FCALL lives in exactly one place.
+Queue, Worker and Job all talk to the server through a QueueContext: library calls (built
+by glidemq.wire), pipelines of them, and plain commands, all retried as glidemq.retry says.
 """
 
 from __future__ import annotations
 
 import time
 from collections.abc import Awaitable, Callable, Sequence
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
+from glide import Batch, ClusterBatch, GlideClusterClient
 from glide import GlideError as _GlideError
 
 from .connection import Client
-from .errors import JobNotFoundError, JobStateError, ServerError, ValidationError
 from .functions import ensure_library
 from .keys import QueueKeys
-from .retry import DEFAULT_RETRY, RETRY_SAFE_FUNCTIONS, RetryPolicy, retrying, to_glidemq_error
+from .retry import DEFAULT_RETRY, RetryPolicy, retry_batch, retrying, to_glidemq_error
 
 if TYPE_CHECKING:
     from .serializers import Serializer
 
-__all__ = ["QueueContext", "now_ms"]
+__all__ = ["ClientSender", "QueueContext", "now_ms"]
 
 
 def now_ms() -> int:
@@ -86,7 +87,8 @@ class QueueContext:
         safe: bool | None = None,
     ) -> Any:
         """Call a library function on this queue's slot. `safe` (default: from
-        `RETRY_SAFE_FUNCTIONS`) allows a retry after a failure that may have run it."""
+        `glidemq.wire.RETRY_SAFE_FUNCTIONS`) allows a retry after a failure that may have
+        run it."""
         key_list, arg_list = list(keys), list(args)
 
         async def send(client: Client) -> Any:
@@ -96,7 +98,7 @@ class QueueContext:
             send,
             self._client,
             what=function,
-            safe=function in RETRY_SAFE_FUNCTIONS if safe is None else safe,
+            safe=_retry_safe(function) if safe is None else safe,
             policy=self.retry,
             reload_library=ensure_library,
             on_transport_failure=self.on_transport_failure,
@@ -146,33 +148,34 @@ class QueueContext:
         k = self.keys
         return [k.stream, k.scheduled, k.events]
 
-    # -- single-job operations -----------------------------------------------------------
+    # -- pipelines -----------------------------------------------------------------------
 
-    async def job_operation(self, function: str, job_id: str, *args: str, op: str) -> str:
-        """Run a single-job function and turn its error replies into typed errors."""
-        reply = _s(await self.fcall(function, self.job_op_keys, [job_id, *args]))
-        if reply == "0":
-            raise JobNotFoundError(self.name, job_id)
-        if reply == "ERR:ACTIVE":
-            raise JobStateError(job_id, op, "it is running; revoke it or wait for it to finish")
-        if reply == "ERR:STATE":
-            raise JobStateError(job_id, op, "not possible in its current state")
-        if reply == "ERR:FINISHED":
-            raise JobStateError(job_id, op, "it already finished")
-        if reply == "ERR:BAD_OPTION":  # "change priority" -> field "priority"
-            raise ValidationError(op.rsplit(" ", 1)[-1], "rejected by the server")
-        if reply.startswith("ERR:"):
-            raise ServerError(f"{function}: {reply}")
-        return reply
+    async def pipeline(
+        self,
+        calls: Sequence[tuple[str, list[str], list[str | bytes], bool]],
+        *,
+        safe: bool,
+        resend: bool = True,
+    ) -> list[Any]:
+        """Send library calls (glidemq.wire `Call`s) as one non-atomic pipeline; one reply
+        per call, an exception object where that call failed. `safe`: the whole pipeline
+        may run twice. `resend`: calls answered "did not run" (a slot that moved) go again,
+        alone and with backoff; without it the pipeline is sent once."""
+        client = self.client
+        cluster = isinstance(client, GlideClusterClient)
 
-    async def update_job(self, job_id: str, fields: Sequence[tuple[str, str | bytes]]) -> None:
-        """Set fields of an existing job; a `progress` field also emits a progress event."""
-        args: list[str | bytes] = [job_id, "1"]
-        for name, value in fields:
-            args += [name, value]
-        reply = await self.fcall("glidemq_updateJob", [self.keys.events], args)
-        if reply == 0:
-            raise JobNotFoundError(self.name, job_id)
+        async def run(indices: Sequence[int]) -> Any:
+            batch: Batch | ClusterBatch = ClusterBatch(False) if cluster else Batch(False)
+            for i in indices:
+                function, keys, args, _ = calls[i]
+                batch.fcall(function, keys, args)
+            return await self.command(partial(_exec, batch), safe=safe)
+
+        if resend:
+            return await retry_batch(run, len(calls), policy=self.retry)
+        return list(await run(range(len(calls))) or [])
+
+    # -- plain reads ---------------------------------------------------------------------
 
     async def get_fields(self, job_id: str) -> dict[bytes, bytes] | None:
         """The job's hash, or None when it does not exist."""
@@ -185,19 +188,47 @@ class QueueContext:
         state = await self.command(lambda c: c.hget(key, "state"))
         return None if state is None else _s(state)
 
-    async def retry_jobs(self, source: str, count: int, ids: Sequence[str] = ()) -> int:
-        reply = await self.fcall(
-            "glidemq_retryJobs", self.job_op_keys, [str(now_ms()), source, str(count), *ids]
-        )
-        return int(reply)
 
-    async def move_active_to_delayed(
-        self, job_id: str, entry_id: str, run_at: int, step: str = ""
-    ) -> str:
-        return _s(
-            await self.fcall(
-                "glidemq_moveActiveToDelayed",
-                self.job_op_keys,
-                [str(now_ms()), job_id, entry_id, str(run_at), "1", step],
-            )
+async def _exec(batch: Batch | ClusterBatch, client: Client) -> Any:
+    return await client.exec(batch, False)  # type: ignore[arg-type,unused-ignore]
+
+
+class ClientSender:
+    """Library calls on a bare client (no queue context): retried as glidemq.retry says,
+    the library loaded again where a node lost it."""
+
+    __slots__ = ("client", "retry")
+
+    def __init__(self, client: Client, retry: RetryPolicy = DEFAULT_RETRY) -> None:
+        self.client = client
+        self.retry = retry
+
+    async def fcall(
+        self,
+        function: str,
+        keys: Sequence[str],
+        args: Sequence[str | bytes],
+        *,
+        safe: bool | None = None,
+    ) -> Any:
+        """FCALL `function`; `safe` as in `QueueContext.fcall`."""
+        key_list, arg_list = list(keys), list(args)
+
+        async def send(c: Client) -> Any:
+            return await c.fcall(function, keys=key_list, arguments=arg_list)
+
+        return await retrying(
+            send,
+            lambda: self.client,
+            what=function,
+            safe=_retry_safe(function) if safe is None else safe,
+            policy=self.retry,
+            reload_library=ensure_library,
         )
+
+
+def _retry_safe(function: str) -> bool:
+    """Whether `function` may run twice, for calls made without glidemq.wire."""
+    from .wire import RETRY_SAFE_FUNCTIONS  # late: glidemq.wire builds on this module
+
+    return function in RETRY_SAFE_FUNCTIONS

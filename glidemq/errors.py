@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
+import builtins
 from collections.abc import Sequence
 
 __all__ = [
     "BatchError",
-    "ChaosError",
     "ConnectionError",
     "CostExceedsCapacityError",
     "CrossSlotError",
@@ -36,11 +36,6 @@ __all__ = [
 
 class GlideMQError(Exception):
     """Root of every error glidemq raises on purpose."""
-
-
-class ChaosError(GlideMQError):
-    """A chaos run (`glidemq-chaos`) could not be set up, e.g. its worker fleet never
-    became ready; the run's verdict is then unknown, not a failure of the queue."""
 
 
 class ValidationError(GlideMQError, ValueError):
@@ -104,8 +99,9 @@ class ProcessorExitError(GlideMQError):
         self.original_type = name
 
 
-class ConnectionError(GlideMQError):
-    """The Valkey server could not be reached or the connection was lost."""
+class ConnectionError(GlideMQError, builtins.ConnectionError):
+    """The Valkey server could not be reached or the connection was lost (also a builtin
+    `ConnectionError`, so code written against the builtin catches it)."""
 
 
 class ServerError(GlideMQError):

@@ -5,9 +5,9 @@ worker's dedicated client, after which the entries are activated in one call."""
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import time
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from glide import GlideError as _GlideError
@@ -15,11 +15,11 @@ from glide import StreamGroupOptions, StreamReadGroupOptions
 
 from .context import now_ms
 from .errors import GlideMQError, ServerError
-from .limiting import limiter_args
 from .retry import to_glidemq_error
+from .wire import fetch
 
 if TYPE_CHECKING:
-    from .worker import Worker
+    from .link import WorkerLink
 
 __all__ = ["Fetcher"]
 
@@ -27,12 +27,20 @@ log = logging.getLogger("glidemq.worker")
 
 
 class Fetcher:
-    """The fetch loop of one Worker; it fills the worker's free slots."""
+    """The fetch loop of one Worker; it fills the worker's free slots (`link.slots`).
+    `start(flat)` starts the jobs of a fetch reply; while `completing()` is true, the
+    worker's completions fetch and this loop stands aside."""
 
-    def __init__(self, worker: Worker[Any, Any]) -> None:
-        self.worker = worker
+    def __init__(
+        self,
+        link: WorkerLink,
+        start: Callable[[list[Any]], None],
+        completing: Callable[[], bool],
+    ) -> None:
+        self.link = link
+        self.start = start
+        self.completing = completing
         self.drained_emitted = False
-        self.limiter = limiter_args(worker.opts)  # max, duration passed with every fetch
         self.limited_ms = 0  # > 0: a queue-wide limit stopped the last fetch for this long
         # For the Watchdog: whether the loop wants jobs, and when a fetch last succeeded.
         self.wants = False
@@ -42,7 +50,7 @@ class Fetcher:
     def quarantined(self, entry_ids: list[Any]) -> None:
         """Stream entries the library moved to the quarantine stream (not written by glidemq:
         no `id` field): log them and emit `quarantined(entry_id, reason)`."""
-        w = self.worker
+        w = self.link
         where = w.keys.stream.removesuffix("stream") + "quarantine"
         for raw in entry_ids:
             entry_id = raw.decode() if isinstance(raw, bytes) else str(raw)
@@ -55,11 +63,11 @@ class Fetcher:
 
     async def ensure_group(self) -> None:
         """Create the `workers` group from id 0, so jobs added before any worker count."""
-        w = self.worker
-        assert w._ctx is not None
+        w = self.link
+        assert w.ctx is not None
         stream, opts = w.keys.stream, StreamGroupOptions(make_stream=True)
         try:
-            await w._ctx.command(lambda c: c.xgroup_create(stream, "workers", "0", opts))
+            await w.ctx.command(lambda c: c.xgroup_create(stream, "workers", "0", opts))
         except ServerError as exc:
             if "BUSYGROUP" not in str(exc):
                 raise ServerError(f"cannot create the consumer group: {exc}") from exc
@@ -67,14 +75,13 @@ class Fetcher:
     async def loop(self) -> None:
         """Fetch while there are free slots; wait for a slot otherwise. Completions fetch
         too, so this loop stands aside while a completion flush is pending."""
-        w = self.worker
+        w, slots = self.link, self.link.slots
         backoff = 0.05
-        while not w._closing:
+        while not w.closing:
             try:
-                if w._paused or w._free() <= 0 or w._flushes or w._pending:
+                if w.paused or slots.free() <= 0 or self.completing():
                     self.wants = False
-                    w._wake.clear()
-                    await w._wake.wait()
+                    await slots.wait()
                     continue
                 if not self.wants:
                     self.wants, self.progress_at = True, time.monotonic()
@@ -105,27 +112,22 @@ class Fetcher:
     async def wait_limit(self) -> None:
         """A queue-wide limit stopped the fetch: sleep until it may pass (or this worker
         frees a slot itself), not in a blocking read that would take jobs over the limit."""
-        w = self.worker
-        w._wake.clear()
-        with contextlib.suppress(TimeoutError):
-            timeout = min(self.limited_ms, w.opts.block_timeout) / 1000
-            await asyncio.wait_for(w._wake.wait(), timeout)
+        w = self.link
+        await w.slots.wait(min(self.limited_ms, w.opts.block_timeout) / 1000)
 
     async def fetch_now(self) -> int | None:
         """Take up to the free slots without blocking; None when the queue is paused."""
-        w = self.worker
-        assert w._ctx is not None
-        n = min(w._free(), w._prefetch)
-        w._reserved += n
+        w = self.link
+        ctx = w.ctx
+        assert ctx is not None
+        n = w.slots.reserve()
         try:
-            reply = await w._ctx.fcall(
-                "glidemq_completeAndFetchNext",
-                w._ctx.fetch_keys,
-                [str(now_ms()), w.consumer, str(n), w._emit_flag, "0", *self.limiter],
+            reply = await fetch.complete_and_fetch_next(
+                ctx, [str(now_ms()), w.consumer, str(n), w.emit_flag, "0", *w.limiter]
             )
-            w._start_jobs(reply[1])
+            self.start(reply[1])
         finally:
-            w._reserved -= n
+            w.slots.release(n)
         if len(reply) > 4 and reply[4]:
             self.quarantined(reply[4])
         self.limited_ms = int(reply[3]) if len(reply) > 3 else 0
@@ -135,30 +137,30 @@ class Fetcher:
 
     async def fetch_blocking(self) -> None:
         """Wait on the dedicated client for new entries, then activate them."""
-        w = self.worker
-        assert w._blocking is not None and w._ctx is not None
-        n = min(w._free(), w._prefetch)
-        if n <= 0:
+        w = self.link
+        ctx, blocking = w.ctx, w.blocking
+        assert blocking is not None and ctx is not None
+        if min(w.slots.free(), w.slots.prefetch) <= 0:
             return
         if not self.drained_emitted:
             self.drained_emitted = True
             w.events.emit("drained")
-        w._reserved += n
+        n = w.slots.reserve()
         try:
             try:
-                reply = await w._blocking.xreadgroup(
+                reply = await blocking.xreadgroup(
                     {w.keys.stream: ">"},
                     "workers",
                     w.consumer,
                     StreamReadGroupOptions(block_ms=w.opts.block_timeout, count=n),
                 )
             except _GlideError as exc:
-                if w._closing:
+                if w.closing:
                     return
                 raise to_glidemq_error(exc, "blocking read") from exc
             if not reply:
                 return
-            args = [str(now_ms()), w._emit_flag, *self.limiter]
+            args = [str(now_ms()), w.emit_flag, *w.limiter]
             foreign: list[bytes] = []  # no job id: the library moves them to quarantine
             for entries in reply.values():
                 for entry_id, fields in entries.items():
@@ -168,16 +170,12 @@ class Fetcher:
                     args += [entry_id.decode(), job_id.decode()]
                     if fields and not job_id:
                         foreign.append(entry_id)
-            if w._paused:  # paused while the read was blocked: hand the entries back
-                await w._ctx.fcall(
-                    "glidemq_deferActive",
-                    [w.keys.stream, w.keys.events],
-                    [w.consumer, *args[4:]],
-                )
+            if w.paused:  # paused while the read was blocked: hand the entries back
+                await fetch.defer_active(ctx, w.consumer, args[4:])
             else:
-                flat = await w._ctx.fcall("glidemq_moveToActive", w._ctx.fetch_keys, args)
-                w._start_jobs(flat)
+                flat = await fetch.move_to_active(ctx, args)
+                self.start(flat)
             if foreign:
                 self.quarantined(foreign)
         finally:
-            w._reserved -= n
+            w.slots.release(n)

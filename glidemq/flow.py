@@ -18,7 +18,7 @@ from types import TracebackType
 from typing import TYPE_CHECKING, Any, Literal, Self, TypeAlias
 
 import orjson
-from glide import Batch, ClusterBatch, GlideClusterClient
+from glide import GlideClusterClient
 
 from . import otel
 from .budget import wire_budget
@@ -43,6 +43,7 @@ from .job import Job
 from .keys import DEFAULT_PREFIX, QueueKeys, queue_slot, validate_job_id, validate_prefix
 from .serialize import decode_json, encode_data
 from .types import JobOptions, wire_opts
+from .wire import Call, flows, send
 
 if TYPE_CHECKING:
     from .workflows import Dag, DagNode
@@ -61,7 +62,7 @@ MAX_FLOW_JOBS = 10_000
 """Most jobs in one flow: one server call writes them all, and it should stay short."""
 
 _PIPELINE_CALLS = 16  # flows per pipelined round trip in add_bulk
-# Refused on flow jobs: glidemq_addTree writes no group state, and passing it through is not
+# Refused on flow jobs: a flow's server call writes no group state, and passing it through is not
 # simple (a parent would take its ordering key's turn at add time, so a child with the same key
 # could never run; a parent woken by its children is re-queued, never LIFO).
 _LIMIT_OPTIONS = (
@@ -169,13 +170,9 @@ def check_same_slot(queues: Iterable[str]) -> None:
         raise CrossSlotError(slots)
 
 
-def _s(value: Any) -> str:
-    return value.decode() if isinstance(value, bytes) else str(value)
-
-
 @dataclass(slots=True)
 class _Prepared:
-    """A flow checked and encoded for glidemq_addTree, before anything is sent."""
+    """A flow checked and encoded for its server call, before anything is sent."""
 
     order: list[FlowJob]
     parents: list[list[int]]
@@ -321,24 +318,24 @@ class FlowProducer:
     def _resolve(self, ref: JobRef, what: str) -> tuple[str, str, QueueKeys]:
         """(queue, id, keys) of an existing job given as a Job or (queue, id)."""
         if isinstance(ref, Job):
-            return ref.queue_name, ref.id, ref._ctx.keys
+            return ref.queue_name, ref.id, ref.queue_keys
         if isinstance(ref, tuple) and len(ref) == 2:
             queue, job_id = ref
             keys = QueueKeys(queue, self.prefix)
             return queue, validate_job_id(job_id, f"{what}.job_id"), keys
         raise ValidationError(what, "expected a Job or (queue name, job id)")
 
-    def _call(self, p: _Prepared, now: int, attach: str) -> tuple[list[str], list[str | bytes]]:
-        keys = [QueueKeys(q, self.prefix).id for q in p.queues]
-        return keys, [str(now), str(len(p.order)), attach, *p.body]
+    def _call(self, p: _Prepared, now: int, attach: str) -> Call:
+        queues = [QueueKeys(q, self.prefix) for q in p.queues]
+        return flows.add_tree_call(queues, now, len(p.order), attach, p.body)
 
     def _ids(self, reply: Any, p: _Prepared, parent: tuple[str, str] | None) -> list[str]:
-        if isinstance(reply, list):
-            if reply and _s(reply[0]) == "duplicate":
-                i = int(reply[1]) - 1
-                raise DuplicateJobError(p.order[i].queue_name, p.options[i].job_id or "")
-            return [_s(x) for x in reply]
-        code = _s(reply)
+        code = flows.tree_reply(reply)
+        if isinstance(code, list):
+            return code
+        if isinstance(code, tuple):
+            i = code[1] - 1
+            raise DuplicateJobError(p.order[i].queue_name, p.options[i].job_id or "")
         if code == "ERR:PARENT_NOT_FOUND" and parent is not None:
             raise JobNotFoundError(*parent)
         if code == "ERR:PARENT_STATE" and parent is not None:
@@ -360,7 +357,7 @@ class FlowProducer:
     ) -> list[Job[Any, Any]]:
         jobs: list[Job[Any, Any]] = []
         for i, (node, opts) in enumerate(zip(p.order, p.options, strict=True)):
-            job = Job._created(
+            job = Job.created(
                 self._ctx(client, node.queue_name),
                 ids[i],
                 node.name,
@@ -398,11 +395,10 @@ class FlowProducer:
         if isinstance(client, GlideClusterClient):
             check_same_slot(queues)
         now = now_ms()
-        keys, args = self._call(p, now, attach)
         ctx = self._ctx(client, p.queues[0])
         # Not retried after an ambiguous failure: a second run would report the flow the
         # first run added as a duplicate (or add it twice).
-        reply = await ctx.fcall("glidemq_addTree", keys, args, safe=False)
+        reply = await send(ctx, self._call(p, now, attach))
         ids = self._ids(reply, p, located)
         return self._jobs(client, p, ids, now, located[1] if located else None)
 
@@ -475,12 +471,8 @@ class FlowProducer:
         out: list[JobNode | None] = []
         for start in range(0, len(prepared), _PIPELINE_CALLS):
             chunk = prepared[start : start + _PIPELINE_CALLS]
-            batch: Batch | ClusterBatch
-            batch = ClusterBatch(False) if isinstance(client, GlideClusterClient) else Batch(False)
-            for p in chunk:
-                keys, args = self._call(p, now, "")
-                batch.fcall("glidemq_addTree", keys, args)
-            replies = await ctx.command(client.exec(batch, False))  # type: ignore[arg-type,unused-ignore]
+            calls = [self._call(p, now, "") for p in chunk]
+            replies = await ctx.pipeline(calls, safe=False, resend=False)
             for p, root, reply in zip(chunk, roots[start:], replies or [], strict=False):
                 if isinstance(reply, Exception):
                     raise ServerError(f"add_bulk: {reply}")
@@ -510,11 +502,7 @@ class FlowProducer:
         if isinstance(client, GlideClusterClient):
             check_same_slot([pq, cq])
         ctx = self._ctx(client, pq)
-        reply = _s(
-            await ctx.fcall(
-                "glidemq_registerParent", [ckeys.job(cid), pkeys.job(pid)], [cid, pid], safe=False
-            )
-        )
+        reply = await flows.register_parent(ctx, ckeys, cid, pkeys, pid)
         if reply == "ok":
             return "added"
         if reply == "exists":
@@ -569,20 +557,15 @@ async def ignored_failures(ctx: QueueContext, job_id: str) -> dict[str, str]:
     return {_child_key(k[3:]): v.decode() for k, v in fields.items() if k.startswith(b"cf:")}
 
 
-async def move_to_waiting_children(job: Job[Any, Any]) -> None:
-    """See `Job.move_to_waiting_children`."""
-    if job.entry_id is None or job._worker is None:
+async def move_to_waiting_children(job: Job[Any, Any], ctx: QueueContext, running: bool) -> None:
+    """See `Job.move_to_waiting_children` (`running`: a worker runs the job; the job records
+    the move when this raises WaitingChildrenError)."""
+    if job.entry_id is None or not running:
         raise JobStateError(
             job.id, "move to waiting-children", "only a running job can wait for children"
         )
-    ctx = job._ctx
-    status, detail = (
-        _s(x)
-        for x in await ctx.fcall(
-            "glidemq_moveToWaitingChildren",
-            ctx.job_op_keys,
-            [job.id, job.entry_id, str(now_ms())],
-        )
+    status, detail = await flows.move_to_waiting_children(
+        ctx, ctx.keys, job.id, job.entry_id, now_ms()
     )
     if status == "continue":
         return
@@ -590,6 +573,4 @@ async def move_to_waiting_children(job: Job[Any, Any]) -> None:
         raise UnrecoverableError(detail)
     if status != "waiting-children":
         raise JobStateError(job.id, "move to waiting-children", "the worker no longer owns it")
-    job._moved = True
-    job.state = "waiting-children"
     raise WaitingChildrenError(f"job {job.id} waits for its children")

@@ -11,7 +11,6 @@ import asyncio
 import hashlib
 import re
 import weakref
-from collections.abc import Sequence
 from functools import cache
 from importlib import resources
 from typing import Any
@@ -21,7 +20,7 @@ from glide import RequestError as _RequestError
 
 from .connection import Client, ConnectionOptions, close_client, create_client
 from .errors import ForeignLibraryError, LibraryError, ServerError
-from .retry import DEFAULT_RETRY, RETRY_SAFE_FUNCTIONS, RetryPolicy, is_missing_function, retrying
+from .retry import is_missing_function, retrying
 
 __all__ = [
     "LIBRARY_NAME",
@@ -29,7 +28,6 @@ __all__ = [
     "LIBRARY_VERSION",
     "MARKER_FUNCTION",
     "MARKER_VALUE",
-    "call",
     "connect_with_library",
     "ensure_library",
     "library_source",
@@ -238,30 +236,3 @@ async def _load(client: Client) -> None:
         await client.function_load(library_source(), True, AllPrimaries())
     else:
         await client.function_load(library_source(), True)
-
-
-async def call(
-    client: Client,
-    function: str,
-    keys: Sequence[str],
-    args: Sequence[str | bytes],
-    *,
-    safe: bool | None = None,
-    policy: RetryPolicy = DEFAULT_RETRY,
-) -> Any:
-    """FCALL a library function, retrying as `glidemq.retry` says; the library is loaded
-    again where a node lost it. `safe` (default: from `RETRY_SAFE_FUNCTIONS`) allows a retry
-    after a failure that may have run the call."""
-    key_list, arg_list = list(keys), list(args)
-
-    async def send(c: Client) -> Any:
-        return await c.fcall(function, keys=key_list, arguments=arg_list)
-
-    return await retrying(
-        send,
-        lambda: client,
-        what=function,
-        safe=function in RETRY_SAFE_FUNCTIONS if safe is None else safe,
-        policy=policy,
-        reload_library=ensure_library,
-    )

@@ -13,11 +13,13 @@ from .context import QueueContext, now_ms
 from .errors import DelayedError, JobNotFoundError, JobStateError, JobTimeoutError, ValidationError
 from .serialize import decode_data, decode_json, encode_data, encode_progress
 from .suspend import Signal, parse_signals
-from .usage import TokenLimiter, Usage, check_usage, parse_usage, usage_args
+from .usage import TokenLimiter, Usage, check_usage, parse_usage
+from .wire import features, fetch, ops
 
 if TYPE_CHECKING:
     from .flowview import Dependencies
-    from .worker import Worker
+    from .keys import QueueKeys
+    from .link import WorkerLink
 
 __all__ = ["Job", "JobState"]
 
@@ -144,7 +146,7 @@ class Job(Generic[D, R]):
         fields: Mapping[bytes, bytes],
         *,
         entry_id: str | None = None,
-        worker: Worker[Any, Any] | None = None,
+        worker: WorkerLink | None = None,
     ) -> None:
         self._ctx = ctx
         self._worker = worker
@@ -184,8 +186,19 @@ class Job(Generic[D, R]):
         self.usage: Usage | None = parse_usage(g(b"usage"))
         self.signals: list[Signal] = parse_signals(g(b"signals"))
 
+    @property
+    def queue_keys(self) -> QueueKeys:
+        """The keys of the job's queue."""
+        return self._ctx.keys
+
+    @property
+    def moved(self) -> bool:
+        """Whether the processor moved this run elsewhere (failed, delayed, suspended,
+        waiting for children): the worker records no outcome for it."""
+        return self._moved
+
     @classmethod
-    def _created(
+    def created(
         cls,
         ctx: QueueContext,
         job_id: str,
@@ -246,23 +259,20 @@ class Job(Generic[D, R]):
 
     async def log(self, message: str) -> int:
         """Append a line to the job's log; returns the log's length."""
-        keys = self._ctx.keys
-        n = await self._ctx.fcall("glidemq_log", [keys.job(self.id), keys.log(self.id)], [message])
-        if n == 0:
-            raise JobNotFoundError(self._ctx.name, self.id)
-        return int(n)
+        return await ops.log(self._ctx, self.id, [message])
 
     async def update_progress(self, progress: int | float | Mapping[str, Any]) -> None:
         """Store the job's progress and emit a `progress` event."""
         check_progress(progress)
-        await self._ctx.update_job(self.id, [("progress", encode_progress(progress))])
+        await ops.update_job(self._ctx, self.id, [("progress", encode_progress(progress))])
         self.progress = progress
         if self._worker is not None:
             self._worker.events.emit("progress", self, progress)
 
     async def update_data(self, data: D) -> None:
         """Replace the job's data."""
-        await self._ctx.update_job(
+        await ops.update_job(
+            self._ctx,
             self.id,
             [
                 (
@@ -286,13 +296,10 @@ class Job(Generic[D, R]):
         costs by kind (`{"total": 0.002}`) and latency. Adds to `job.usage` and to the
         queue's usage summary; returns the job's usage so far."""
         args = check_usage(model, provider, tokens, costs, latency_ms)
-        keys = self._ctx.keys
-        reply = await self._ctx.fcall(
-            "glidemq_reportUsage",
-            [keys.base + "usage", keys.job(self.id)],
-            usage_args(self.id, now_ms(), *args, self._token_limiter()),
-        )
-        usage = parse_usage(reply) if isinstance(reply, bytes | str) else None
+        limiter = self._token_limiter()
+        per_minute = (limiter.max_tokens, limiter.duration_ms) if limiter else None
+        reply = await features.report_usage(self._ctx, self.id, now_ms(), *args, per_minute)
+        usage = parse_usage(reply)
         if usage is None:
             raise JobNotFoundError(self._ctx.name, self.id)
         self.usage = usage
@@ -309,24 +316,29 @@ class Job(Generic[D, R]):
         from .streams import STREAM_MAX_LEN, STREAM_TTL_MS, encode_chunk, stream_key
 
         raw = encode_chunk(chunk)
-        keys = self._ctx.keys
-        reply = await self._ctx.fcall(
-            "glidemq_streamChunk",
-            [keys.job(self.id), stream_key(keys, self.id)],
-            [str(STREAM_MAX_LEN), str(STREAM_TTL_MS), raw],
+        stream = stream_key(self._ctx.keys, self.id)
+        entry = await features.stream_chunk(
+            self._ctx, self.id, stream, STREAM_MAX_LEN, STREAM_TTL_MS, raw
         )
-        if not isinstance(reply, bytes | str):
+        if entry is None:
             raise JobNotFoundError(self._ctx.name, self.id)
-        return reply.decode() if isinstance(reply, bytes) else reply
+        return entry
 
     async def suspend(self, reason: str | None = None, timeout_ms: int | None = None) -> None:
         """From inside a processor: end this run and wait, in state `suspended`, until
         `Queue.signal` wakes the job (it runs again, the signal in `job.signals`) or
         `timeout_ms` passes (it fails). Raises SuspendedError, which the processor should
         let propagate."""
+        from .errors import SuspendedError
         from .suspend import suspend
 
-        await suspend(self, reason, timeout_ms)
+        runner = self._worker
+        emit_flag = runner.emit_flag if runner is not None else None
+        try:
+            await suspend(self, self._ctx, emit_flag, reason, timeout_ms)
+        except SuspendedError:
+            self._moved, self.state = True, "suspended"
+            raise
 
     def discard(self) -> None:
         """Make the current run's failure final, whatever attempts remain."""
@@ -343,8 +355,8 @@ class Job(Generic[D, R]):
         check_run_at(timestamp_ms, now_ms())
         if self.entry_id is None or self._worker is None:
             raise JobStateError(self.id, "move to delayed", "only a running job can be delayed")
-        state = await self._ctx.move_active_to_delayed(
-            self.id, self.entry_id, timestamp_ms, next_step or ""
+        state = await fetch.move_active_to_delayed(
+            self._ctx, now_ms(), self.id, self.entry_id, timestamp_ms, next_step or ""
         )
         self._moved_to_delayed(state, timestamp_ms, next_step)
 
@@ -367,9 +379,14 @@ class Job(Generic[D, R]):
         """From inside a processor: stop running until this job's pending children finished;
         it runs again after the last one. Returns when none is pending (go on); otherwise
         raises WaitingChildrenError, which the processor should let propagate."""
+        from .errors import WaitingChildrenError
         from .flow import move_to_waiting_children
 
-        await move_to_waiting_children(self)
+        try:
+            await move_to_waiting_children(self, self._ctx, self._worker is not None)
+        except WaitingChildrenError:
+            self._moved, self.state = True, "waiting-children"
+            raise
 
     async def get_children_values(self) -> dict[str, Any]:
         """Return values of this job's completed children, by `"<queue>:<id>"`."""
@@ -411,17 +428,17 @@ class Job(Generic[D, R]):
         """From inside a processor: fail this run now with `error` (retries still apply)."""
         if self._worker is None or self.entry_id is None:
             raise JobStateError(self.id, "move to failed", "only a running job can be failed")
-        await self._worker._fail_now(self, error)
+        await self._worker.fail_now(self, error)
         self._moved = True
 
     async def remove(self) -> None:
         """Delete the job; refused while a worker runs it."""
-        await self._ctx.job_operation("glidemq_removeJob", self.id, op="remove")
+        await ops.remove_job(self._ctx, self.id)
 
     async def retry(self, state: str = "failed") -> None:
         """Send a finished job (`failed` or `completed`) back to waiting with fresh attempts."""
         source = retry_source(state)
-        if await self._ctx.retry_jobs(source, 1, [self.id]) != 1:
+        if await ops.retry_jobs(self._ctx, now_ms(), source, 1, [self.id]) != 1:
             if await self._ctx.get_state(self.id) is None:
                 raise JobNotFoundError(self._ctx.name, self.id)
             raise JobStateError(self.id, "retry", f"it is not {state}")
@@ -429,24 +446,18 @@ class Job(Generic[D, R]):
     async def change_priority(self, priority: int) -> None:
         """Re-prioritize a job that is not running yet."""
         check_priority(priority)
-        self.state = await self._ctx.job_operation(
-            "glidemq_changePriority", self.id, str(priority), str(now_ms()), op="change priority"
-        )
+        self.state = await ops.change_priority(self._ctx, self.id, priority, now_ms())
         self.priority = priority
 
     async def change_delay(self, delay: int) -> None:
         """Set a delayed job's remaining delay to `delay` ms from now."""
         check_delay(delay)
-        self.state = await self._ctx.job_operation(
-            "glidemq_changeDelay", self.id, str(delay), str(now_ms()), op="change delay"
-        )
+        self.state = await ops.change_delay(self._ctx, self.id, delay, now_ms())
         self.delay = delay
 
     async def promote(self) -> None:
         """Make a delayed job runnable now."""
-        self.state = await self._ctx.job_operation(
-            "glidemq_promoteJob", self.id, str(now_ms()), op="promote"
-        )
+        self.state = await ops.promote_job(self._ctx, self.id, now_ms())
 
     # -- queries ---------------------------------------------------------------------------
 

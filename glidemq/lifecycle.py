@@ -21,8 +21,6 @@ class WorkerLifecycle:
 
     events: Emitter
     opts: WorkerOptions
-    # entry id -> (job, the task running it; None while it waits for its batch)
-    _active: dict[str, tuple[Any, asyncio.Task[Any] | None]]
 
     def __init__(self) -> None:
         self._started = False
@@ -59,10 +57,18 @@ class WorkerLifecycle:
     def is_paused(self) -> bool:
         return self._paused
 
+    def is_closing(self) -> bool:
+        """Whether `close()` has begun."""
+        return self._closing
+
     @property
     def active_count(self) -> int:
         """Jobs this worker holds right now (running or being completed)."""
-        return len(self._active)
+        raise NotImplementedError
+
+    def _held_tasks(self) -> list[asyncio.Task[Any]]:
+        """The tasks running the jobs this worker holds, not done yet (a batch's once)."""
+        raise NotImplementedError
 
     def pause(self) -> None:
         """Stop taking new jobs; running jobs go on."""
@@ -102,7 +108,7 @@ class WorkerLifecycle:
     async def _finish_running(self, force: bool, timeout: float) -> None:
         """Let the running jobs finish for up to `timeout` seconds (not at all with `force`,
         and no longer once a forced close comes), then cancel the rest and wait for them."""
-        running = list({t for _, t in self._active.values() if t is not None and not t.done()})
+        running: list[asyncio.Task[Any]] = self._held_tasks()
         if running and not force and timeout > 0:
             finished = asyncio.ensure_future(asyncio.wait(running))
             forced = asyncio.ensure_future(self._force_close.wait())

@@ -5,16 +5,17 @@ which also tells it about revoked and lost jobs)."""
 from __future__ import annotations
 
 import asyncio
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
-from . import limiting, suspend
+from . import suspend, worker_limits
 from .context import now_ms
 from .errors import GlideMQError
 from .queries import WorkerRegistration
 from .scheduler import SchedulerRunner
+from .wire import fetch
 
 if TYPE_CHECKING:
-    from .worker import Worker
+    from .link import WorkerLink
 
 __all__ = ["Maintenance"]
 
@@ -25,19 +26,19 @@ _RECLAIM_BATCH = 100
 class Maintenance:
     """The three periodic loops of one started Worker, on its command client."""
 
-    def __init__(self, worker: Worker[Any, Any]) -> None:
-        self.worker = worker
+    def __init__(self, link: WorkerLink) -> None:
+        self.link = link
         self.stall_cursor = "0-0"
-        self.job_schedulers = SchedulerRunner(lambda exc: worker.events.emit("error", exc))
-        self.heartbeat_interval = min(worker.opts.lock_duration / 3000, 5.0)
+        self.job_schedulers = SchedulerRunner(lambda exc: link.events.emit("error", exc))
+        self.heartbeat_interval = min(link.opts.lock_duration / 3000, 5.0)
         self.registration = WorkerRegistration(
-            worker.consumer, worker.opts.concurrency, int(self.heartbeat_interval * 1000)
+            link.consumer, link.opts.concurrency, int(self.heartbeat_interval * 1000)
         )
 
     def start(self) -> list[asyncio.Task[None]]:
         """Start the loops; the worker cancels them when it closes."""
         loop = asyncio.get_running_loop()
-        name = self.worker.name
+        name = self.link.name
         return [
             loop.create_task(self.promote_loop(), name=f"glidemq-promote-{name}"),
             loop.create_task(self.stall_loop(), name=f"glidemq-stall-{name}"),
@@ -47,25 +48,22 @@ class Maintenance:
     async def promote_loop(self) -> None:
         """Move due delayed jobs to the stream; sleep until the next is due (at most the
         promotion interval, which also bounds how long prioritized jobs wait when idle)."""
-        w = self.worker
+        w = self.link
         interval = w.opts.promotion_interval / 1000
         while True:
             delay = interval
             try:
-                assert w._ctx is not None
+                assert w.ctx is not None
                 now = now_ms()
-                reply = await w._ctx.fcall(
-                    "glidemq_promote",
-                    [w.keys.scheduled, w.keys.stream, w.keys.events],
-                    [str(now), str(_PROMOTE_BATCH), str(w._concurrency)],
+                promoted, next_due = await fetch.promote(
+                    w.ctx, now, _PROMOTE_BATCH, w.slots.capacity
                 )
-                next_due = int(reply[1])
-                if int(reply[0]) >= _PROMOTE_BATCH:
+                if promoted >= _PROMOTE_BATCH:
                     delay = 0
                 elif next_due >= 0:
                     delay = max(0.0, min(interval, (next_due - now_ms()) / 1000))
-                await suspend.sweep(w._ctx, now)  # expired suspensions fail
-                next_run = await self.job_schedulers.fire_due(w._ctx, now_ms())
+                await suspend.sweep(w.ctx, now)  # expired suspensions fail
+                next_run = await self.job_schedulers.fire_due(w.ctx, now_ms())
                 if next_run is not None:
                     delay = max(0.0, min(delay, (next_run - now_ms()) / 1000))
             except GlideMQError as exc:
@@ -75,28 +73,24 @@ class Maintenance:
     async def stall_loop(self) -> None:
         """Every stalled_interval, reclaim jobs idle longer than lock_duration (their worker
         died or hung), walking the whole pending list with XAUTOCLAIM's cursor."""
-        w = self.worker
+        w = self.link
         interval = w.opts.stalled_interval / 1000
         while True:
             await asyncio.sleep(interval)
             try:
-                assert w._ctx is not None
+                assert w.ctx is not None
                 while True:
-                    reply = await w._ctx.fcall(
-                        "glidemq_reclaimStalled",
-                        w._ctx.fail_keys,
-                        [
-                            str(now_ms()),
-                            w.consumer,
-                            str(w.opts.lock_duration),
-                            self.stall_cursor,
-                            str(_RECLAIM_BATCH),
-                            str(w.opts.max_stalled_count),
-                            w._emit_flag,
-                            str(w._keep_fail[0]),
-                            str(w._keep_fail[1]),
-                            "1" if w.opts.dead_letter else "0",
-                        ],
+                    reply = await fetch.reclaim_stalled(
+                        w.ctx,
+                        now_ms(),
+                        w.consumer,
+                        w.opts.lock_duration,
+                        self.stall_cursor,
+                        _RECLAIM_BATCH,
+                        w.opts.max_stalled_count,
+                        w.emit_flag,
+                        w.keep_fail,
+                        w.opts.dead_letter,
                     )
                     cursor = reply[0].decode() if isinstance(reply[0], bytes) else str(reply[0])
                     requeued, failed = int(reply[1]), int(reply[2])
@@ -111,33 +105,34 @@ class Maintenance:
     async def register(self) -> None:
         """Write this worker's entry in the queue's worker registry (Queue.get_workers), and
         read the queue's global rate limit for the worker's pacer."""
-        w = self.worker
+        w = self.link
         try:
-            assert w._ctx is not None
-            await self.registration.beat(w._ctx)
-            await limiting.refresh_global_pacer(w)
+            assert w.ctx is not None
+            await self.registration.beat(w.ctx)
+            await worker_limits.refresh_global_pacer(w)
         except GlideMQError as exc:
             w.events.emit("error", exc)
 
     async def heartbeat_loop(self) -> None:
         """Refresh the registry entry; keep running jobs from looking stalled; abort those
         revoked or taken over."""
-        w = self.worker
+        w = self.link
         interval = self.heartbeat_interval
         while True:
             await asyncio.sleep(interval)
             await self.register()
-            if not w._active:
+            if not w.slots:
                 continue
             try:
-                assert w._ctx is not None
+                assert w.ctx is not None
                 args = [w.consumer]
-                for entry_id, (job, _) in list(w._active.items()):
+                for entry_id, job in w.slots.jobs():
                     args += [entry_id, job.id]
-                lost, revoked = await w._ctx.fcall("glidemq_heartbeat", [w.keys.stream], args)
+                lost, revoked = await fetch.heartbeat(w.ctx, w.consumer, args[1:])
+                # Lost: another worker owns the job now; it stops here and reports nothing.
                 for raw in revoked:
-                    w._abort(raw.decode(), revoked=True)
+                    w.slots.abort(raw.decode(), revoked=True)
                 for raw in lost:
-                    w._abort(raw.decode(), revoked=False)
+                    w.slots.abort(raw.decode(), revoked=False)
             except GlideMQError as exc:
                 w.events.emit("error", exc)

@@ -20,7 +20,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections.abc import Awaitable, Iterable, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Generic, Literal, Self, TypeVar
 
@@ -65,7 +65,12 @@ class _Adds(Queue[Any, Any]):
 class _Flows(FlowProducer):
     """FlowProducer on the Producer's client and contexts; never connects or closes."""
 
-    def __init__(self, producer: Producer[Any, Any], client: Client) -> None:
+    def __init__(
+        self,
+        producer: Producer[Any, Any],
+        client: Client,
+        context: Callable[[str, Client], QueueContext],
+    ) -> None:
         super().__init__(
             connection=producer.connection,
             prefix=producer.prefix,
@@ -73,9 +78,10 @@ class _Flows(FlowProducer):
         )
         self._producer = producer
         self._client = client
+        self._queue_context = context  # the Producer's context of a queue
 
     def _ctx(self, client: Client, queue: str) -> QueueContext:
-        return self._producer._context(queue, client)
+        return self._queue_context(queue, client)
 
     async def close(self) -> None:
         self._closed = True
@@ -276,7 +282,7 @@ class Producer(Generic[D, R]):
         for ctx in self._contexts.values():
             ctx.client = client
         adds = _Adds(self, self._context(self.name, client))
-        self._link = _Link(loop, client, adds, _Flows(self, client))
+        self._link = _Link(loop, client, adds, _Flows(self, client, self._context))
         return self._link
 
     async def _drop(self, only: _Link | None = None) -> None:

@@ -22,6 +22,7 @@ import orjson
 from .context import QueueContext, now_ms
 from .errors import ValidationError
 from .job import Job
+from .wire import ops
 
 __all__ = ["Metrics", "WorkerInfo"]
 
@@ -83,7 +84,7 @@ def glob_to_lua(pattern: str) -> bytes:
 
 
 def _data_filters(data: Mapping[str, Any] | None) -> list[str]:
-    """The field/kind/value triples glidemq_searchByName takes."""
+    """The field/kind/value triples the server's search takes."""
     if data is None:
         return []
     if not isinstance(data, Mapping):
@@ -170,13 +171,7 @@ async def search_jobs(
     ids: list[str] = []
     for s in dict.fromkeys(states):  # each state once, in the order given
         wire = "dlq" if s == "dead_letter" else s
-        reply = await ctx.fcall(
-            "glidemq_searchByName",
-            [ctx.keys.stream, ctx.keys.scheduled],
-            [wire, pattern, str(limit - len(ids)), str(scan), *filters],
-            safe=True,
-        )
-        ids += [x.decode() if isinstance(x, bytes) else str(x) for x in reply]
+        ids += await ops.search_by_name(ctx, wire, pattern, limit - len(ids), scan, filters)
         if len(ids) >= limit:
             break
     jobs = await fetch(ids)

@@ -1,39 +1,32 @@
 """Queue: the producer side of one queue (adding jobs, waiting for results, backpressure,
 job schedulers) and its lifecycle; reading and maintenance come from `QueueAdmin`
-(glidemq/admin/base.py), queue-wide limits from `QueueLimits` (glidemq/limiting.py)."""
+(glidemq/admin/base.py), queue-wide limits from `QueueLimits` (glidemq/queue_limits.py)."""
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Coroutine, Iterable, Mapping
 from datetime import datetime
-from functools import partial
 from types import TracebackType
-from typing import Any, Generic, Self, TypeVar
+from typing import Any, Generic, Self, TypeVar, cast
 
-from glide import Batch, ClusterBatch, GlideClusterClient
-
-from . import backpressure, otel, scheduler
+from . import otel, queue_limits, scheduler
 from .admin import JobCounts, QueueAdmin
 from .budget import QueueBudget
 from .connection import Client, ConnectionLike, close_client, resolve_connection
 from .context import QueueContext, now_ms
 from .errors import (
-    CostExceedsCapacityError,
     GlideMQError,
     PayloadTooLargeError,
     QueueFullError,
     ServerError,
-    UnsupportedOptionError,
     ValidationError,
 )
 from .functions import connect_with_library
 from .job import Job
 from .keys import DEFAULT_PREFIX, QueueKeys
-from .limiting import QueueLimits
-from .limits import addjob_limit_args, compact_limit_args
+from .queue_limits import QueueLimits
 from .request import ResultWaiter, default_result_ttl, validate_result_ttl
-from .retry import retry_batch
 from .scheduler import JobScheduler, JobTemplate
 from .serialize import encode_data
 from .serializers import DEFAULT_SERIALIZER, claim_serializer, get_serializer
@@ -42,6 +35,7 @@ from .suspend import QueueSuspend
 from .types import JobOptions, bulk_item, wire_opts
 from .usage import QueueUsage
 from .watchdog import queue_renewal
+from .wire import Call, adds, send
 
 __all__ = ["JobCounts", "Queue"]
 
@@ -49,45 +43,8 @@ D = TypeVar("D")
 R = TypeVar("R")
 
 _BULK_CHUNK = 1000  # most coalesced single adds in one FCALL
-_BULK_PER_CALL = 250  # jobs per glidemq_addBulk call inside add_bulk
+_BULK_PER_CALL = 250  # jobs per bulk-add call inside add_bulk
 _PIPELINE_CALLS = 8  # calls per pipelined batch
-
-
-async def _exec(batch: Batch | ClusterBatch, client: Client) -> Any:
-    return await client.exec(batch, False)  # type: ignore[arg-type,unused-ignore]
-
-
-def _reply(value: Any) -> str:
-    return value.decode() if isinstance(value, bytes) else str(value)
-
-
-def _stamp(args: list[str | bytes], at: int, traceparent: str) -> None:
-    """Add the producer's trace context to the opts JSON at `args[at]`."""
-    opts = args[at]
-    args[at] = otel.stamp_opts(opts.encode() if isinstance(opts, str) else opts, traceparent)
-
-
-def pack_bulk(now: int, jobs: Iterable[Sequence[str | bytes]]) -> list[str | bytes]:
-    """glidemq_addBulk's arguments for jobs given as [*run header, data]: neighbours with the
-    same header and no custom id share one run, so a bulk of like jobs costs one argument
-    per job."""
-    args: list[str | bytes] = [str(now)]
-    head: Sequence[str | bytes] = ()
-    count_at = n = 0
-    for job in jobs:
-        header = job[:-1]
-        if n and not header[6] and header == head:
-            n += 1
-        else:
-            if n:
-                args[count_at] = str(n)
-            count_at, head, n = len(args), header, 1
-            args.append("")
-            args.extend(header)
-        args.append(job[-1])
-    if n:
-        args[count_at] = str(n)
-    return args
 
 
 class Queue(
@@ -132,6 +89,7 @@ class Queue(
         self._closed = False
         self._adds: list[tuple[list[str | bytes], asyncio.Future[Any]]] = []
         self._add_scheduled = False
+        self._add_in_flight = False  # a lone add is being sent by its own caller
         self._add_tasks: set[asyncio.Task[None]] = set()
         self._blocking: Client | None = None  # blocking stream reads (glidemq/streams.py)
         self._blocking_lock: asyncio.Lock | None = None
@@ -188,71 +146,39 @@ class Queue(
 
     # -- adding ------------------------------------------------------------------------------
 
-    def _compact(self, name: Any, data: Any, opts: JobOptions) -> list[str | bytes]:
-        """One job for `pack_bulk`: glidemq_addBulk's run header (8, or 16 with limit
-        options), then the encoded data."""
+    def _opts_json(self, opts: JobOptions, traceparent: str | None) -> bytes:
+        """The job's stored options, with the producer's trace context when there is one."""
+        raw = wire_opts(opts)
+        return otel.stamp_opts(raw, traceparent) if traceparent else raw
+
+    def _compact(
+        self, name: Any, data: Any, opts: JobOptions, traceparent: str | None
+    ) -> list[str | bytes]:
+        """One job for a bulk add (`glidemq.wire.adds.bulk_job`)."""
         if not isinstance(name, str):
             raise ValidationError("name", "must be a string")
-        return [
-            name,
-            wire_opts(opts),
-            str(opts.delay),
-            str(opts.priority),
-            str(opts.attempts),
-            str(opts.ttl),
-            opts.job_id or "",
-            *compact_limit_args(opts),
-            encode_data(data, compress=self.compression, serializer=self._serializer),
-        ]
+        encoded = encode_data(data, compress=self.compression, serializer=self._serializer)
+        return adds.bulk_job(name, self._opts_json(opts, traceparent), opts, encoded)
 
-    def _dedup_args(self, name: str, data: Any, opts: JobOptions, now: int) -> list[str | bytes]:
-        """glidemq_dedup's 21 arguments: dedup id, ttl, mode, then addJob's 17 and lifo."""
+    def _dedup_call(
+        self, name: str, data: Any, opts: JobOptions, now: int, traceparent: str | None
+    ) -> Call:
+        """The deduplicated add of one job."""
         d = opts.deduplication
         assert d is not None
-        *group, lifo = addjob_limit_args(opts)
-        return [
-            d.id,
-            str(d.ttl),
-            d.mode,
-            name,
-            encode_data(data, compress=self.compression, serializer=self._serializer),
-            wire_opts(opts),
-            str(now),
-            str(opts.delay),
-            str(opts.priority),
-            "",
-            str(opts.attempts),
-            *group,
-            str(opts.ttl),
-            opts.job_id or "",
-            lifo,
-        ]
+        encoded = encode_data(data, compress=self.compression, serializer=self._serializer)
+        opts_json = self._opts_json(opts, traceparent)
+        args = adds.job_args(name, encoded, opts_json, now, opts, opts.job_id)
+        return adds.dedup_call(self.keys, d.id, d.ttl, d.mode, args)
 
     def _added(
         self, reply: Any, name: str, data: Any, opts: JobOptions, now: int
     ) -> Job[D, R] | None:
-        job_id = _reply(reply)
-        if job_id in ("duplicate", "skipped"):
+        job_id = adds.added_id(reply, self.name, opts)
+        if job_id is None:
             return None
-        if job_id.startswith("ERR:"):
-            if job_id == "ERR:UNSUPPORTED_OPTION":
-                raise UnsupportedOptionError("opts", "not supported by this library version")
-            if job_id == "ERR:INVALID_JOB_ID":
-                raise ValidationError("job_id", "rejected by the server")
-            if job_id == "ERR:COST_EXCEEDS_CAPACITY":
-                bucket = opts.token_bucket
-                raise CostExceedsCapacityError(opts.cost or 1.0, bucket.capacity if bucket else 0)
-            if job_id in (backpressure.QUEUE_FULL, backpressure.KEY_FULL):
-                raise QueueFullError(self.name)
-            if job_id == "ERR:BAD_OPTION":
-                raise ValidationError("opts", "delay, priority or attempts rejected by the server")
-            if job_id == "ERR:BAD_TIMESTAMP":
-                raise ValidationError("timestamp", "rejected by the server (is the clock right?)")
-            if job_id == "ERR:PAYLOAD_TOO_LARGE":
-                raise ValidationError("data", "larger than the server accepts")
-            raise ServerError(f"add: {job_id}")
         assert self._ctx is not None
-        return Job._created(
+        return Job.created(
             self._ctx,
             job_id,
             name,
@@ -269,8 +195,9 @@ class Queue(
     ) -> Job[D, R] | None:
         """Add one job. Returns it, or None when a custom id or deduplication skipped it.
 
-        Adds made in the same event-loop iteration share one round trip; each is still
-        atomic on its own.
+        An add made while no other is under way is sent at once; adds made while one is in
+        flight are collected per event-loop iteration and share one round trip. Each is
+        still atomic on its own.
         """
         tracing = self._tracing
         if tracing is None:
@@ -292,49 +219,58 @@ class Queue(
         ctx = await self._context()
         if options.deduplication is not None:
             now = now_ms()
-            k = self.keys
-            dedup_args = self._dedup_args(name, data, options, now)
-            if traceparent:
-                _stamp(dedup_args, 5, traceparent)
-            reply = await ctx.fcall(
-                "glidemq_dedup", [k.dedup, k.id, k.stream, k.scheduled, k.events], dedup_args
-            )
+            reply = await send(ctx, self._dedup_call(name, data, options, now, traceparent))
             return self._added(reply, name, data, options, now)
-        args = self._compact(name, data, options)
-        if traceparent:
-            _stamp(args, 1, traceparent)
-        future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        args = self._compact(name, data, options, traceparent)
+        if not self._add_in_flight and not self._add_scheduled:
+            # No other add under way: send this one now, from this task. A lone add then
+            # costs what the client's call costs, with no hop through another task.
+            self._add_in_flight = True
+            try:
+                now = now_ms()
+                call = adds.add_bulk_call(self.keys, now, [args], safe=bool(args[6]))
+                reply = (await send(ctx, call))[0]
+            finally:
+                self._add_in_flight = False
+            return self._added(reply, name, data, options, now)
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future[Any] = loop.create_future()
         self._adds.append((args, future))
         if not self._add_scheduled:
+            # The task's first step runs in the next loop iteration and takes every add made
+            # until then: adds made meanwhile share one call.
             self._add_scheduled = True
-            asyncio.get_running_loop().call_soon(self._flush_adds)
+            self._start_add_task(loop, self._flush_adds())
         reply, now = await future
         return self._added(reply, name, data, options, now)
 
-    def _flush_adds(self) -> None:
+    def _start_add_task(
+        self, loop: asyncio.AbstractEventLoop, coro: Coroutine[Any, Any, None]
+    ) -> None:
+        task = loop.create_task(coro)
+        self._add_tasks.add(task)
+        task.add_done_callback(self._add_tasks.discard)
+
+    async def _flush_adds(self) -> None:
         self._add_scheduled = False
         pending, self._adds = self._adds, []
-        loop = asyncio.get_running_loop()
-        for start in range(0, len(pending), _BULK_CHUNK):
-            task = loop.create_task(self._send_adds(pending[start : start + _BULK_CHUNK]))
-            self._add_tasks.add(task)
-            task.add_done_callback(self._add_tasks.discard)
+        if len(pending) > _BULK_CHUNK:  # further chunks go out side by side
+            loop = asyncio.get_running_loop()
+            for start in range(_BULK_CHUNK, len(pending), _BULK_CHUNK):
+                self._start_add_task(loop, self._send_adds(pending[start : start + _BULK_CHUNK]))
+            pending = pending[:_BULK_CHUNK]
+        await self._send_adds(pending)
 
     async def _send_adds(
         self, pending: list[tuple[list[str | bytes], asyncio.Future[Any]]]
     ) -> None:
         now = now_ms()
-        args = pack_bulk(now, [job_args for job_args, _ in pending])
-        k = self.keys
+        jobs = [job for job, _ in pending]
         try:
             ctx = await self._context()
             # Item 7 of each job is its custom id: with one everywhere, a resend is harmless.
-            replies = await ctx.fcall(
-                "glidemq_addBulk",
-                [k.id, k.stream, k.scheduled, k.events],
-                args,
-                safe=all(job_args[6] for job_args, _ in pending),
-            )
+            call = adds.add_bulk_call(self.keys, now, jobs, safe=all(job[6] for job in jobs))
+            replies = await send(ctx, call)
         except BaseException as exc:
             for _, future in pending:
                 if not future.done():
@@ -365,7 +301,8 @@ class Queue(
         jobs: Iterable[Mapping[str, Any] | tuple[str, Any] | tuple[str, Any, Any]],
         traceparent: str | None,
     ) -> list[Job[D, R] | None]:
-        items: list[tuple[str, Any, JobOptions, list[str | bytes]]] = []
+        # each job with its bulk-add form, or its own call when it is deduplicated
+        items: list[tuple[str, Any, JobOptions, list[str | bytes] | Call]] = []
         now = now_ms()
         for i, item in enumerate(jobs):
             name, data, raw_opts = bulk_item(i, item)
@@ -373,79 +310,59 @@ class Queue(
                 if not isinstance(name, str):
                     raise ValidationError("name", "must be a string")
                 options = default_result_ttl(JobOptions.coerce(raw_opts), self.result_ttl)
+                # one trace context for the whole bulk: runs of like jobs stay shared
+                payload: list[str | bytes] | Call
                 if options.deduplication is not None:
-                    args = self._dedup_args(name, data, options, now)
-                    if traceparent:
-                        _stamp(args, 5, traceparent)
+                    payload = self._dedup_call(name, data, options, now, traceparent)
                 else:
-                    args = self._compact(name, data, options)
-                    if traceparent:  # one value for the whole bulk: runs stay shared
-                        _stamp(args, 1, traceparent)
+                    payload = self._compact(name, data, options, traceparent)
             except PayloadTooLargeError as exc:
                 raise PayloadTooLargeError(exc.size, exc.limit, f"jobs[{i}].data") from None
             except ValidationError as exc:
                 raise ValidationError(f"jobs[{i}].{exc.field}", exc.reason) from None
-            items.append((name, data, options, args))
+            items.append((name, data, options, payload))
         ctx = await self._context()
-        k = self.keys
-        cluster = isinstance(ctx.client, GlideClusterClient)
         out: list[Job[D, R] | None] = []
-        # Consecutive plain jobs share one FCALL; dedup jobs get their own. Up to
-        # _PIPELINE_CALLS calls go out in one ordered pipeline.
-        calls: list[tuple[str, list[str], list[str | bytes], list[int]]] = []
+        # Consecutive plain jobs share one bulk call; deduplicated jobs get their own. Up to
+        # _PIPELINE_CALLS calls go out in one ordered pipeline. Each call with its jobs.
+        calls: list[tuple[Call, list[int]]] = []
         plain: list[int] = []
 
         def close_plain() -> None:
             if plain:
-                args = pack_bulk(now, [items[j][3] for j in plain])
-                calls.append(
-                    ("glidemq_addBulk", [k.id, k.stream, k.scheduled, k.events], args, list(plain))
-                )
+                bulk = [cast("list[str | bytes]", items[j][3]) for j in plain]
+                calls.append((adds.add_bulk_call(self.keys, now, bulk), list(plain)))
                 plain.clear()
 
-        for j, (_, _, options, _) in enumerate(items):
-            if options.deduplication is None:
+        for j, (_, _, _, payload) in enumerate(items):
+            if isinstance(payload, Call):
+                close_plain()
+                calls.append((payload, [j]))
+            else:
                 plain.append(j)
                 if len(plain) >= _BULK_PER_CALL:
                     close_plain()
-            else:
-                close_plain()
-                calls.append(
-                    (
-                        "glidemq_dedup",
-                        [k.dedup, k.id, k.stream, k.scheduled, k.events],
-                        items[j][3],
-                        [j],
-                    )
-                )
         close_plain()
         replies_by_job: list[Any] = [None] * len(items)
         for start in range(0, len(calls), _PIPELINE_CALLS):
             chunk = calls[start : start + _PIPELINE_CALLS]
             # Resent after a time-out only when every job has a custom or deduplication id.
-            safe = all(items[j][2].job_id or items[j][2].deduplication for c in chunk for j in c[3])
-
-            async def send(indices: list[int], chunk: Any = chunk, safe: bool = safe) -> Any:
-                batch: Batch | ClusterBatch = ClusterBatch(False) if cluster else Batch(False)
-                for i in indices:
-                    batch.fcall(*chunk[i][:3])
-                return await ctx.command(partial(_exec, batch), safe=safe)
-
+            safe = all(items[j][2].job_id or items[j][2].deduplication for c in chunk for j in c[1])
             # A call answered MOVED / TRYAGAIN / CLUSTERDOWN did not run: it is sent again.
-            replies = await retry_batch(send, len(chunk), policy=ctx.retry)
-            for (function, _, _, idx), reply in zip(chunk, replies, strict=True):
+            replies = await ctx.pipeline([c for c, _ in chunk], safe=safe)
+            for (call, idx), reply in zip(chunk, replies, strict=True):
                 if isinstance(reply, Exception):
                     raise ServerError(f"add_bulk: {reply}")
-                if function == "glidemq_addBulk":
+                if call.function == adds.ADD_BULK.name:
                     for j, r in zip(idx, reply, strict=True):
                         replies_by_job[j] = r
                 else:
                     replies_by_job[idx[0]] = reply
-            if any(backpressure.is_queue_full(replies_by_job[j]) for c in chunk for j in c[3]):
+            if any(queue_limits.is_queue_full(replies_by_job[j]) for c in chunk for j in c[1]):
                 break  # the queue is full: send nothing more (a full key stops only its jobs)
-        refused = backpressure.refused_items(replies_by_job)
+        refused = queue_limits.refused_items(replies_by_job)
         for (name, data, options, _), reply in zip(items, replies_by_job, strict=True):
-            if refused and (reply is None or backpressure.is_full(reply)):
+            if refused and (reply is None or queue_limits.is_full(reply)):
                 out.append(None)
             else:
                 out.append(self._added(reply, name, data, options, now))
@@ -467,7 +384,7 @@ class Queue(
         of) that job instead of adding one. See docs/ADVANCED.md.
         """
         if self._results is None:
-            self._results = ResultWaiter(self)
+            self._results = ResultWaiter(self, self._context)
         result: R = await self._results.add_and_wait(name, data, opts, timeout)
         return result
 
@@ -475,20 +392,20 @@ class Queue(
         """Refuse new jobs with QueueFullError while `limit` jobs have not started yet
         (`count()`: waiting + prioritized + delayed, LIFO and jobs held back by their group
         included); None removes the limit. Shared by all producers."""
-        await backpressure.set_max_waiting(await self._context(), limit)
+        await queue_limits.set_max_waiting(await self._context(), limit)
 
     async def get_max_waiting(self) -> int | None:
         """The queue's limit set by `set_max_waiting`, or None."""
-        return await backpressure.get_max_waiting(await self._context())
+        return await queue_limits.get_max_waiting(await self._context())
 
     async def set_max_waiting_per_key(self, limit: int | None) -> None:
         """Refuse new jobs of an ordering or group key with QueueFullError while `limit` jobs
         of that key have not started yet; other keys go on. None removes the limit."""
-        await backpressure.set_max_waiting_per_key(await self._context(), limit)
+        await queue_limits.set_max_waiting_per_key(await self._context(), limit)
 
     async def get_max_waiting_per_key(self) -> int | None:
         """The per-key limit set by `set_max_waiting_per_key`, or None."""
-        return await backpressure.get_max_waiting_per_key(await self._context())
+        return await queue_limits.get_max_waiting_per_key(await self._context())
 
     # -- job schedulers (glidemq/scheduler.py) -----------------------------------------------
 

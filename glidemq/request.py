@@ -18,7 +18,7 @@ import asyncio
 import contextlib
 import functools
 import itertools
-from collections.abc import Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
@@ -114,8 +114,11 @@ class _Waiter:
 class ResultWaiter:
     """Waits for the outcomes of many jobs of one queue on one connection."""
 
-    def __init__(self, queue: Queue[Any, Any]) -> None:
+    def __init__(
+        self, queue: Queue[Any, Any], context: Callable[[], Awaitable[QueueContext]]
+    ) -> None:
         self.queue = queue
+        self.context = context  # the queue's context (connects on first use)
         self._events_key = queue.keys.events
         self._client: Client | None = None
         self._reader: asyncio.Task[None] | None = None
@@ -146,7 +149,7 @@ class ResultWaiter:
             raise ValidationError("timeout", f"must be seconds > 0 or None, got {timeout!r}")
         loop = asyncio.get_running_loop()
         deadline = None if timeout is None else loop.time() + timeout
-        ctx = await self.queue._context()
+        ctx = await self.context()
         await self._start_reader()
         token = next(self._tokens)
         self._inflight[token] = self._seq
@@ -333,7 +336,7 @@ class ResultWaiter:
 
     async def _check(self, job_ids: Sequence[str]) -> None:
         """Resolve the waiters of jobs that already finished (or are gone)."""
-        outcomes = await fetch_outcomes(await self.queue._context(), job_ids)
+        outcomes = await fetch_outcomes(await self.context(), job_ids)
         for jid, outcome in outcomes.items():
             if outcome is not None:
                 self._resolve(jid, outcome)

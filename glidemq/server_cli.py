@@ -17,7 +17,7 @@ from types import FrameType
 
 from .argtypes import port
 from .connection import DEFAULT_URL
-from .server import EmbeddedValkey, ServerError, parse_info, port_is_free
+from .server import EmbeddedServerError, EmbeddedValkey, parse_info, port_is_free
 from .server_cluster import EmbeddedCluster
 
 __all__ = ["main"]
@@ -235,7 +235,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.cluster:
             return _serve_cluster(args, stop)
         return _serve_standalone(args, stop)
-    except ServerError as exc:
+    except EmbeddedServerError as exc:
         if "Address already in use" in str(exc):  # taken between the check and the start
             _error(f"a port from {ports[0]} on {args.bind} is already in use; pick another --port")
             return USAGE

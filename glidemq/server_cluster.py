@@ -15,9 +15,9 @@ from typing import Self
 
 from glidemq.server import (
     CLUSTER_SLOTS,
+    EmbeddedServerError,
     EmbeddedValkey,
     Reply,
-    ServerError,
     parse_info,
     valkey_cli_path,
 )
@@ -191,10 +191,12 @@ class EmbeddedCluster:
                 argv, capture_output=True, text=True, timeout=timeout, check=False
             )
         except subprocess.TimeoutExpired as exc:
-            raise ServerError(f"valkey-cli --cluster create took over {timeout:.1f}s") from exc
+            raise EmbeddedServerError(
+                f"valkey-cli --cluster create took over {timeout:.1f}s"
+            ) from exc
         if done.returncode != 0:
             tail = "\n".join((done.stdout + done.stderr).splitlines()[-30:])
-            raise ServerError(f"valkey-cli --cluster create failed:\n{tail}")
+            raise EmbeddedServerError(f"valkey-cli --cluster create failed:\n{tail}")
 
     def stop(self) -> None:
         """Stop every node and remove their temp dirs; safe to call more than once."""
@@ -209,7 +211,7 @@ class EmbeddedCluster:
     def _running(self) -> list[EmbeddedValkey]:
         running = [node for node in self._nodes if node.running]
         if not running:
-            raise ServerError("no cluster node is running")
+            raise EmbeddedServerError("no cluster node is running")
         return running
 
     @staticmethod
@@ -217,7 +219,7 @@ class EmbeddedCluster:
         """``"master"`` or ``"slave"``, as the node itself reports it (``ROLE``)."""
         reply = node.execute("ROLE")
         if not isinstance(reply, list) or not reply:
-            raise ServerError(f"unexpected ROLE reply from {node.url}: {reply!r}")
+            raise EmbeddedServerError(f"unexpected ROLE reply from {node.url}: {reply!r}")
         return str(reply[0])
 
     def primaries(self) -> list[EmbeddedValkey]:
@@ -232,7 +234,7 @@ class EmbeddedCluster:
         """Hash slot of ``key`` (``CLUSTER KEYSLOT``)."""
         reply = self._running()[0].execute("CLUSTER", "KEYSLOT", key)
         if not isinstance(reply, int):
-            raise ServerError(f"unexpected CLUSTER KEYSLOT reply: {reply!r}")
+            raise EmbeddedServerError(f"unexpected CLUSTER KEYSLOT reply: {reply!r}")
         return reply
 
     def primary_for_key(self, key: str) -> EmbeddedValkey:
@@ -250,7 +252,7 @@ class EmbeddedCluster:
                 if owns and "myself" in flags and "master" in flags:
                     claims.append((int(fields[6]), node))
         if not claims:
-            raise ServerError(f"no running primary serves slot {slot} (key {key!r})")
+            raise EmbeddedServerError(f"no running primary serves slot {slot} (key {key!r})")
         return max(claims, key=lambda claim: claim[0])[1]
 
     def replica_of(self, primary: EmbeddedValkey) -> EmbeddedValkey:
@@ -259,7 +261,7 @@ class EmbeddedCluster:
             reply = node.execute("ROLE")
             if isinstance(reply, list) and reply[0] == "slave" and reply[2] == primary.port:
                 return node
-        raise ServerError(f"no running replica of {primary.url}")
+        raise EmbeddedServerError(f"no running replica of {primary.url}")
 
     # -- faults
 
@@ -286,7 +288,7 @@ class EmbeddedCluster:
         while self.role(replica) != "master":
             now = time.monotonic()
             if now > deadline:
-                raise ServerError(f"{replica.url} was not promoted within {timeout}s")
+                raise EmbeddedServerError(f"{replica.url} was not promoted within {timeout}s")
             # The server answers OK at once and silently gives up after 5 s: ask again then.
             if now - asked > 6.0:
                 replica.execute(*args)
@@ -324,7 +326,7 @@ class EmbeddedCluster:
                     return f"{node.port} still flags running node(s) {sorted(flagged)} as failing"
                 roles.append(_roles(nodes_text, ids))
                 views.append(_slot_map(nodes_text))
-        except (OSError, ServerError) as exc:
+        except (OSError, EmbeddedServerError) as exc:
             return f"{type(exc).__name__}: {exc}"
         # After a sync the primary sends writes only once the replica's next ACK arrives
         # (ACKs come every second), and WAIT already counts the replica before that: a
@@ -357,7 +359,7 @@ class EmbeddedCluster:
         deadline = time.monotonic() + timeout
         while (problem := self.health_problem()) is not None:
             if time.monotonic() > deadline:
-                raise ServerError(f"cluster not healthy after {timeout:.1f}s: {problem}")
+                raise EmbeddedServerError(f"cluster not healthy after {timeout:.1f}s: {problem}")
             time.sleep(0.05)
         return self
 

@@ -1,8 +1,8 @@
 """Token streaming: a running job appends chunks to a stream of its own; callers read or
 follow it while the job runs.
 
-`Job.stream` is one server call (`glidemq_streamChunk`) on the key `jstream:{id}` under the
-queue's hash tag: capped at `STREAM_MAX_LEN` chunks and expiring `STREAM_TTL_MS` after
+`Job.stream` is one server call (`wire.features.stream_chunk`) on the key `jstream:{id}` under
+the queue's hash tag: capped at `STREAM_MAX_LEN` chunks and expiring `STREAM_TTL_MS` after
 its last chunk. Blocking reads never use the queue's command client: a blocking read stalls
 every other command of its client, so they run on a client of their own.
 """

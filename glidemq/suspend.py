@@ -1,7 +1,7 @@
 """Suspend and signal (human in the loop): a running job parks itself in state `suspended`
 until someone signals it (it runs again, seeing the signal in `job.signals`) or its timeout
-passes (it fails). Each step is one server call: glidemq_suspend, glidemq_signal,
-glidemq_expireSuspended; the suspended jobs are the sorted set `suspended` of the queue,
+passes (it fails). Each step is one server call (suspend, signal, expire: see
+glidemq.wire.features); the suspended jobs are the sorted set `suspended` of the queue,
 scored by deadline.
 """
 
@@ -22,6 +22,7 @@ from .errors import (
     ValidationError,
 )
 from .serialize import decode_json
+from .wire import features
 
 if TYPE_CHECKING:
     from .context import QueueContext
@@ -85,35 +86,37 @@ def encode_signal(name: object, data: object) -> bytes:
     return raw
 
 
-async def suspend(job: Job[Any, Any], reason: str | None, timeout_ms: int | None) -> None:
-    """See `Job.suspend`."""
+async def suspend(
+    job: Job[Any, Any],
+    ctx: QueueContext,
+    emit_flag: str | None,
+    reason: str | None,
+    timeout_ms: int | None,
+) -> None:
+    """See `Job.suspend`. `emit_flag` is the running worker's ('1': emit events), None when
+    no worker runs the job; the job records the move when this raises SuspendedError."""
     why, timeout = check_suspend(reason, timeout_ms)
-    if job.entry_id is None or job._worker is None:
+    if job.entry_id is None or emit_flag is None:
         raise JobStateError(job.id, "suspend", "only a running job can be suspended")
-    ctx = job._ctx
     keys = ctx.keys
-    reply = await ctx.fcall(
-        "glidemq_suspend",
-        [keys.stream, suspended_key(keys), keys.events],
-        [str(now_ms()), job.id, job.entry_id, why, str(timeout), job._worker._emit_flag],
+    state = await features.suspend(
+        ctx,
+        suspended_key(keys),
+        now_ms(),
+        job.id,
+        job.entry_id,
+        why,
+        timeout,
+        emit_flag,
     )
-    state = reply.decode() if isinstance(reply, bytes) else str(reply)
     if state != "suspended":
         raise JobStateError(job.id, "suspend", "the worker no longer owns it")
-    job._moved = True
-    job.state = state
     raise SuspendedError(f"job {job.id} suspended: {why or 'no reason given'}")
 
 
 async def sweep(ctx: QueueContext, now: int) -> int:
     """Fail suspended jobs whose timeout passed (a batch); how many failed."""
-    keys = ctx.keys
-    n = await ctx.fcall(
-        "glidemq_expireSuspended",
-        [suspended_key(keys), keys.events],
-        [str(now), str(SWEEP_BATCH)],
-    )
-    return int(n)
+    return await features.expire_suspended(ctx, suspended_key(ctx.keys), now, SWEEP_BATCH)
 
 
 class QueueSuspend:
@@ -131,18 +134,13 @@ class QueueSuspend:
         ctx = await self._context()
         await sweep(ctx, now_ms())  # an expired suspension fails rather than wakes
         keys = self.keys
-        reply = await ctx.fcall(
-            "glidemq_signal",
-            [keys.stream, suspended_key(keys), keys.events],
-            [str(now_ms()), job_id, name, raw, "1"],
-        )
-        state = reply.decode() if isinstance(reply, bytes) else str(reply)
+        state = await features.signal(ctx, suspended_key(keys), now_ms(), job_id, name, raw)
         if state == "0":
             raise JobNotFoundError(keys.name, job_id)
         if state == "ERR:STATE":
             raise JobStateError(job_id, "signal", "it is not suspended")
         if state.startswith("ERR"):
-            raise ServerError(f"glidemq_signal: {state}")
+            raise ServerError(f"signal: {state}")
         return state
 
     async def get_suspended(self, start: int = 0, end: int = -1) -> list[Job[Any, Any]]:

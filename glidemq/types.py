@@ -17,7 +17,7 @@ import orjson
 from .errors import ValidationError
 from .fallbacks import Fallback, check_fallbacks
 from .keys import validate_job_id
-from .limits import RateLimit, TokenBucket, check_job_limits, limits_to_wire
+from .limit_options import RateLimit, TokenBucket, check_job_limits, limits_to_wire
 from .usage import TokenLimiter
 
 if TYPE_CHECKING:
@@ -259,7 +259,8 @@ class JobOptions:
         if not isinstance(value, Mapping):
             raise ValidationError("opts", f"expected JobOptions or a dict, got {value!r}")
         try:
-            return _coerce_cached(tuple(sorted(value.items())))
+            # the value's type is part of the key: True == 1 but means another thing here
+            return _coerce_cached(tuple((k, type(v), v) for k, v in sorted(value.items())))
         except TypeError:  # unhashable values (nested dicts): build it each time
             pass
         values = dict(value)
@@ -336,8 +337,8 @@ _DEFAULT_JOB_OPTIONS = JobOptions()
 
 
 @functools.lru_cache(maxsize=256)
-def _coerce_cached(items: tuple[tuple[str, Any], ...]) -> JobOptions:
-    return from_mapping(JobOptions, dict(items))
+def _coerce_cached(items: tuple[tuple[str, type, Any], ...]) -> JobOptions:
+    return from_mapping(JobOptions, {k: v for k, _, v in items})
 
 
 @functools.lru_cache(maxsize=256)

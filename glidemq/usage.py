@@ -1,9 +1,9 @@
 """Usage and cost of model calls: what a job reports, what a flow used, what queues used.
 
 `Job.report_usage` adds one model call to the job (hash field `usage`) and to the queue's
-bucket of the current minute in one server call (`glidemq_reportUsage`); a summary reads
-those per-minute buckets (`glidemq_usageSummary`), never the job hashes, so its cost depends
-on the time span, not on how many jobs reported. Buckets are kept for a week.
+bucket of the current minute in one server call (glidemq.wire.features); a summary reads
+those per-minute buckets, never the job hashes, so its cost depends on the time span, not
+on how many jobs reported. Buckets are kept for a week.
 """
 
 from __future__ import annotations
@@ -30,7 +30,6 @@ __all__ = [
     "Usage",
     "UsageSummary",
     "UsageTotals",
-    "usage_args",
 ]
 
 USAGE_MINUTES = 10080
@@ -187,26 +186,6 @@ class TokenLimiter:
         raise ValidationError("token_limiter", "must be a TokenLimiter or a mapping")
 
 
-def usage_args(
-    job_id: str,
-    now: int,
-    model: str,
-    provider: str,
-    tokens: Mapping[str, int],
-    costs: Mapping[str, float],
-    latency_ms: int,
-    limiter: TokenLimiter | None = None,
-) -> list[str]:
-    """glidemq_reportUsage's arguments."""
-    tpm = (str(limiter.max_tokens), str(limiter.duration_ms)) if limiter else ("0", "0")
-    args = [job_id, str(now), model, provider, str(latency_ms), *tpm, str(len(tokens))]
-    for kind, n in tokens.items():
-        args += [kind, str(n)]
-    for kind, x in costs.items():
-        args += [kind, repr(float(x))]
-    return args
-
-
 def parse_usage(raw: bytes | str | None) -> Usage | None:
     """The job hash's `usage` field as a Usage (None when the job reported nothing)."""
     if not raw:
@@ -237,7 +216,7 @@ def merge_usage(
     costs: Mapping[str, float],
     latency_ms: int,
 ) -> Usage:
-    """`old` plus one report (what glidemq_reportUsage does to the job; the testing mode's)."""
+    """`old` plus one report (what the server does to the job; the testing mode's)."""
     t = dict(old.tokens) if old else {}
     c = dict(old.costs) if old else {}
     for k, n in tokens.items():
@@ -260,7 +239,7 @@ def bucket_add(
     tokens: Mapping[str, int],
     costs: Mapping[str, float],
 ) -> None:
-    """Add one report to a per-minute bucket, field for field as glidemq_reportUsage does."""
+    """Add one report to a per-minute bucket, field for field as the server does."""
     tok, cost = _total(tokens), float(_total(costs))
     for f, v in (("calls", 1), ("tokens", tok), ("cost", cost)):
         bucket[f] = bucket.get(f, 0) + v
@@ -394,6 +373,7 @@ class QueueUsage:
     ) -> UsageSummary:
         """Usage reported to `queues` (default: this queue) since `since` (ms; default: the
         week of per-minute buckets kept): totals, per model and per queue."""
+        from . import wire  # late: glidemq.wire's option types import this module
         from .keys import QueueKeys
 
         ctx = await self._context()
@@ -409,10 +389,8 @@ class QueueUsage:
             # server for a quarter of a second.
             for lo in range(first, last + 1, SUMMARY_WINDOW):
                 hi = min(lo + SUMMARY_WINDOW - 1, last)
-                reply = await ctx.fcall("glidemq_usageSummary", [index], [str(lo), str(hi)])
-                flat = [_text(v) for v in reply or []]
-                for i in range(0, len(flat), 2):
-                    fields[flat[i]] = fields.get(flat[i], 0.0) + float(flat[i + 1])
+                for f, value in await wire.features.usage_summary(ctx, index, lo, hi):
+                    fields[f] = fields.get(f, 0.0) + value
             parts[name] = totals_from_fields(fields)
         total, models = combine(list(parts.values()))
         return UsageSummary(total, models, {q: p[0] for q, p in parts.items()}, first * 60_000)

@@ -35,10 +35,12 @@ from glide import MinId as _MinId
 
 from .connection import Client, ConnectionOptions, close_client, create_client
 from .errors import ConnectionError, GlideMQError
+from .wire import fetch
 
 if TYPE_CHECKING:
     from .context import QueueContext
-    from .worker import Worker
+    from .fetcher import Fetcher
+    from .link import WorkerLink
 
 __all__ = ["Renewal", "Watchdog", "hand_back_unknown", "probe"]
 
@@ -159,12 +161,21 @@ def queue_renewal(ctx: QueueContext, opts: ConnectionOptions, name: str) -> Rene
 
 
 class Watchdog:
-    """Keeps one Worker fetching: see the module doc. `renewals` counts client swaps."""
+    """Keeps one Worker fetching: see the module doc. `renewals` counts client swaps.
+    It watches `fetcher`'s progress and calls `restart_fetch()` after swapping the clients
+    in `link`."""
 
-    def __init__(self, worker: Worker[Any, Any]) -> None:
-        self.worker = worker
-        opts = worker.connection
-        self.bound = (worker.opts.block_timeout + opts.request_timeout_ms) / 1000 + _SLACK
+    def __init__(
+        self,
+        link: WorkerLink,
+        fetcher: Fetcher,
+        restart_fetch: Callable[[], Awaitable[None]],
+    ) -> None:
+        self.link = link
+        self.fetcher = fetcher
+        self.restart_fetch = restart_fetch
+        opts = link.connection
+        self.bound = (link.opts.block_timeout + opts.request_timeout_ms) / 1000 + _SLACK
         # Only tracks: a swap from inside a call could cancel the very task making it.
         self.renewal = Renewal(opts, None)
         self.renewals = 0
@@ -192,18 +203,18 @@ class Watchdog:
     def start(self) -> asyncio.Task[None]:
         """Start watching; the worker cancels the task when it closes."""
         loop = asyncio.get_running_loop()
-        return loop.create_task(self.run(), name=f"glidemq-watchdog-{self.worker.name}")
+        return loop.create_task(self.run(), name=f"glidemq-watchdog-{self.link.name}")
 
     def stopping(self) -> bool:
         """Whether the worker is closing (re-read after every await)."""
-        return self.worker._closing
+        return self.link.closing
 
     def stopping_not(self) -> bool:
-        return not self.worker._closing
+        return not self.link.closing
 
     def fetch_stuck_for(self) -> float:
         """Seconds the fetch loop has wanted jobs without a successful round trip."""
-        fetcher = self.worker._fetcher
+        fetcher = self.fetcher
         if not fetcher.wants:
             return 0.0
         return time.monotonic() - fetcher.progress_at
@@ -216,12 +227,12 @@ class Watchdog:
                 task.cancel()
 
     async def _watch(self) -> None:
-        w = self.worker
+        w = self.link
         interval = min(1.0, self.bound / 4)
         settle = w.connection.request_timeout_ms / 1000
-        while not w._closing:
+        while not w.closing:
             await asyncio.sleep(interval)
-            dirty = max(self.dirty_at, w._fetcher.error_at)
+            dirty = max(self.dirty_at, self.fetcher.error_at)
             now = time.monotonic()
             if self.reconciled_at < dirty < self.ok_at and now - dirty >= settle:
                 self.reconciled_at = now
@@ -249,15 +260,15 @@ class Watchdog:
 
     async def _hand_back(self) -> None:
         try:
-            self.handed_back += await hand_back_unknown(self.worker)
+            self.handed_back += await hand_back_unknown(self.link)
         except GlideMQError as exc:
-            self.worker.events.emit("error", exc)
+            self.link.events.emit("error", exc)
 
     async def renew_clients(self) -> None:
         """Connect new command and blocking clients, swap them in, restart the fetch loop,
         and close the old clients in the background."""
-        w = self.worker
-        if w._closing or w._ctx is None:
+        w = self.link
+        if w.closing or w.ctx is None:
             return
         name = f"glidemq-{w.consumer}"
         client = await create_client(w.connection, name=name)
@@ -269,18 +280,9 @@ class Watchdog:
         if self.stopping():  # close() began meanwhile: it owns the old clients
             await _close_later([client, blocking], self._closing)
             return
-        old = [w._client, w._blocking]
-        w._client, w._blocking, w._ctx.client = client, blocking, client
-        fetch = w._tasks[0] if w._tasks else None
-        if fetch is not None and not fetch.done():
-            fetch.cancel()  # it may hang in a read on the old blocking client
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await fetch
-        if w._tasks and not self.stopping():
-            w._fetcher.progress_at = time.monotonic()
-            w._tasks[0] = asyncio.get_running_loop().create_task(
-                w._fetcher.loop(), name=f"glidemq-fetch-{w.name}"
-            )
+        old = [w.client, w.blocking]
+        w.client, w.blocking, w.ctx.client = client, blocking, client
+        await self.restart_fetch()  # the loop may hang in a read on the old blocking client
         self.renewals += 1
         self.renewal.failing_since = None
         self.dirty_at = time.monotonic()  # replies lost on the old clients: reconcile soon
@@ -288,11 +290,12 @@ class Watchdog:
         await _close_later(old, self._closing)
 
 
-async def hand_back_unknown(worker: Worker[Any, Any]) -> int:
+async def hand_back_unknown(link: WorkerLink) -> int:
     """Hand back to the queue the entries the server delivered to this worker that it does
     not hold (their reply was lost); returns how many jobs went back."""
-    w = worker
-    ctx = w._ctx
+    w = link
+    ctx = w.ctx
+    held = w.slots.holds
     if ctx is None:
         return 0
     stream = w.keys.stream
@@ -303,7 +306,7 @@ async def hand_back_unknown(worker: Worker[Any, Any]) -> int:
     pending = await ctx.command(
         lambda c: c.xpending_range(stream, "workers", _MinId(), _MaxId(), 1000, options)
     )
-    entry_ids = [_text(p[0]) for p in pending or [] if _text(p[0]) not in w._active]
+    entry_ids = [_text(p[0]) for p in pending or [] if not held(_text(p[0]))]
     if not entry_ids:
         return 0
 
@@ -317,14 +320,14 @@ async def hand_back_unknown(worker: Worker[Any, Any]) -> int:
     replies = await ctx.command(read_entries)
     args: list[str | bytes] = [w.consumer]
     for entry_id, reply in zip(entry_ids, replies or [], strict=False):
-        if entry_id in w._active:  # started meanwhile by a reply that did arrive
+        if held(entry_id):  # started meanwhile by a reply that did arrive
             continue
         fields: list[Any] = next(iter(reply.values()), []) if isinstance(reply, dict) else []
         job_id = next((_text(v) for k, v in fields if k == b"id"), "")
         args += [entry_id, job_id]  # no job id: the entry is only acknowledged
     if len(args) == 1:
         return 0
-    back = await ctx.fcall("glidemq_deferActive", [stream, w.keys.events], args)
+    back = await fetch.defer_active(ctx, w.consumer, args[1:], stream=stream)
     if back:
         log.warning(
             "glidemq: worker %s handed back %s job(s) whose reply was lost", w.consumer, back

@@ -8,14 +8,16 @@ takes the next jobs. Only an idle worker blocks, on a client of its own.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
+import time
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 from uuid import uuid4
 
-from . import limiting, otel
-from .batch import BatchRunner
-from .connection import Client, ConnectionLike, close_client, create_client, resolve_connection
+from . import otel, wire, worker_limits
+from .batch import BatchOutcomes, BatchRunner
+from .connection import ConnectionLike, close_client, create_client, resolve_connection
 from .context import QueueContext, now_ms
 from .emitter import Emitter
 from .errors import DelayedError, GlideMQError, RateLimitError, UnrecoverableError
@@ -25,11 +27,13 @@ from .functions import ensure_library
 from .job import Job
 from .keys import DEFAULT_PREFIX, QueueKeys
 from .lifecycle import WorkerLifecycle
+from .link import WorkerLink
 from .maintenance import Maintenance
 from .processor import ProcessorCall, check_processor
 from .sandbox.errors import SandboxHandBack
 from .serialize import encode_result
 from .serializers import claim_serializer, get_serializer
+from .slots import Slots
 from .types import WorkerOptions, job_retention, retention_args, worker_options
 from .watchdog import Watchdog
 
@@ -109,40 +113,46 @@ class Worker(WorkerLifecycle, Generic[D, R]):
         self.events = Emitter()
         self._proc = ProcessorCall(call, base.concurrency, f"glidemq-{name}")
         # In batch mode `concurrency` counts batches; the worker holds that many batches' jobs.
-        self._concurrency = base.concurrency * (base.batch.size if base.batch else 1)
-        # A sandbox may also hold runs queued in its children (pipelining, see _free).
-        held = self._concurrency
+        concurrency = base.concurrency * (base.batch.size if base.batch else 1)
+        # A sandbox may also hold runs queued in its children (pipelining, see Slots.free).
+        held = concurrency
         if self.sandbox_pool is not None:
             held += self.sandbox_pool.max_pipeline_slots
-        self._prefetch = base.prefetch or held
+        # Every slot count and the table of jobs held (entry id -> job, task) live here.
+        self._slots: Slots[Job[D, R]] = Slots(
+            concurrency, base.prefetch or held, extension=self.sandbox_pool
+        )
         self._flush_size = max(base.batch.size if base.batch else 1, -(-held // _FLUSH_DIVISOR))
         # Asked once: None (OpenTelemetry absent or no provider) keeps the job path as is.
         self._tracing = otel.job_tracing()
-        self._batches: BatchRunner[D, R] | None = (
-            BatchRunner(self, base.batch) if base.batch else None
-        )
         self._keep_complete = retention_args(base.remove_on_complete)
-        self._keep_fail = retention_args(base.remove_on_fail)
-        self._emit_flag = "1" if base.events else "0"
-        self._client: Client | None = None
-        self._blocking: Client | None = None
-        self._ctx: QueueContext | None = None
-        # entry id -> (job, task) for every job this worker holds in the stream's PEL
-        self._active: dict[str, tuple[Job[D, R], asyncio.Task[Any] | None]] = {}
-        self._running = 0
-        self._reserved = 0
         self._pending: list[tuple[Job[D, R], bytes, tuple[int, int]]] = []
         self._flush_scheduled = False
         self._flushes = 0
-        self._revoked: set[str] = set()
-        self._wake = asyncio.Event()
         self._tasks: list[asyncio.Task[None]] = []
         self._flush_tasks: set[asyncio.Task[None]] = set()
         super().__init__()  # the lifecycle's state: not started, not paused
-        self._fetcher = Fetcher(self)
-        self._pacer = limiting.Pacer.for_limit(base.limiter)
-        self._global_pacer: limiting.Pacer | None = None  # set from the queue's meta
-        self.watchdog = Watchdog(self)
+        self._link = WorkerLink(
+            self,
+            name=name,
+            keys=self.keys,
+            consumer=self.consumer,
+            opts=base,
+            connection=self.connection,
+            events=self.events,
+            slots=self._slots,
+            fail_now=self._fail_now,
+            pacer=worker_limits.Pacer.for_limit(base.limiter),
+        )
+        self._emit_flag = self._link.emit_flag
+        self._batches: BatchRunner[D, R] | None = None
+        if base.batch:
+            outcomes = BatchOutcomes(self._complete_later, self._fail_counted, self._defer)
+            self._batches = BatchRunner(
+                self._link, base.batch, self._proc, outcomes, self._serializer
+            )
+        self._fetcher = Fetcher(self._link, self._start_jobs, self._completing)
+        self.watchdog = Watchdog(self._link, self._fetcher, self._restart_fetch)
         """Replaces this worker's clients when its connection goes silent (glidemq.watchdog)."""
         self.completed_count = 0
         self.failed_count = 0
@@ -155,31 +165,48 @@ class Worker(WorkerLifecycle, Generic[D, R]):
         glidemq did not write was moved to the queue's quarantine stream)."""
         return self.events.on(event, handler)
 
+    @property
+    def _ctx(self) -> QueueContext | None:
+        return self._link.ctx
+
+    @property
+    def active_count(self) -> int:
+        """Jobs this worker holds right now (running or being completed)."""
+        return len(self._slots)
+
+    def _held_tasks(self) -> list[asyncio.Task[Any]]:
+        return self._slots.tasks()
+
+    def _completing(self) -> bool:
+        """Whether completions are queued or on their way (they fetch jobs as well)."""
+        return bool(self._flushes or self._pending)
+
     async def start(self) -> None:
         """Connect, make sure the consumer group exists, and start taking jobs."""
         if self._started:
             return
         self._started = True
+        link = self._link
         try:
-            self._client = await create_client(self.connection, name=f"glidemq-{self.consumer}")
-            self._blocking = await create_client(self.connection, name=f"glidemq-{self.consumer}-b")
-            await ensure_library(self._client)
-            self._ctx = QueueContext(
-                self._client, self.keys, retry=self.connection.retry, serializer=self._serializer
+            link.client = await create_client(self.connection, name=f"glidemq-{self.consumer}")
+            link.blocking = await create_client(self.connection, name=f"glidemq-{self.consumer}-b")
+            await ensure_library(link.client)
+            link.ctx = QueueContext(
+                link.client, self.keys, retry=self.connection.retry, serializer=self._serializer
             )
-            await claim_serializer(self._ctx, self.opts.serializer, "Worker")
-            self.watchdog.attach(self._ctx)
+            await claim_serializer(link.ctx, self.opts.serializer, "Worker")
+            self.watchdog.attach(link.ctx)
             await self._fetcher.ensure_group()
             if self.sandbox_pool is not None:
                 await self.sandbox_pool.start()  # children start in the background
         except BaseException:
-            await close_client(self._client)
-            await close_client(self._blocking)
+            await close_client(link.client)
+            await close_client(link.blocking)
             # Not started: close() has nothing to stop and a later start() may try again.
-            self._client = self._blocking = self._ctx = None
+            link.client = link.blocking = link.ctx = None
             self._started = False
             raise
-        maintenance = Maintenance(self)
+        maintenance = Maintenance(self._link)
         await maintenance.register()  # listed by Queue.get_workers once started
         loop = asyncio.get_running_loop()
         self._tasks = [
@@ -189,7 +216,21 @@ class Worker(WorkerLifecycle, Generic[D, R]):
         ]
 
     def _wake_up(self) -> None:
-        self._wake.set()
+        self._slots.wake()
+
+    async def _restart_fetch(self) -> None:
+        """Stop the fetch loop (it may hang in a read on a replaced client) and start a new
+        one unless the worker is closing."""
+        fetch = self._tasks[0] if self._tasks else None
+        if fetch is not None and not fetch.done():
+            fetch.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await fetch
+        if self._tasks and not self._closing:
+            self._fetcher.progress_at = time.monotonic()
+            self._tasks[0] = asyncio.get_running_loop().create_task(
+                self._fetcher.loop(), name=f"glidemq-fetch-{self.name}"
+            )
 
     async def _shutdown(self, force: bool, timeout: float) -> None:
         if not self._started:
@@ -197,7 +238,7 @@ class Worker(WorkerLifecycle, Generic[D, R]):
         fetcher = self._tasks[0]
         fetcher.cancel()
         # Closing the blocking client ends an XREADGROUP BLOCK in progress on the server.
-        await close_client(self._blocking)
+        await close_client(self._link.blocking)
         await asyncio.gather(fetcher, return_exceptions=True)
         if self._batches is not None:
             self._batches.stop()
@@ -213,26 +254,15 @@ class Worker(WorkerLifecycle, Generic[D, R]):
         await asyncio.gather(*self._tasks[1:], return_exceptions=True)
         if self._ctx is not None:
             try:
-                await self._ctx.fcall(
-                    "glidemq_deferActive", [self.keys.stream, self.keys.events], [self.consumer]
-                )
+                await wire.fetch.defer_active(self._ctx, self.consumer)
             except GlideMQError as exc:
                 # Jobs left in the PEL are still recovered by stall recovery.
                 self.events.emit("error", exc)
-        self._active.clear()
+        self._slots.clear()
         self._proc.shutdown()
-        await close_client(self._client)
+        await close_client(self._link.client)
 
     # -- taking jobs ----------------------------------------------------------------------
-
-    def _free(self) -> int:
-        """Slots neither running a job nor promised to a fetch in flight."""
-        free = self._concurrency - self._running - self._reserved
-        if self.sandbox_pool is not None:
-            if not self.sandbox_pool.accepting:
-                return 0  # no child has loaded the processor: jobs stay in the queue
-            free += self.sandbox_pool.pipeline_slots  # runs it would queue in children now
-        return free
 
     def _start_jobs(self, flat: list[Any]) -> None:
         if not flat or self._closing:
@@ -243,41 +273,45 @@ class Worker(WorkerLifecycle, Generic[D, R]):
         assert self._ctx is not None
         loop = asyncio.get_running_loop()
         ctx = self._ctx
+        link, slots = self._link, self._slots
         emit_active = self.events.listens("active")
         tracing = self._tracing
         for i in range(0, len(flat), 3):
             entry_id = flat[i].decode()
             fields = _pairs(flat[i + 2])
-            self._running += 1
+            slots.start()
             try:
-                job: Job[D, R] = Job(ctx, fields, entry_id=entry_id, worker=self)
+                job: Job[D, R] = Job(ctx, fields, entry_id=entry_id, worker=link)
             except Exception as exc:
                 # Data or options no producer should have written: fail the job, keep going.
                 fields.pop(b"data", None)
                 fields.pop(b"opts", None)
-                job = Job(ctx, fields, entry_id=entry_id, worker=self)
+                job = Job(ctx, fields, entry_id=entry_id, worker=link)
                 error = UnrecoverableError(f"cannot decode job: {type(exc).__name__}: {exc}")
-                self._active[entry_id] = (job, loop.create_task(self._fail_undecodable(job, error)))
+                slots.hold(entry_id, job, loop.create_task(self._fail_undecodable(job, error)))
                 continue
             if self._batches is not None:
-                self._active[entry_id] = (job, None)
+                slots.hold(entry_id, job, None)
                 self._batches.add(job)
             else:
                 run = self._run(job) if tracing is None else self._traced_run(tracing, job)
-                task = loop.create_task(run)
-                self._active[entry_id] = (job, task)
+                slots.hold(entry_id, job, loop.create_task(run))
             if emit_active:
                 self.events.emit("active", job)
         if self._batches is not None:
             self._batches.dispatch()
 
     async def _fail_undecodable(self, job: Job[D, R], error: BaseException) -> None:
-        self._running -= 1
+        self._slots.end()
         await self._fail(job, error, counted=True)
+
+    async def _fail_counted(self, job: Job[D, R], error: BaseException) -> str:
+        """Record a failed try of a job whose slot was already freed."""
+        return await self._fail(job, error, counted=True)
 
     def _complete_later(self, job: Job[D, R], result: Any, rv: bytes) -> None:
         """Queue a success; completions of one loop iteration go out together."""
-        self._running -= 1
+        self._slots.end()
         job.returnvalue = result
         keep = job_retention(job.opts, "removeOnComplete", self._keep_complete)
         self._pending.append((job, rv, keep))
@@ -294,8 +328,8 @@ class Worker(WorkerLifecycle, Generic[D, R]):
         """Run one try of the job; returns its outcome (`completed`, `retry`, `failed`, ...)
         for the tracing, which is the only reader."""
         try:
-            if self._pacer is not None or self._global_pacer is not None:
-                await limiting.pace(self)
+            if self._link.pacer is not None or self._link.global_pacer is not None:
+                await worker_limits.pace(self._link)
             if job.expire_at is not None and now_ms() > job.expire_at:
                 raise expired_error()
             # A sandbox times out by killing the child.
@@ -303,34 +337,30 @@ class Worker(WorkerLifecycle, Generic[D, R]):
             result = await self._proc.job(job, timeout)
             rv = encode_result(result, self.opts.max_result_bytes, self._serializer)
         except asyncio.CancelledError:
-            self._running -= 1
-            if job.id in self._revoked and not self._closing:
-                self._revoked.discard(job.id)
+            self._slots.end()
+            if not self._closing and self._slots.take_revoked(job.id):
                 return await self._fail(job, UnrecoverableError(_REASON_REVOKED), counted=True)
             # On close, the job stays in the PEL and is handed back by deferActive.
             return "handed-back"
         except SandboxHandBack:
-            self._running -= 1
+            self._slots.end()
             await self._defer([job])
             return "handed-back"
         except DelayedError:
-            self._running -= 1
-            if job._moved:
-                self._active.pop(job.entry_id or "", None)
-                self._wake.set()
+            self._slots.end()
+            if job.moved:
+                self._slots.finish(job.entry_id)
                 return "moved"
             return await self._fail(job, DelayedError("DelayedError without move_to_delayed"), True)
         except BaseException as exc:
-            self._running -= 1
-            if job._moved:  # move_to_failed already recorded the failure
-                self._active.pop(job.entry_id or "", None)
-                self._wake.set()
+            self._slots.end()
+            if job.moved:  # move_to_failed already recorded the failure
+                self._slots.finish(job.entry_id)
                 return "moved"
             return await self._fail(job, exc, counted=True)
-        if job._moved:
-            self._running -= 1
-            self._active.pop(job.entry_id or "", None)
-            self._wake.set()
+        if job.moved:
+            self._slots.end()
+            self._slots.finish(job.entry_id)
             return "moved"
         self._complete_later(job, result, rv)
         return "completed"
@@ -345,8 +375,7 @@ class Worker(WorkerLifecycle, Generic[D, R]):
             batch, self._pending = self._pending[:size], self._pending[size:]
             fetch = 0
             if not (self._closing or self._paused):
-                fetch = max(0, min(self._free(), self._prefetch, size))
-            self._reserved += fetch
+                fetch = self._slots.reserve(size)
             self._flushes += 1
             task = loop.create_task(self._flush(batch, fetch))
             self._flush_tasks.add(task)
@@ -365,24 +394,22 @@ class Worker(WorkerLifecycle, Generic[D, R]):
         ]
         for job, rv, (keep_count, keep_age) in batch:
             args += [job.id, job.entry_id or "", rv, str(keep_count), str(keep_age)]
-        args += self._fetcher.limiter
+        args += self._link.limiter
         reply: Any = None
         try:
             try:
                 # Transient faults are retried inside fcall, within the connection's budget.
-                reply = await self._ctx.fcall(
-                    "glidemq_completeAndFetchNext", self._ctx.fetch_keys, args
-                )
+                reply = await wire.fetch.complete_and_fetch_next(self._ctx, args)
             except GlideMQError as exc:
                 self.events.emit("error", exc)
                 # The jobs stay in the PEL; stall recovery runs them again.
                 for job, _, _ in batch:
-                    self._active.pop(job.entry_id or "", None)
+                    self._slots.drop(job.entry_id)
                 return
             statuses = reply[0]
             emit_completed = self.events.listens("completed")
             for (job, _, _), status in zip(batch, statuses, strict=True):
-                self._active.pop(job.entry_id or "", None)
+                self._slots.drop(job.entry_id)
                 if status == b"ok":
                     self.completed_count += 1
                     if emit_completed:
@@ -396,12 +423,12 @@ class Worker(WorkerLifecycle, Generic[D, R]):
             if len(reply) > 4 and reply[4]:
                 self._fetcher.quarantined(reply[4])
         finally:
-            self._reserved -= fetch
+            self._slots.release(fetch)
             self._flushes -= 1
             if self._pending and not self._flush_scheduled:
                 self._flush_scheduled = True
                 asyncio.get_running_loop().call_soon(self._kick_flush)
-            self._wake.set()
+            self._slots.wake()
 
     async def _defer(self, jobs: list[Job[D, R]]) -> None:
         """Put jobs this worker holds back in the queue unrun, without using an attempt."""
@@ -409,12 +436,12 @@ class Worker(WorkerLifecycle, Generic[D, R]):
         args = [self.consumer]
         for job in jobs:
             args += [job.entry_id or "", job.id]
-            self._active.pop(job.entry_id or "", None)
+            self._slots.drop(job.entry_id)
         try:
-            await self._ctx.fcall("glidemq_deferActive", [self.keys.stream, self.keys.events], args)
+            await wire.fetch.defer_active(self._ctx, self.consumer, args[1:])
         except GlideMQError as exc:
             self.events.emit("error", exc)  # left in the PEL: stall recovery takes them
-        self._wake.set()
+        self._slots.wake()
 
     async def _fail_now(self, job: Job[D, R], error: BaseException) -> None:
         """`Job.move_to_failed` from inside the processor."""
@@ -424,64 +451,45 @@ class Worker(WorkerLifecycle, Generic[D, R]):
         """Record a failed try; returns the engine's answer (`retry`, `failed`, `stale`, ...)."""
         assert self._ctx is not None
         if isinstance(error, RateLimitError):  # back to the queue, no attempt counted
-            await limiting.hand_back(self, job, error, counted)
+            await worker_limits.hand_back(self._link, job, error, counted)
             return "rate-limited"
-        f = job_failure(job, error, self.opts, self._keep_fail, self.events)
+        f = job_failure(job, error, self.opts, self._link.keep_fail, self.events)
         try:
-            reply = await self._ctx.fcall(
-                "glidemq_fail",
-                self._ctx.fail_keys,
-                [
-                    str(now_ms()),
-                    self._emit_flag,
-                    job.id,
-                    job.entry_id or "",
-                    f.reason,
-                    str(f.delay),
-                    str(f.keep[0]),
-                    str(f.keep[1]),
-                    "1" if self.opts.dead_letter else "0",
-                    f.stack,
-                ],
+            reply = await wire.fetch.fail(
+                self._ctx,
+                now_ms(),
+                self._emit_flag,
+                job.id,
+                job.entry_id or "",
+                f.reason,
+                f.delay,
+                f.keep,
+                self.opts.dead_letter,
+                f.stack,
             )
         except GlideMQError as exc:
             # Left in the PEL: stall recovery will retry the job.
             self.events.emit("error", exc)
             reply = b"error"
         if counted:
-            self._active.pop(job.entry_id or "", None)
+            self._slots.drop(job.entry_id)
         status = reply.decode() if isinstance(reply, bytes) else str(reply)
         record_failure(self, job, error, f.reason, status)
         if status == "stale":
             log.info("glidemq: job %s was reclaimed by another worker; failure dropped", job.id)
         if self._tracing is not None:
             self._tracing.failed(error, status, f.reason, f.delay)
-        self._wake.set()
+        self._slots.wake()
         return status
 
     # -- aborting -------------------------------------------------------------------------
-
-    def _abort(self, job_id: str, *, revoked: bool) -> None:
-        for entry_id, (job, task) in list(self._active.items()):
-            if job.id != job_id or task is None or task.done():
-                continue
-            if revoked:
-                self._revoked.add(job_id)
-            else:
-                # Another worker owns the job now: stop running it here, report nothing.
-                self._active.pop(entry_id, None)
-            task.cancel()
 
     async def rate_limit(self, ms: int) -> None:
         """Stop every worker of the queue from starting jobs for `ms` milliseconds (running
         jobs go on). From a processor, follow it with `raise Worker.RateLimitError()` to put
         the current job back without counting an attempt."""
-        await limiting.rate_limit(self, ms)
+        await worker_limits.rate_limit(self._link, ms)
 
     def abort_job(self, job_id: str) -> bool:
         """Cancel a job this worker is running; it fails with reason `revoked`."""
-        for job, task in self._active.values():
-            if job.id == job_id and task is not None and not task.done():
-                self._abort(job_id, revoked=True)
-                return True
-        return False
+        return self._slots.abort(job_id, revoked=True)

@@ -18,7 +18,7 @@ from uuid import uuid4
 
 import pytest
 
-from glidemq.server import EmbeddedValkey, ServerError, valkey_cli_path
+from glidemq.server import EmbeddedServerError, EmbeddedValkey, valkey_cli_path
 from glidemq.server_cluster import EmbeddedCluster
 
 # =========================================================================== Valkey servers
@@ -57,7 +57,7 @@ class ServerAddress:
             argv + [str(a) for a in args], capture_output=True, text=True, check=False
         )
         if done.returncode != 0:
-            raise ServerError(f"valkey-cli {args} failed: {done.stdout}{done.stderr}")
+            raise EmbeddedServerError(f"valkey-cli {args} failed: {done.stdout}{done.stderr}")
         return done.stdout.removesuffix("\n")
 
 
@@ -72,7 +72,7 @@ def _wait_for_ping(host: str, port: int, timeout: float) -> None:
         except OSError:
             pass
         if time.monotonic() > deadline:
-            raise ServerError(f"no PONG from {host}:{port} within {timeout}s")
+            raise EmbeddedServerError(f"no PONG from {host}:{port} within {timeout}s")
         time.sleep(0.05)
 
 

@@ -16,6 +16,7 @@ from ..flowview import DEFAULT_MAX_FLOW_NODES, Flow, read_flow
 from ..job import Job, retry_source
 from ..queries import Metrics, WorkerInfo
 from ..request import fetch_outcomes
+from ..wire import ops
 
 if TYPE_CHECKING:
     from ..keys import QueueKeys
@@ -74,10 +75,6 @@ class JobCounts:
         out = {s: getattr(self, s) for s in _COUNTED}
         out["waiting_children"] = self.waiting_children
         return out
-
-
-def _reply(value: Any) -> str:
-    return value.decode() if isinstance(value, bytes) else str(value)
 
 
 class QueueAdmin(Generic[D, R]):
@@ -143,24 +140,19 @@ class QueueAdmin(Generic[D, R]):
         ids: list[str] = []
         for state in wanted:
             wire = "dlq" if state == "dead_letter" else state
-            reply = await ctx.fcall(
-                "glidemq_getJobIds",
-                [self.keys.stream, self.keys.scheduled],
-                [wire, str(start), str(end)],
-            )
-            ids += [_reply(x) for x in reply]
+            ids += await ops.get_job_ids(ctx, wire, start, end)
         return await self._jobs_by_ids(ids)
 
     async def get_job_counts(self) -> JobCounts:
         """Counts of jobs by state, read in one call."""
         ctx = await self._context()
-        r = await ctx.fcall("glidemq_getCounts", [self.keys.stream, self.keys.scheduled], [])
-        w, a, d, p, c, f, dl = (int(x) for x in r[:7])
-        wc, gw, rl = (int(x) for x in r[8:11])
+        r = await ops.get_counts(ctx)
+        w, a, d, p, c, f, dl = r[:7]
+        wc, gw, rl = r[8:11]
         suspended_key = self.keys.base + "suspended"
         su = int(await ctx.command(lambda cl: cl.zcard(suspended_key)))
         return JobCounts(
-            w, a, d, p, c, f, dl, paused=bool(int(r[7])), waiting_children=wc,
+            w, a, d, p, c, f, dl, paused=bool(r[7]), waiting_children=wc,
             group_waiting=gw, rate_limited=rl, suspended=su,
         )  # fmt: skip
 
@@ -222,12 +214,12 @@ class QueueAdmin(Generic[D, R]):
     async def pause(self) -> None:
         """Stop workers from taking new jobs (running jobs finish)."""
         ctx = await self._context()
-        await ctx.fcall("glidemq_pause", [self.keys.meta, self.keys.events], [])
+        await ops.pause(ctx)
 
     async def resume(self) -> None:
         """Let workers take jobs again."""
         ctx = await self._context()
-        await ctx.fcall("glidemq_resume", [self.keys.meta, self.keys.events], [])
+        await ops.resume(ctx)
 
     async def is_paused(self) -> bool:
         """Whether the queue is paused."""
@@ -238,13 +230,13 @@ class QueueAdmin(Generic[D, R]):
     async def remove(self, job_id: str) -> None:
         """Delete a job that is not running."""
         ctx = await self._context()
-        await ctx.job_operation("glidemq_removeJob", job_id, op="remove")
+        await ops.remove_job(ctx, job_id)
 
     async def revoke(self, job_id: str) -> str:
         """Cancel a job: one not started fails at once with reason `revoked` ('revoked');
         a running one is flagged and aborted by its worker ('flagged')."""
         ctx = await self._context()
-        return await ctx.job_operation("glidemq_revoke", job_id, str(now_ms()), op="revoke")
+        return await ops.revoke(ctx, job_id, now_ms())
 
     async def retry_jobs(self, count: int = 1000, state: str = "failed") -> int:
         """Send up to `count` failed (or completed, dead_letter) jobs back to waiting."""
@@ -252,7 +244,7 @@ class QueueAdmin(Generic[D, R]):
         if isinstance(count, bool) or not isinstance(count, int) or count < 1:
             raise ValidationError("count", "must be a positive integer")
         ctx = await self._context()
-        return await ctx.retry_jobs(source, count)
+        return await ops.retry_jobs(ctx, now_ms(), source, count)
 
     async def drain(self, delayed: bool = False) -> int:
         """Remove every job waiting to run (and delayed ones too if `delayed`); running jobs
@@ -260,11 +252,8 @@ class QueueAdmin(Generic[D, R]):
         ctx = await self._context()
         cursor, removed = "-", 0
         while True:
-            r = await ctx.fcall(
-                "glidemq_drain", ctx.job_op_keys, [cursor, "1000", "1" if delayed else "0"]
-            )
-            removed += int(r[0])
-            cursor = _reply(r[1])
+            n, cursor = await ops.drain(ctx, cursor, 1000, delayed)
+            removed += n
             if cursor == "0":
                 return removed
 
@@ -281,10 +270,7 @@ class QueueAdmin(Generic[D, R]):
                 raise ValidationError(field, "must be an integer >= 0")
         ctx = await self._context()
         wire = "dlq" if state == "dead_letter" else state
-        reply = await ctx.fcall(
-            "glidemq_clean", ctx.job_op_keys, [wire, str(now_ms() - grace), str(limit)]
-        )
-        return [_reply(x) for x in reply]
+        return await ops.clean(ctx, wire, now_ms() - grace, limit)
 
     async def obliterate(self, force: bool = False) -> None:
         """Delete the queue and every job in it. Refused while jobs run unless `force`."""
@@ -292,13 +278,7 @@ class QueueAdmin(Generic[D, R]):
         cursor = "0"
         first = True
         while first or cursor != "0":
-            reply = _reply(
-                await ctx.fcall(
-                    "glidemq_obliterate",
-                    [self.keys.stream, self.keys.meta],
-                    [cursor, "1" if force or not first else "0"],
-                )
-            )
+            reply = await ops.obliterate(ctx, cursor, force or not first)
             if reply == "ERR:ACTIVE":
                 raise GlideMQError(
                     f"queue {self.name!r} has running jobs; close the workers or pass force=True"

@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..job import Job
-from ..limits import RateLimit
+from ..limit_options import RateLimit
 from ..queries import Metrics, WorkerInfo
 from ..scheduler import JobScheduler
 from .base import JobCounts

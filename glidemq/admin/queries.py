@@ -40,6 +40,7 @@ __all__ = [
     "queue_summary",
     "recent_events",
     "schedulers",
+    "state_sizes",
 ]
 
 _SCAN_COUNT = 1000
@@ -114,7 +115,7 @@ async def queue_status(view: QueueView) -> QueueStatus:
     )
 
 
-def _state_sizes(c: JobCounts) -> dict[str, int]:
+def state_sizes(c: JobCounts) -> dict[str, int]:
     """How many jobs `get_jobs` lists for each state (JobCounts folds some into others)."""
     return {
         "waiting": c.waiting - c.group_waiting,
@@ -174,7 +175,7 @@ async def job_page(
         return JobPage(
             view.name, chosen, search, offset, limit, None, len(found) > offset + limit, rows
         )
-    sizes = _state_sizes(await view.get_job_counts())
+    sizes = state_sizes(await view.get_job_counts())
     total = sum(sizes[s] for s in chosen)
     jobs: list[Job[Any, Any]] = []
     skip = offset

@@ -8,9 +8,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from .. import backpressure, scheduler
+from .. import queue_limits, scheduler
 from ..context import QueueContext
-from ..limiting import QueueLimits
+from ..queue_limits import QueueLimits
 from ..scheduler import JobScheduler
 from .base import QueueAdmin
 
@@ -34,7 +34,7 @@ class QueueView(QueueAdmin[Any, Any], QueueLimits):
 
     async def get_max_waiting(self) -> int | None:
         """The limit set by `Queue.set_max_waiting`, or None."""
-        return await backpressure.get_max_waiting(self.ctx)
+        return await queue_limits.get_max_waiting(self.ctx)
 
     async def exists(self) -> bool:
         """Whether any of the queue's own keys exists (a queue that never had a job, a

@@ -1,4 +1,7 @@
-"""`glidemq-bench locust`: the Locust load test (`locustfile.py`), headless, end to end.
+"""`glidemq-bench locust`: the Locust load test (`benchmarks/locustfile.py`), headless.
+
+The Locust file is a development tool: it lives in the source checkout, not in the wheel,
+and Locust itself comes with the `dev` extra. Without either, the command says so and exits 2.
 
 Starts an embedded Valkey (or uses `--url`), one `glidemq-run` worker process on the queue
 (so `add_and_wait` gets its results), runs Locust headless for `--seconds` with `--users`
@@ -9,6 +12,7 @@ everything. `--csv PREFIX` keeps Locust's CSV statistics.
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import os
 import signal
 import subprocess
@@ -17,9 +21,10 @@ from pathlib import Path
 
 from ..server import EmbeddedValkey
 
-__all__ = ["LOCUSTFILE", "add_arguments", "run_locust"]
+__all__ = ["LOCUSTFILE", "add_arguments", "locust_missing", "run_locust"]
 
-LOCUSTFILE = Path(__file__).with_name("locustfile.py")
+# glidemq/bench/loadtest.py -> the checkout's benchmarks/locustfile.py
+LOCUSTFILE = Path(__file__).resolve().parents[2] / "benchmarks" / "locustfile.py"
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -57,8 +62,23 @@ def _locust(args: argparse.Namespace, url: str) -> int:
     return subprocess.run(cmd, env=env, check=False).returncode
 
 
+def locust_missing(locustfile: Path = LOCUSTFILE) -> str | None:
+    """Why the load test cannot run here (no source checkout, no Locust), or None."""
+    if not locustfile.is_file():
+        return (
+            f"{locustfile} not found: the Locust load test runs from a source checkout of "
+            "glidemq (it is not part of the installed package)"
+        )
+    if importlib.util.find_spec("locust") is None:
+        return "Locust is not installed: pip install 'glidemq[dev]' (or pip install locust)"
+    return None
+
+
 def run_locust(args: argparse.Namespace) -> int:
-    """Run the load test; Locust's exit code (1 when a request failed)."""
+    """Run the load test; Locust's exit code (1 when a request failed), 2 when it cannot run."""
+    if (why := locust_missing()) is not None:
+        print(f"glidemq-bench locust: {why}", file=sys.stderr)
+        return 2
     server = None if args.url else EmbeddedValkey().start()
     url = args.url or (server.url if server is not None else "")
     worker = None if args.no_worker else _worker(url, args.queue, args.concurrency)

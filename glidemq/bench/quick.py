@@ -18,6 +18,7 @@ from dataclasses import dataclass
 
 from ..connection import ConnectionOptions
 from ..job import Job
+from ..process.loop import loop_factory
 from ..queue import Queue
 from ..server import EmbeddedValkey
 from ..worker import Worker
@@ -120,13 +121,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.jobs < 1 or args.concurrency < 1 or args.repeat < 1:
         parser.error("--jobs, --concurrency and --repeat must be positive")
 
-    try:
-        import uvloop
-
-        loop_factory = uvloop.new_event_loop
-    except ImportError:  # pragma: no cover - uvloop is a dependency on Linux
-        loop_factory = None
-
     print(
         f"glidemq quick benchmark on {platform.node()} ({platform.machine()}, "
         f"Python {platform.python_version()})"
@@ -142,7 +136,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             conn = ConnectionOptions.from_url(server.url)
             pid = server.pid
         for i in range(args.repeat):
-            with asyncio.Runner(loop_factory=loop_factory) as runner:
+            with asyncio.Runner(loop_factory=loop_factory()) as runner:
                 result = runner.run(
                     run_quick(conn, pid, args.jobs, args.concurrency, "bench-quick")
                 )

@@ -19,6 +19,7 @@ from typing import Any
 import orjson
 
 from ..job import Job
+from ..process.loop import loop_factory
 from ..queue import Queue
 from ..worker import Worker
 from . import workloads
@@ -220,13 +221,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     o = build_parser().parse_args(argv)
-    try:
-        import uvloop
-
-        factory: Any = uvloop.new_event_loop
-    except ImportError:  # pragma: no cover
-        factory = None
-    with asyncio.Runner(loop_factory=factory) as runner:
+    with asyncio.Runner(loop_factory=loop_factory()) as runner:
         result = runner.run(run_scenario(o))
     os.write(1, orjson.dumps(result) + b"\n")
     return 0

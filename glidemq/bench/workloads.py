@@ -21,6 +21,7 @@ import orjson
 import psutil
 
 from ..job import Job
+from ..process.memory import rss_bytes
 from ..queue import Queue
 from ..sandbox.types import SandboxOptions
 from ..types import BatchOptions
@@ -225,7 +226,7 @@ async def run_cluster(o: argparse.Namespace, url: str) -> dict[str, Any]:
 
 
 def _rss_mb() -> float:
-    return float(psutil.Process().memory_info().rss) / (1 << 20)
+    return rss_bytes() / (1 << 20)
 
 
 async def run_memory(o: argparse.Namespace, q: Queue[Any, Any], url: str) -> dict[str, Any]:

@@ -7,7 +7,8 @@ one); docs/CHAOS.md describes them, the guarantees and the measured numbers.
 from __future__ import annotations
 
 from .context import ChaosRun, Fault
+from .errors import ChaosError
 from .registry import register, scenarios
 from .scenario import FleetSettings, Scenario
 
-__all__ = ["ChaosRun", "Fault", "FleetSettings", "Scenario", "register", "scenarios"]
+__all__ = ["ChaosError", "ChaosRun", "Fault", "FleetSettings", "Scenario", "register", "scenarios"]

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import psutil
 
-from ..errors import ChaosError
+from .errors import ChaosError
 
 __all__ = ["Fleet", "FleetError"]
 

@@ -45,7 +45,7 @@ async def overview(dash: Dashboard, names: Sequence[str]) -> list[QueueSummary]:
 
 def state_sizes(summary: QueueSummary) -> dict[str, int]:
     """How many jobs each listing state of `JOB_STATES` holds."""
-    sizes = queries._state_sizes(summary.counts)
+    sizes = queries.state_sizes(summary.counts)
     return {s: sizes[s] for s in JOB_STATES}
 
 

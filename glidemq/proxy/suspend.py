@@ -28,7 +28,7 @@ def _text(raw: Any) -> str | None:
 
 
 async def _suspension(ctx: QueueContext, key: str) -> list[Any]:
-    """The job's suspendReason and suspendUntil fields (set by glidemq_suspend)."""
+    """The job's suspendReason and suspendUntil fields (set by wire.features.suspend)."""
     fields: list[Any] = await ctx.command(lambda c: c.hmget(key, ["suspendReason", "suspendUntil"]))
     return fields
 

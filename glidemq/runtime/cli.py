@@ -9,12 +9,14 @@ import sys
 import time
 import traceback
 from collections.abc import Sequence
+from functools import partial
 from typing import Any
 
 import orjson
 
 from ..connection import DEFAULT_URL, ConnectionOptions, has_password
 from ..errors import GlideMQError
+from ..process.setup import run_as_child
 from ..tls import glide_tls_settings
 from .config import ExitCode, RuntimeConfig, UsageError, parse_config
 from .logs import setup_logging
@@ -47,6 +49,32 @@ def _connection(cfg: RuntimeConfig) -> ConnectionOptions:
     return conn
 
 
+def _probe_in_child(cfg: RuntimeConfig, w: int) -> int:
+    """The probe's body: load the processor, check the options, write the verdict to `w`."""
+    code = 0
+    try:
+        from ..processor import load_processor
+
+        spec = load_processor(cfg.target)
+        if not (cfg.queues or spec.queues):
+            raise UsageError(
+                "no queue: pass --queue NAME or declare it with @glidemq.processor(queue=...)"
+            )
+        from .worker_process import _worker_options
+
+        _worker_options(cfg, spec)  # flags and declared options together must be valid
+        msg: dict[str, object] = {"ok": True}
+    except BaseException as exc:
+        code = ExitCode.USAGE
+        msg = {
+            "ok": False,
+            "error": f"{type(exc).__name__}: {exc}",
+            "traceback": traceback.format_exc(),
+        }
+    os.write(w, orjson.dumps(msg))
+    return code
+
+
 def _probe_processor(cfg: RuntimeConfig) -> str | None:
     """Import the processor in a throw-away child so the supervisor never imports user code
     (every worker imports it fresh, which is what makes SIGHUP reload it). Returns an error
@@ -54,31 +82,7 @@ def _probe_processor(cfg: RuntimeConfig) -> str | None:
     r, w = os.pipe()
     pid = os.fork()
     if pid == 0:  # pragma: no cover - child side, exercised by the CLI tests
-        code = 0
-        try:
-            os.close(r)
-            from ..processor import load_processor
-
-            spec = load_processor(cfg.target)
-            if not (cfg.queues or spec.queues):
-                raise UsageError(
-                    "no queue: pass --queue NAME or declare it with @glidemq.processor(queue=...)"
-                )
-            from .child import _worker_options
-
-            _worker_options(cfg, spec)  # flags and declared options together must be valid
-            msg: dict[str, object] = {"ok": True}
-        except BaseException as exc:
-            code = ExitCode.USAGE
-            msg = {
-                "ok": False,
-                "error": f"{type(exc).__name__}: {exc}",
-                "traceback": traceback.format_exc(),
-            }
-        try:
-            os.write(w, orjson.dumps(msg))
-        finally:
-            os._exit(code)
+        run_as_child(partial(_probe_in_child, cfg, w), error_code=ExitCode.USAGE, close=[r])
     os.close(w)
     chunks = []
     while True:

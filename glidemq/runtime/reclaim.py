@@ -4,7 +4,7 @@ Each worker process tells the supervisor, before it takes a job, which consumer 
 each queue with (a `Holding`). When a process dies without handing its jobs back (SIGKILL,
 the OOM killer, a crash), the supervisor keeps its holdings and gives them to a process it
 forks next: a replacement, or at the end of a drain a short-lived reclaimer. That process
-hands the jobs back with `glidemq_reclaimStalled` in owner mode (one FCALL per batch), so
+hands the jobs back with stall recovery in owner mode (one FCALL per batch), so
 they run again at once instead of after the lock duration, and a clean stop leaves no job
 active. The supervisor itself never connects to Valkey.
 """
@@ -22,7 +22,9 @@ from ..context import QueueContext, now_ms
 from ..errors import GlideMQError
 from ..functions import connect_with_library
 from ..keys import QueueKeys
+from ..process.loop import loop_factory
 from ..types import WorkerOptions, retention_args
+from ..wire import fetch
 
 __all__ = ["Holding", "holding_of", "reclaim", "run_reclaimer"]
 
@@ -78,22 +80,18 @@ def holding_of(queue: str, prefix: str, consumer: str, opts: WorkerOptions) -> H
 async def _reclaim_one(ctx: QueueContext, h: Holding) -> tuple[int, int]:
     requeued = failed = 0
     while True:
-        reply = await ctx.fcall(
-            "glidemq_reclaimStalled",
-            ctx.fail_keys,
-            [
-                str(now_ms()),
-                h.consumer,
-                "0",
-                "0-0",
-                str(_BATCH),
-                str(h.max_stalled_count),
-                "1" if h.events else "0",
-                str(h.keep_count),
-                str(h.keep_age),
-                "1" if h.dead_letter else "0",
-                h.consumer,  # owner mode: only what this dead consumer holds
-            ],
+        reply = await fetch.reclaim_stalled(
+            ctx,
+            now_ms(),
+            h.consumer,
+            0,
+            "0-0",
+            _BATCH,
+            h.max_stalled_count,
+            "1" if h.events else "0",
+            (h.keep_count, h.keep_age),
+            h.dead_letter,
+            owner=h.consumer,  # owner mode: only what this dead consumer holds
         )
         requeued += int(reply[1])
         failed += int(reply[2])
@@ -135,12 +133,6 @@ async def reclaim(
 def run_reclaimer(conn: ConnectionOptions, holdings: Sequence[Holding]) -> dict[str, Any]:
     """Body of the reclaimer process a draining supervisor forks: reclaim and return the
     report it sends back."""
-    try:
-        import uvloop
-
-        factory: Any = uvloop.new_event_loop
-    except ImportError:  # pragma: no cover - uvloop is a dependency on Linux
-        factory = None
-    with asyncio.Runner(loop_factory=factory) as runner:
+    with asyncio.Runner(loop_factory=loop_factory()) as runner:
         done, requeued, failed = runner.run(reclaim(conn, holdings))
     return {"done": [list(k) for k in done], "requeued": requeued, "failed": failed}

@@ -16,20 +16,21 @@ import selectors
 import signal
 import sys
 import time
-import traceback
 from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from ..connection import ConnectionOptions
+from ..process.frames import FrameDecoder
+from ..process.setup import run_as_child
 from . import ipc
-from .child import run_child
 from .config import ExitCode, RuntimeConfig
 from .logs import setup_logging
 from .metrics import MetricsServer
 from .reclaim import Holding, run_reclaimer
 from .restarts import BOOT_LOOP_LIMIT, EMPTY_FLOOR, RestartPolicy
+from .worker_process import run_worker_process
 
 __all__ = ["Supervisor"]
 
@@ -48,19 +49,19 @@ KILL_AFTER_TERM = 3.0  # a silent child gets SIGTERM, then SIGKILL this much lat
 BOOT_TIMEOUT = 60.0  # a child that never reports ready is treated as silent after this
 RECLAIM_TIMEOUT = 20.0  # the reclaimer forked at the end of a drain gets this long
 
-ChildMain = Callable[[RuntimeConfig, ConnectionOptions, int, int, Sequence[Holding]], int]
+WorkerMain = Callable[[RuntimeConfig, ConnectionOptions, int, int, Sequence[Holding]], int]
 
 
 @dataclass
-class Child:
-    """What the supervisor knows about one worker process."""
+class ForkedProcess:
+    """What the supervisor knows about one process it forked (a worker, or the reclaimer)."""
 
     slot: int
     pid: int
     fd: int
     generation: int
     started: float
-    reader: ipc.FrameReader = field(default_factory=ipc.FrameReader)
+    reader: FrameDecoder = field(default_factory=ipc.new_reader)
     last_seen: float = 0.0
     ready: bool = False
     stopping: bool = False
@@ -80,13 +81,13 @@ class Supervisor:
         cfg: RuntimeConfig,
         conn: ConnectionOptions,
         *,
-        child_main: ChildMain = run_child,
+        worker_main: WorkerMain = run_worker_process,
     ) -> None:
         self.cfg = cfg
         self.conn = conn
-        self.child_main = child_main
+        self.worker_main = worker_main
         self.target = cfg.procs
-        self.children: dict[int, Child] = {}
+        self.children: dict[int, ForkedProcess] = {}
         self.signals: deque[int] = deque()
         self.selector = selectors.DefaultSelector()
         self.generation = 0
@@ -197,11 +198,11 @@ class Supervisor:
             for child in self.children.values():
                 self._term(child, None)
 
-    def _send(self, child: Child, sig: int) -> None:
+    def _send(self, child: ForkedProcess, sig: int) -> None:
         with contextlib.suppress(ProcessLookupError):
             os.kill(child.pid, sig)
 
-    def _term(self, child: Child, kill_after: float | None) -> None:
+    def _term(self, child: ForkedProcess, kill_after: float | None) -> None:
         """Ask a child to drain; with kill_after, SIGKILL it if it is still there then."""
         if not child.stopping:
             child.stopping = True
@@ -222,14 +223,14 @@ class Supervisor:
             slot += 1
         return out
 
-    def spawn(self, generation: int, slot: int | None = None) -> Child:
+    def spawn(self, generation: int, slot: int | None = None) -> ForkedProcess:
         """Fork one worker process of `generation`; it also hands back the jobs of dead
         children nobody is handing back yet."""
         if slot is None:
             slot = self._free_slots(1)[0]
         orphans = [h for k, h in self.orphans.items() if k not in self.orphans_given]
         child = self._fork(
-            slot, generation, lambda w: self.child_main(self.cfg, self.conn, slot, w, orphans)
+            slot, generation, lambda w: self.worker_main(self.cfg, self.conn, slot, w, orphans)
         )
         for h in orphans:
             self.orphans_given[h.key] = child.pid
@@ -241,7 +242,6 @@ class Supervisor:
         holdings = list(self.orphans.values())
 
         def body(w: int) -> int:
-            signal.signal(signal.SIGINT, signal.SIG_IGN)  # a Ctrl-C is the supervisor's
             report = run_reclaimer(self.conn, holdings)
             ipc.write_frame(w, {"type": ipc.RECLAIMED, **report})
             return ExitCode.OK
@@ -257,43 +257,32 @@ class Supervisor:
 
     def _fork(
         self, slot: int, generation: int, body: Callable[[int], int], role: str = "worker"
-    ) -> Child:
+    ) -> ForkedProcess:
         r, w = os.pipe()
         blocked = signal.pthread_sigmask(signal.SIG_BLOCK, HANDLED)
         pid = os.fork()
         if pid == 0:  # pragma: no cover - runs in the child, measured by the CLI tests
-            code = ExitCode.INTERNAL
-            try:
-                os.close(r)
-                signal.set_wakeup_fd(-1)
-                for sig in HANDLED:
-                    signal.signal(sig, signal.SIG_DFL)
-                signal.pthread_sigmask(signal.SIG_SETMASK, blocked)
-                self.selector.close()
-                if self.metrics is not None:
-                    self.metrics.close()
-                os.close(self._wakeup_r)
-                os.close(self._wakeup_w)
+
+            def child_body() -> int:
                 setup_logging(
                     self.cfg.log_format, self.cfg.log_level, role, slot if slot >= 0 else None
                 )
-                code = body(w)
-            except BaseException:
-                traceback.print_exc()
-            finally:
-                sys.stdout.flush()
-                sys.stderr.flush()
-                os._exit(code)
+                return body(w)
+
+            inherited: list[Any] = [r, self.selector, self._wakeup_r, self._wakeup_w]
+            if self.metrics is not None:
+                inherited.append(self.metrics)
+            run_as_child(child_body, error_code=ExitCode.INTERNAL, close=inherited, mask=blocked)
         signal.pthread_sigmask(signal.SIG_SETMASK, blocked)
         os.close(w)
         os.set_blocking(r, False)
         now = time.monotonic()
-        child = Child(slot, pid, r, generation, now, last_seen=now)
+        child = ForkedProcess(slot, pid, r, generation, now, last_seen=now)
         self.children[pid] = child
         self.selector.register(r, selectors.EVENT_READ, child)
         return child
 
-    def _read_child(self, child: Child) -> None:
+    def _read_child(self, child: ForkedProcess) -> None:
         while True:
             try:
                 data = os.read(child.fd, 65536)
@@ -306,15 +295,22 @@ class Supervisor:
                 return
             for message in child.reader.feed(data):
                 self._on_message(child, message)
+            if child.reader.invalid:
+                # a broken frame is still a sign of life; what it said is lost
+                child.last_seen = time.monotonic()
+                log.warning(
+                    "worker pid %d sent a bad frame: %s", child.pid, child.reader.invalid[-1]
+                )
+                child.reader.invalid.clear()
 
-    def _unregister(self, child: Child) -> None:
+    def _unregister(self, child: ForkedProcess) -> None:
         if child.fd >= 0:
             with contextlib.suppress(KeyError, ValueError):
                 self.selector.unregister(child.fd)
             os.close(child.fd)
             child.fd = -1
 
-    def _on_message(self, child: Child, message: dict[str, Any]) -> None:
+    def _on_message(self, child: ForkedProcess, message: dict[str, Any]) -> None:
         child.last_seen = time.monotonic()
         kind = message.get("type")
         if kind == ipc.HEARTBEAT:
@@ -372,7 +368,7 @@ class Supervisor:
             self.retired_failed += int(child.stats.get("failed", 0))
             self._on_exit(child, status)
 
-    def _on_exit(self, child: Child, status: int) -> None:
+    def _on_exit(self, child: ForkedProcess, status: int) -> None:
         code = os.waitstatus_to_exitcode(status)
         how = f"exit code {code}" if code >= 0 else f"signal {signal.Signals(-code).name}"
         for key in [k for k, pid in self.orphans_given.items() if pid == child.pid]:
@@ -413,7 +409,7 @@ class Supervisor:
             return
         self._count_crash(child, code, f"died ({how})")
 
-    def _count_crash(self, child: Child, code: int, what: str) -> None:
+    def _count_crash(self, child: ForkedProcess, code: int, what: str) -> None:
         self.restarts += 1
         delay = self.policy.died(
             child.slot, ready=child.ready, exit_code=code, now=time.monotonic()
@@ -492,7 +488,7 @@ class Supervisor:
                 generation = max(c.generation for c in live) if live else self.generation
                 self._spawn_due(want, generation, live)
 
-    def _spawn_due(self, want: int, generation: int, live: list[Child]) -> None:
+    def _spawn_due(self, want: int, generation: int, live: list[ForkedProcess]) -> None:
         """Start processes in the `want` lowest free slots whose restart delay is over; an
         empty fleet starts one within EMPTY_FLOOR whatever the delays."""
         now = time.monotonic()
@@ -573,7 +569,7 @@ class Supervisor:
                             pass
                     elif callable(key.data):
                         key.data(mask)  # a metrics server socket
-                    elif isinstance(key.data, Child):
+                    elif isinstance(key.data, ForkedProcess):
                         self._read_child(key.data)
                 self._dispatch_signals()
                 self._reap()

@@ -19,6 +19,7 @@ from ..connection import ConnectionOptions
 from ..context import QueueContext
 from ..job import Job
 from ..keys import QueueKeys
+from ..process.loop import loop_factory
 from ..queue import Queue
 from ..worker import Worker
 from .pool import SandboxPool
@@ -36,7 +37,7 @@ async def noop(job: Job[Any, Any]) -> None:
 
 def _fake_jobs(n: int) -> list[Job[Any, Any]]:
     ctx = QueueContext(None, QueueKeys("bench"))  # type: ignore[arg-type]  # never used
-    return [Job._created(ctx, str(i), "j", i, {}, 0, 0, 0, 1) for i in range(n)]
+    return [Job.created(ctx, str(i), "j", i, {}, 0, 0, 0, 1) for i in range(n)]
 
 
 async def _ready(pool: SandboxPool, count: int) -> None:
@@ -189,12 +190,8 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--rounds", type=int, default=3)
     p.add_argument("--round-trip", type=int, default=5_000, help="runs for the round trip")
     args = p.parse_args(argv)
-    try:
-        import uvloop
-
-        uvloop.run(run(args))
-    except ImportError:  # pragma: no cover
-        asyncio.run(run(args))
+    with asyncio.Runner(loop_factory=loop_factory()) as runner:
+        runner.run(run(args))
 
 
 if __name__ == "__main__":

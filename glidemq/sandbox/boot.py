@@ -17,8 +17,8 @@ import sys
 from collections.abc import Callable
 from typing import Any
 
-from .child import Child, Drop
 from .errors import SandboxBootError
+from .handle import ChildHandle, Drop
 from .launcher import Launcher, new_launcher
 from .protocol import BOOT_ERROR, HEARTBEAT, HELLO, PROTOCOL_VERSION, READY, HelloMessage
 from .types import SandboxOptions
@@ -47,8 +47,8 @@ class ChildSet:
         batch: bool,
         counters: dict[str, int],
         drop: Drop,
-        on_messages: Callable[[Child, list[dict[str, Any]]], None],
-        on_ready: Callable[[Child], None],
+        on_messages: Callable[[ChildHandle, list[dict[str, Any]]], None],
+        on_ready: Callable[[ChildHandle], None],
         on_failed: Callable[[SandboxBootError], None],
         result_limit: int | None = None,
         secrets: tuple[str | None, ...] = (),
@@ -59,9 +59,9 @@ class ChildSet:
         self.size = size
         self.batch = batch
         self.counters = counters
-        self.live: dict[int, Child] = {}
+        self.live: dict[int, ChildHandle] = {}
         """The children not reaped yet, by pid."""
-        self.ready: list[Child] = []
+        self.ready: list[ChildHandle] = []
         """The children that take new runs."""
         self.is_async: bool | None = None  # learnt from the first child that starts
         self.last_error: SandboxBootError | None = None
@@ -191,12 +191,12 @@ class ChildSet:
 
     async def _boot_child(self) -> None:
         assert self._loop is not None and self._changed is not None
-        child: Child | None = None
+        child: ChildHandle | None = None
         try:
             if self._launcher is None:
                 return
             pid, sock = await self._launcher.launch()
-            child = Child(pid, self._loop)
+            child = ChildHandle(pid, self._loop)
             self.live[pid] = child
             assert self._empty is not None
             self._empty.clear()
@@ -264,7 +264,7 @@ class ChildSet:
 
     # -- replacing ----------------------------------------------------------------------------
 
-    def retire(self, child: Child, reason: str) -> None:
+    def retire(self, child: ChildHandle, reason: str) -> None:
         """No new runs for `child`; it stops once its runs finish, and a new one starts."""
         if child.state != "ready":
             return
@@ -276,12 +276,12 @@ class ChildSet:
         if not child.inflight:
             self.stop_child(child)
 
-    def stop_child(self, child: Child) -> None:
+    def stop_child(self, child: ChildHandle) -> None:
         """Ask `child` to exit once its runs end (killed if it does not)."""
         assert self._loop is not None
         child.stop(self._loop, self.options.abort_grace + 1.0, self.kill)
 
-    def kill(self, child: Child, reason: str) -> None:
+    def kill(self, child: ChildHandle, reason: str) -> None:
         """SIGTERM the child (and its process group), SIGKILL after kill_grace."""
         if child.state == "dead" or self._launcher is None:
             return
@@ -321,7 +321,7 @@ class ChildSet:
         assert self._changed is not None
         self._changed.set()
 
-    def _on_closed(self, child: Child, reason: str) -> None:
+    def _on_closed(self, child: ChildHandle, reason: str) -> None:
         """The child's socket closed: it is exiting (the exit status follows) or broken."""
         if child.state == "dead":
             return
@@ -333,7 +333,7 @@ class ChildSet:
             self._changed.set()
             child.disconnected(reason, self._launcher, self._loop)
 
-    def _reap(self, child: Child, code: int | None) -> None:
+    def _reap(self, child: ChildHandle, code: int | None) -> None:
         """The child is gone: fail what it still ran, forget it, let a new one start."""
         if child.state == "dead":
             return
@@ -359,7 +359,7 @@ class ChildSet:
 
     # -- messages about the child itself ----------------------------------------------------
 
-    def on_message(self, child: Child, kind: Any, m: dict[str, Any]) -> None:
+    def on_message(self, child: ChildHandle, kind: Any, m: dict[str, Any]) -> None:
         """A `ready`, `boot_error` or `hb` message from `child` (other kinds are ignored)."""
         if kind == HEARTBEAT:
             rss = m.get("rss")
@@ -378,7 +378,7 @@ class ChildSet:
         elif kind == BOOT_ERROR:
             child.fail_boot(m.get("err") or {}, self.target)
 
-    def _check_memory(self, child: Child) -> None:
+    def _check_memory(self, child: ChildHandle) -> None:
         """Retire `child` if its RSS is above max_memory_per_child_mb."""
         if self._rss_limit is not None and child.rss > self._rss_limit:
             self.retire(child, "recycled_memory")

@@ -1,10 +1,10 @@
-"""The sandbox IPC transport: frames on a Unix stream socket, and the Channel that reads and
-writes them on an event loop (the messages themselves are in `protocol.py`).
+"""The sandbox IPC transport: the Channel that reads and writes frames
+(`glidemq.process.frames`) on a Unix stream socket on an event loop (the messages themselves
+are in `protocol.py`).
 
-A frame is a 4-byte big-endian length and an orjson array of messages: everything one side
-queues in one event-loop iteration goes out in one frame and one `send()`, so a burst of
-jobs or results costs one system call and one wake-up of the other side, not one per
-message.
+Everything one side queues in one event-loop iteration goes out in one frame and one
+`send()`, so a burst of jobs or results costs one system call and one wake-up of the other
+side, not one per message.
 """
 
 from __future__ import annotations
@@ -12,75 +12,16 @@ from __future__ import annotations
 import asyncio
 import errno
 import socket
-import struct
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from typing import Any
 
-import orjson
+from ..process.frames import FrameDecoder, FrameError, encode_frame
+from .protocol import Message
 
-from .protocol import Message, ProtocolError
-
-__all__ = ["MAX_FRAME", "Channel", "FrameDecoder", "encode_frame"]
+__all__ = ["MAX_FRAME", "Channel"]
 
 MAX_FRAME = 256 << 20  # a batch of large jobs can be big; anything past this is a broken peer
-_HEADER = struct.Struct(">I")
 _READ_SIZE = 1 << 18
-
-
-# -- frames -------------------------------------------------------------------------------
-
-
-def encode_frame(messages: Sequence[Message]) -> bytes:
-    """One frame holding `messages` (values may be `orjson.Fragment`s: pre-encoded JSON)."""
-    body = orjson.dumps(messages)
-    if len(body) > MAX_FRAME:
-        raise ProtocolError(f"frame of {len(body)} bytes is over the {MAX_FRAME} limit")
-    return _HEADER.pack(len(body)) + body
-
-
-class FrameDecoder:
-    """Reassembles frames from a byte stream."""
-
-    __slots__ = ("_buffer",)
-
-    def __init__(self) -> None:
-        self._buffer = bytearray()
-
-    def feed(self, data: bytes | memoryview) -> list[dict[str, Any]]:
-        """Add bytes; return the messages of every frame now complete.
-
-        Raises ProtocolError for an oversized or undecodable frame: the stream cannot be
-        trusted after that, so the peer is dropped rather than resynchronised.
-        """
-        buf: bytes | bytearray | memoryview
-        if self._buffer:
-            self._buffer += data
-            buf = self._buffer
-        else:
-            buf = data  # the usual case: whole frames, decoded without a copy
-        out: list[dict[str, Any]] = []
-        pos = 0
-        size = len(buf)
-        while size - pos >= 4:
-            (length,) = _HEADER.unpack_from(buf, pos)
-            if length > MAX_FRAME:
-                raise ProtocolError(f"frame length {length} is over the limit")
-            end = pos + 4 + length
-            if end > size:
-                break
-            try:
-                messages = orjson.loads(buf[pos + 4 : end])
-            except orjson.JSONDecodeError as exc:
-                raise ProtocolError(f"undecodable frame: {exc}") from None
-            if not isinstance(messages, list) or not all(type(m) is dict for m in messages):
-                raise ProtocolError("a frame must be an array of objects")
-            out += messages
-            pos = end
-        if buf is self._buffer:
-            del self._buffer[:pos]
-        elif pos < size:
-            self._buffer = bytearray(buf[pos:])
-        return out
 
 
 # -- the channel --------------------------------------------------------------------------
@@ -123,7 +64,7 @@ class Channel:
         self._loop = loop or asyncio.get_running_loop()
         self._on_messages = on_messages
         self._on_close = on_close
-        self._decoder = FrameDecoder()
+        self._decoder = FrameDecoder(MAX_FRAME)
         # recv_into one buffer: recv(n) would allocate n bytes per call (an mmap when large)
         self._rbuf = memoryview(bytearray(_READ_SIZE))
         self._pending: list[Message] = []
@@ -169,8 +110,8 @@ class Channel:
         if self._pending:
             batch, self._pending = self._pending, []
             try:
-                frame = encode_frame(batch)
-            except (TypeError, ProtocolError) as exc:
+                frame = encode_frame(batch, MAX_FRAME)
+            except (TypeError, FrameError) as exc:
                 # Values are checked when messages are built; this is a bug or a huge frame.
                 self.close(f"cannot encode a frame: {exc}")
                 return
@@ -242,7 +183,7 @@ class Channel:
             return False
         try:
             messages = self._decoder.feed(self._rbuf[:n])
-        except ProtocolError as exc:
+        except FrameError as exc:
             self.close(str(exc))
             return False
         if messages:
@@ -255,7 +196,7 @@ class Channel:
             return
         if self._pending:
             batch, self._pending = self._pending, []
-            self._out += encode_frame(batch)
+            self._out += encode_frame(batch, MAX_FRAME)
         if not self._out:
             return
         self._loop.remove_writer(self._fd)

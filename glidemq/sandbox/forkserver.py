@@ -3,7 +3,7 @@
 It is started with exec (never a fork of the worker, whose Valkey client has native threads),
 imports glidemq once, then forks a child per request, so a child starts in milliseconds
 instead of paying the ~0.6 s import of the client again. The child's own main loop is in
-`runner.py`.
+`child_main.py`.
 """
 
 from __future__ import annotations
@@ -13,22 +13,16 @@ import os
 import select
 import signal
 import socket
-import sys
-import traceback
+from functools import partial
 from typing import Any
 
 import orjson
 
+from ..process.loop import loop_factory
+from ..process.setup import run_as_child
 from ..processor import load_processor
+from .child_main import CHILD_NAME, EXIT_INTERNAL, EXIT_OK, child_main
 from .protocol import PROTOCOL_VERSION
-from .runner import (
-    EXIT_INTERNAL,
-    EXIT_OK,
-    _die_with_parent,
-    _event_loop_factory,
-    _set_name,
-    child_main,
-)
 
 __all__ = ["forkserver_main"]
 
@@ -44,24 +38,15 @@ def forkserver_main(argv: list[str]) -> None:
     EOF on the control socket (the pool closed, or its process died) kills every child and
     ends the server.
     """
-    code = EXIT_INTERNAL
-    try:
-        code = _forkserver(int(argv[0]), int(argv[1]), orjson.loads(argv[2]))
-    except BaseException:
-        traceback.print_exc()
-    finally:
-        sys.stdout.flush()
-        sys.stderr.flush()
-        os._exit(code)
+    run_as_child(
+        lambda: _forkserver(int(argv[0]), orjson.loads(argv[2])),
+        error_code=EXIT_INTERNAL,
+        parent_pid=int(argv[1]),
+        name=b"glidemq-forksrv",
+    )
 
 
-def _forkserver(ctrl_fd: int, parent_pid: int, config: dict[str, Any]) -> int:
-    if not _die_with_parent(parent_pid):
-        return EXIT_OK
-    _set_name(b"glidemq-forksrv")
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-    signal.signal(signal.SIGTERM, signal.SIG_DFL)
-    signal.pthread_sigmask(signal.SIG_SETMASK, set())
+def _forkserver(ctrl_fd: int, config: dict[str, Any]) -> int:
     ctrl = socket.socket(fileno=ctrl_fd)
     ctrl.setblocking(True)
     if config.get("preload"):
@@ -69,7 +54,7 @@ def _forkserver(ctrl_fd: int, parent_pid: int, config: dict[str, Any]) -> int:
         # each child as its boot error, so it is ignored.
         with contextlib.suppress(BaseException):
             load_processor(str(config["target"]))
-    _event_loop_factory()  # import uvloop here too, once
+    loop_factory()  # import uvloop here too, once
     wake_r, wake_w = os.pipe()
     os.set_blocking(wake_r, False)
     os.set_blocking(wake_w, False)
@@ -136,21 +121,14 @@ def _forkserver(ctrl_fd: int, parent_pid: int, config: dict[str, Any]) -> int:
             alive = send({"t": "forked", "n": msg.get("n"), "error": str(exc)})
             continue
         if pid == 0:  # pragma: no cover - the child; measured by the sandbox tests
-            status = EXIT_INTERNAL
-            try:
-                signal.set_wakeup_fd(-1)
-                ctrl.close()
-                parent_end.close()
-                os.close(wake_r)
-                os.close(wake_w)
-                os.setpgid(0, 0)  # its own group: a kill takes its subprocesses too
-                status = child_main(child_end.detach(), me)
-            except BaseException:
-                traceback.print_exc()
-            finally:
-                sys.stdout.flush()
-                sys.stderr.flush()
-                os._exit(status)
+            run_as_child(
+                partial(child_main, child_end.detach()),
+                error_code=EXIT_INTERNAL,
+                close=(ctrl, parent_end, wake_r, wake_w),
+                new_group=True,  # its own group: a kill takes its subprocesses too
+                parent_pid=me,
+                name=CHILD_NAME,
+            )
         with contextlib.suppress(OSError):
             os.setpgid(pid, pid)  # also here, so a kill right after the fork finds the group
         child_end.close()

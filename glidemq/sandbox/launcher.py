@@ -347,7 +347,7 @@ class Spawner:
         mine, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
         try:
             proc = subprocess.Popen(  # noqa: ASYNC220 - on the loop thread, see ForkServer
-                _boot_argv("runner", "spawn_main", str(theirs.fileno()), str(os.getpid())),
+                _boot_argv("child_main", "spawn_main", str(theirs.fileno()), str(os.getpid())),
                 pass_fds=(theirs.fileno(),),
                 stdin=subprocess.DEVNULL,
                 process_group=0,

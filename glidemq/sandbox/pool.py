@@ -6,9 +6,9 @@ returned there (or raises what it raised); the Worker treats it as any processor
 keeps `max_children` children warm, replaces the ones that die, recycles the ones that reach
 a limit, kills the ones that time out or ignore an abort, and backs off while the processor
 cannot be loaded. The children are started, replaced and reaped by a `ChildSet`
-(`boot.py`), each is a `Child` handle (`child.py`), and the Job methods they call are run by
+(`boot.py`), each is a `ChildHandle` (`handle.py`), and the Job methods they call are run by
 a `JobProxy` (`proxy.py`). Runs may also queue in children behind the running ones
-(`pipeline.py`).
+(`prefetch_window.py`).
 """
 
 from __future__ import annotations
@@ -24,7 +24,6 @@ import orjson
 from ..errors import JobTimeoutError, ValidationError
 from ..job import Job
 from .boot import ChildSet
-from .child import Child, Invocation, NotStarted
 from .errors import (
     SandboxBootError,
     SandboxClosedError,
@@ -32,7 +31,8 @@ from .errors import (
     SandboxHandBack,
     SandboxUnavailable,
 )
-from .pipeline import Pipeline
+from .handle import ChildHandle, Invocation, NotStarted
+from .prefetch_window import PrefetchWindow
 from .protocol import ABORT, BACK, CALL, ERROR, RESULT, RUN
 from .proxy import JobProxy
 from .types import SandboxOptions, normalize_target
@@ -73,7 +73,7 @@ class SandboxPool:
         self.hand_back = hand_back
         self._on_room = on_room
         self._slots = slots
-        self._pipeline = Pipeline(options, self.size, batch)
+        self._pipeline = PrefetchWindow(options, self.size, batch)
         self._on_error = on_error
         self._state = "new"
         self._waiters: deque[asyncio.Future[None]] = deque()
@@ -125,7 +125,8 @@ class SandboxPool:
     def pipeline_slots(self) -> int:
         """Runs the pool would hold queued in children now: `pipeline_depth` for each child
         that has a free slot or started a run within `pipeline_window`. The Worker takes
-        that many jobs beyond its concurrency."""
+        that many jobs beyond its concurrency: the pool is the `SlotExtension` of the
+        worker's `Slots` (glidemq/slots.py), which counts them with its own slots."""
         if self._loop is None:
             return 0
         return self._pipeline.open_slots(self._children.ready, self._loop.time())
@@ -231,7 +232,7 @@ class SandboxPool:
         self._wake(len(self._waiters))  # they raise SandboxClosedError
         await self._children.close()
 
-    def _child_ready(self, child: Child) -> None:
+    def _child_ready(self, child: ChildHandle) -> None:
         """`child` has loaded the processor: runs waiting for room may have it."""
         if self._state in ("starting", "error"):
             self._state = "ready"
@@ -286,9 +287,9 @@ class SandboxPool:
             except NotStarted:
                 continue
 
-    def _pick(self) -> Child | None:
+    def _pick(self) -> ChildHandle | None:
         """A ready child with a free slot (the freest), else one to queue the run on."""
-        best: Child | None = None
+        best: ChildHandle | None = None
         best_free = 0
         for child in self._children.ready:
             free = child.free
@@ -299,10 +300,11 @@ class SandboxPool:
         assert self._loop is not None
         return self._pipeline.queue_behind(self._children.ready, self._loop.time())
 
-    async def _acquire(self, hand_back: bool) -> Child:
+    async def _acquire(self, hand_back: bool) -> ChildHandle:
         """The child for a run, once one can take it. With `hand_back`, a run that waits
         looks again every `pipeline_window` and raises SandboxHandBack once the pool is
-        stuck (`Pipeline.stuck`), so its job goes back to the queue instead of waiting here."""
+        stuck (`PrefetchWindow.stuck`), so its job goes back to the queue instead of
+        waiting here."""
         assert self._loop is not None
         while True:
             child = self._pick()
@@ -344,7 +346,7 @@ class SandboxPool:
                 n -= 1
 
     def _submit(
-        self, child: Child, jobs: list[Job[Any, Any]], batch: bool, timeout: float | None
+        self, child: ChildHandle, jobs: list[Job[Any, Any]], batch: bool, timeout: float | None
     ) -> Invocation:
         assert self._loop is not None and child.channel is not None
         handles, entries = self._proxy.register(jobs)
@@ -371,7 +373,7 @@ class SandboxPool:
             self._children.retire(child, "recycled_jobs")
         return inv
 
-    def _started(self, child: Child, inv: Invocation) -> None:
+    def _started(self, child: ChildHandle, inv: Invocation) -> None:
         """`inv` starts on `child` now: its timeout (or, aborted while queued, its abort
         grace) counts from here."""
         assert self._loop is not None
@@ -428,7 +430,7 @@ class SandboxPool:
 
     # -- messages from children -------------------------------------------------------------
 
-    def _on_messages(self, child: Child, messages: list[dict[str, Any]]) -> None:
+    def _on_messages(self, child: ChildHandle, messages: list[dict[str, Any]]) -> None:
         for m in messages:
             kind = m.get("t")
             if kind in (RESULT, ERROR):
@@ -442,7 +444,7 @@ class SandboxPool:
             else:  # about the child itself: ready, boot_error, heartbeat
                 self._children.on_message(child, kind, m)
 
-    def _on_outcome(self, child: Child, m: dict[str, Any], ok: bool) -> None:
+    def _on_outcome(self, child: ChildHandle, m: dict[str, Any], ok: bool) -> None:
         inv = child.inflight.get(m.get("i", -1))
         if inv is not None and inv.started is not None and self._pipeline.depth:
             assert self._loop is not None
@@ -455,7 +457,7 @@ class SandboxPool:
                 self._started(child, inv)
         self._settled(child)
 
-    def _settled(self, child: Child) -> None:
+    def _settled(self, child: ChildHandle) -> None:
         """Runs of `child` ended or came back: stop it if it retires and has none left,
         else let a waiting run have the room."""
         if child.state == "retiring" and not child.inflight:

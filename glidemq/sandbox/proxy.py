@@ -16,7 +16,7 @@ from typing import Any
 
 from ..errors import JobStateError
 from ..job import Job
-from .child import Child
+from .handle import ChildHandle
 from .job import PROXIED_METHODS, job_fields, job_to_wire
 from .protocol import REPLY, ProtocolError, error_from_wire, error_to_wire
 
@@ -48,7 +48,9 @@ class JobProxy:
         for handle in handles:
             self._jobs.pop(handle, None)
 
-    def on_call(self, child: Child, m: dict[str, Any], loop: asyncio.AbstractEventLoop) -> None:
+    def on_call(
+        self, child: ChildHandle, m: dict[str, Any], loop: asyncio.AbstractEventLoop
+    ) -> None:
         """Handle a `call` message from `child`: refuse it, or run it in a task and reply."""
         call_id = m.get("i")
         method = m.get("m")
@@ -76,7 +78,7 @@ class JobProxy:
 
 
 async def _call(
-    child: Child, call_id: Any, job: Job[Any, Any], method: str, args: list[Any]
+    child: ChildHandle, call_id: Any, job: Job[Any, Any], method: str, args: list[Any]
 ) -> None:
     try:
         async with child.call_slots:  # bounded: the client caps requests in flight
@@ -92,7 +94,7 @@ async def _call(
 
 
 def _reply(
-    child: Child, call_id: Any, *, value: Any = None, error: BaseException | None = None
+    child: ChildHandle, call_id: Any, *, value: Any = None, error: BaseException | None = None
 ) -> None:
     if not call_id or child.channel is None:
         return

@@ -46,7 +46,7 @@ def run_pipeline(
     spark: SparkSession | None = None,
 ) -> dict[str, list[dict[str, Any]]]:
     """Turn benchmark and chaos-ledger records into report tables and plots (see
-    `glidemq.spark.pipeline.run_pipeline`)."""
-    from .pipeline import run_pipeline as _run
+    `glidemq.spark.report.run_pipeline`)."""
+    from .report import run_pipeline as _run
 
     return _run(results_dir, out_dir, master, spark=spark)

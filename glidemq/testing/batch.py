@@ -3,21 +3,40 @@
 from __future__ import annotations
 
 import asyncio
-from typing import TYPE_CHECKING, TypeVar
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any, Generic, TypeVar
 
 from ..batch import BatchCollector, batch_outcomes, encoded_outcome
-from ..errors import UnrecoverableError
 from ..failure import expired_error
+from ..serializers import Serializer
 from ..types import BatchOptions
 from .job import TestJob
 
-if TYPE_CHECKING:
-    from .worker import TestWorker
-
-__all__ = ["BatchRunner"]
+__all__ = ["BatchRunner", "TestBatchHooks"]
 
 D = TypeVar("D")
 R = TypeVar("R")
+
+
+@dataclass(frozen=True, slots=True)
+class TestBatchHooks(Generic[D, R]):
+    """What the batch runner of a TestWorker calls on it: `hold` records a batch's task in
+    the job table, `run` calls the processor, `expired`, `fail` and `complete` record a
+    job's outcome, `settle` handles a batch cancelled for one of its jobs, `closing` says
+    whether the worker is closing."""
+
+    __test__ = False  # not a pytest test class
+
+    hold: Callable[[str, TestJob[D, R], asyncio.Task[Any]], None]
+    run: Callable[[list[TestJob[D, R]]], Awaitable[Any]]
+    expired: Callable[[TestJob[D, R]], bool]
+    fail: Callable[[TestJob[D, R], BaseException], Awaitable[None]]
+    complete: Callable[[TestJob[D, R], Any, bytes], None]
+    settle: Callable[[list[TestJob[D, R]]], Awaitable[None]]
+    closing: Callable[[], bool]
+    result_limit: int | None
+    serializer: Serializer | None
 
 
 class BatchRunner(BatchCollector[TestJob[D, R]]):
@@ -25,40 +44,28 @@ class BatchRunner(BatchCollector[TestJob[D, R]]):
     `timeout_ms` of real time), runs the processor once per batch and records each job's
     outcome, with the rules of the real batch mode."""
 
-    def __init__(self, worker: TestWorker[D, R], options: BatchOptions) -> None:
-        super().__init__(worker, options)
-        self.worker = worker
+    def __init__(self, options: BatchOptions, hooks: TestBatchHooks[D, R]) -> None:
+        super().__init__(hooks.hold, options)
+        self.hooks = hooks
 
     async def run(self, jobs: list[TestJob[D, R]]) -> None:
         """Run one batch and record every job's outcome."""
-        w = self.worker
-        expired = [j for j in jobs if w._expired(j)]
+        h = self.hooks
+        expired = [j for j in jobs if h.expired(j)]
         if expired:
             jobs = [j for j in jobs if j not in expired]
-            await asyncio.gather(*(w._fail(j, expired_error()) for j in expired))
+            await asyncio.gather(*(h.fail(j, expired_error()) for j in expired))
             if not jobs:
                 return
         try:
-            results = await batch_outcomes(w._proc.batch(jobs), len(jobs))
+            results = await batch_outcomes(h.run(jobs), len(jobs))
         except asyncio.CancelledError:
-            if not w._closing:  # some job of the batch was revoked
-                await self.settle_cancelled(jobs)
+            if not h.closing():  # some job of the batch was revoked
+                await h.settle(jobs)
             return  # closing: the jobs are handed back by close()
         for job, result in zip(jobs, results, strict=True):
-            outcome = encoded_outcome(result, w.opts.max_result_bytes, w._serializer)
+            outcome = encoded_outcome(result, h.result_limit, h.serializer)
             if isinstance(outcome, BaseException):
-                await w._fail(job, outcome)
+                await h.fail(job, outcome)
             else:
-                w._complete(job, result, outcome)
-
-    async def settle_cancelled(self, jobs: list[TestJob[D, R]]) -> None:
-        """A batch cancelled for one job: revoked jobs fail, the rest go back to the queue."""
-        w = self.worker
-        for job in jobs:
-            if job.id in w._revoked:
-                w._revoked.discard(job.id)
-                await w._fail(job, UnrecoverableError("revoked"))
-            elif (job.entry_id or "") in w._active:
-                w._active.pop(job.entry_id or "", None)
-                w._store.defer(job.id, job.entry_id or "")
-        w._store.notify()
+                h.complete(job, result, outcome)

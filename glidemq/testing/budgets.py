@@ -1,5 +1,6 @@
-"""Flow budgets in memory: what glidemq_addTree (budget), glidemq_reportUsage (charge), the
-fetch (fail or park) and glidemq_setFlowBudget do, for the testing engine."""
+"""Flow budgets in memory: what adding a flow (budget), `wire.features.report_usage`
+(charge), the fetch (fail or park) and `wire.flows.set_flow_budget` do on the server, for
+the testing engine."""
 
 from __future__ import annotations
 
@@ -61,7 +62,7 @@ def stop(store: QueueStore, rec: JobRecord, now: int, emit: bool) -> None:
             store.emit("suspended", rec.id, reason=b.exceeded)
         return
     store.left_active(rec, "failed", now, b.exceeded)
-    store._final_fail(rec, b.exceeded, now, (-1, 0), True, False)
+    store.final_fail(rec, b.exceeded, now, (-1, 0), True, False)
 
 
 def release(

@@ -1,7 +1,7 @@
 """Flows of the in-memory engine: parents that wait for their children, across queues.
 
 The rules are the server library's (glidemq.lua: flowNotify, settleChild, wakeParent,
-glidemq_addTree, glidemq_registerParent, glidemq_moveToWaitingChildren): a child that
+adding a flow, wire.flows.register_parent, wire.flows.move_to_waiting_children): a child that
 finishes records its value (or its ignored failure) with each parent; a parent whose last
 pending child finished is enqueued, after its own delay; a child's final failure fails its
 parents (and theirs) unless the child's policy ignores or removes the dependency.

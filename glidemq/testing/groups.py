@@ -13,7 +13,7 @@ import math
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from ..limits import millitokens
+from ..limit_options import millitokens
 from ..types import JobOptions
 from .records import JobRecord, ZSet
 from .window import RateWindow

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import copy
 import time
-from collections.abc import Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from ..errors import (
@@ -27,6 +27,7 @@ from ..job import (
     check_progress,
     retry_source,
 )
+from ..keys import QueueKeys
 from ..serialize import decode_data, decode_json, encode_data, encode_progress
 from ..serializers import get_serializer
 from ..suspend import check_suspend
@@ -66,10 +67,11 @@ class TestJob(Job[D, R]):
     """
 
     __test__ = False  # not a pytest test class
-    __slots__ = ("_runner", "_store")
+    __slots__ = ("_fail_now", "_runner", "_store")
 
     _store: QueueStore
     _runner: TestWorker[Any, Any] | None
+    _fail_now: Callable[[TestJob[Any, Any], BaseException], Awaitable[None]] | None
 
     @classmethod
     def from_record(
@@ -77,13 +79,16 @@ class TestJob(Job[D, R]):
         store: QueueStore,
         rec: JobRecord,
         runner: TestWorker[Any, Any] | None = None,
+        fail_now: Callable[[TestJob[Any, Any], BaseException], Awaitable[None]] | None = None,
     ) -> TestJob[Any, Any]:
-        """A snapshot of the stored job; `runner` is the worker running it, if any."""
+        """A snapshot of the stored job; `runner` is the worker running it, if any, and
+        `fail_now` how it fails the job from inside the processor."""
         job: TestJob[Any, Any] = cls.__new__(cls)
         for name in Job.__slots__:  # fields added to Job later still exist here
             if not name.startswith("_"):
                 setattr(job, name, None)
         job._store, job._runner, job._worker = store, runner, None
+        job._fail_now = fail_now
         job._discarded = job._moved = False
         job._fill(rec)
         return job
@@ -122,6 +127,11 @@ class TestJob(Job[D, R]):
     def queue_name(self) -> str:
         """Name of the job's queue."""
         return self._store.name
+
+    @property
+    def queue_keys(self) -> QueueKeys:
+        """The keys of the job's queue."""
+        return QueueKeys(self._store.name, self._store.prefix)
 
     def _now(self) -> int:
         return self._store.clock.now_ms()
@@ -207,9 +217,9 @@ class TestJob(Job[D, R]):
 
     async def move_to_failed(self, error: BaseException) -> None:
         """From inside a processor: fail this run now with `error` (retries still apply)."""
-        if self._runner is None or self.entry_id is None:
+        if self._runner is None or self._fail_now is None or self.entry_id is None:
             raise JobStateError(self.id, "move to failed", "only a running job can be failed")
-        await self._runner._fail_now(self, error)
+        await self._fail_now(self, error)
         self._moved = True
 
     async def move_to_waiting_children(self) -> None:

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from ..limits import RateLimit
+from ..limit_options import RateLimit
 from .store import SHIFT, QueueStore
 
 if TYPE_CHECKING:
@@ -113,7 +113,7 @@ def idle(store: QueueStore, now: int) -> bool:
         return False
     if store.paused:
         return True
-    takers = [w for w in store.workers if w._accepting()]
+    takers = [w for w in store.workers if w.is_running() and not w.is_paused()]
     if not any(allowance(store, 1, now, w.opts.limiter)[0] > 0 for w in takers):
         return True
     if store.waiting or store.lifo:

@@ -24,7 +24,7 @@ from ..errors import (
 from ..flowview import DEFAULT_MAX_FLOW_NODES, Flow
 from ..job import retry_source
 from ..keys import DEFAULT_PREFIX, QueueKeys
-from ..limits import RateLimit
+from ..limit_options import RateLimit
 from ..queries import Metrics, WorkerInfo, ascii_lower
 from ..queue import JobCounts, Queue
 from ..request import default_result_ttl, validate_result_ttl
@@ -502,9 +502,9 @@ class TestQueue(SchedulerMethods, Generic[D, R]):
         store = await self._ready()
         now = store.clock.now_ms()
         host, pid = socket.gethostname(), os.getpid()
-        live = sorted(store.workers, key=lambda w: w._started_at)
+        live = sorted(store.workers, key=lambda w: w.started_at)
         return [
-            WorkerInfo(w.consumer, host, pid, w._started_at, w.opts.concurrency, now) for w in live
+            WorkerInfo(w.consumer, host, pid, w.started_at, w.opts.concurrency, now) for w in live
         ]
 
     async def get_job_counts(self) -> JobCounts:

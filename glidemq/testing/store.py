@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..errors import SerializerMismatchError
 from ..keys import DEFAULT_PREFIX
-from ..limits import RateLimit
+from ..limit_options import RateLimit
 from ..serialize import EVENT_VALUE_MAX_BYTES
 from ..types import JobOptions
 from . import budgets, flows, groups
@@ -261,7 +261,7 @@ class QueueStore:
         self.expire_suspended(now)
 
     def expire_suspended(self, now: int) -> int:
-        """Fail suspended jobs whose deadline passed (glidemq_expireSuspended)."""
+        """Fail suspended jobs whose deadline passed (wire.features.expire_suspended)."""
         due = [i for i, deadline in self.suspended.items() if deadline <= now]
         for job_id in due:
             del self.suspended[job_id]
@@ -270,7 +270,7 @@ class QueueStore:
                 reason = "suspension timed out"
                 if rec.suspend_reason:
                     reason += ": " + rec.suspend_reason
-                self._final_fail(rec, reason, now, (-1, 0), True, False)
+                self.final_fail(rec, reason, now, (-1, 0), True, False)
         if due:
             self.notify()
         return len(due)
@@ -412,7 +412,7 @@ class QueueStore:
         self.notify()
         return "ok"
 
-    def _final_fail(
+    def final_fail(
         self,
         rec: JobRecord,
         reason: str,
@@ -421,6 +421,7 @@ class QueueStore:
         emit: bool,
         dead_letter: bool,
     ) -> None:
+        """Fail `rec` for good with `reason`: count it, keep or drop it, dead-letter it."""
         rec.state, rec.failed_reason, rec.finished_on = "failed", reason, now
         self._count("failed", now)
         self._keep_outcome(rec, now)
@@ -462,7 +463,7 @@ class QueueStore:
                 self.emit("retrying", job_id, failedReason=reason, attemptsMade=rec.attempts_made)
             return "retry"
         self.left_active(rec, "failed", now, reason)
-        self._final_fail(rec, reason, now, keep, emit, dead_letter)
+        self.final_fail(rec, reason, now, keep, emit, dead_letter)
         self.notify()
         return "failed"
 
@@ -520,10 +521,11 @@ class QueueStore:
         if rec.state == "active":
             self.emit("revoked", job_id, state="active")
             if rec.owner is not None:
-                rec.owner._on_revoked(job_id)
+                # the real worker learns of it at its next heartbeat
+                rec.owner.abort_job(job_id)
             return "flagged"
         self.forget(rec, "failed", "revoked")
-        self._final_fail(rec, "revoked", now, (-1, 0), True, False)
+        self.final_fail(rec, "revoked", now, (-1, 0), True, False)
         self.notify()
         return "revoked"
 

@@ -1,4 +1,4 @@
-"""Job streams in memory: what glidemq_streamChunk and the stream reads do, for
+"""Job streams in memory: what wire.features.stream_chunk and the stream reads do, for
 TestJob.stream, TestQueue.read_stream and TestQueue.stream_job. Chunks are kept (capped at
 STREAM_MAX_LEN) until the queue is obliterated; there is no expiry in memory."""
 

@@ -1,5 +1,5 @@
-"""Suspend and signal in memory: what glidemq_suspend, glidemq_signal and
-glidemq_expireSuspended do (glidemq/suspend.py), for TestJob.suspend and TestQueue."""
+"""Suspend and signal in memory: what wire.features.suspend, wire.features.signal and
+wire.features.expire_suspended do (glidemq/suspend.py), for TestJob.suspend and TestQueue."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Usage reports in memory: what glidemq_reportUsage and glidemq_usageSummary do, for
+"""Usage reports in memory: what wire.features.report_usage and usage_summary do, for
 TestJob.report_usage and TestQueue's usage queries."""
 
 from __future__ import annotations

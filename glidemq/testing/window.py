@@ -1,12 +1,12 @@
 """The starts counted against one rate limit of an in-memory queue, kept as the server keeps
-them (see `SLIDING_MAX` in glidemq.limits), without the server's guard (`rate_guard`): in
+them (see `SLIDING_MAX` in glidemq.limit_options), without the server's guard (`rate_guard`): in
 memory a job starts at the very time its start is counted."""
 
 from __future__ import annotations
 
 from collections import deque
 
-from ..limits import SLIDING_MAX
+from ..limit_options import SLIDING_MAX
 
 __all__ = ["RateWindow"]
 

@@ -18,7 +18,7 @@ from ..serializers import get_serializer
 from ..types import WorkerOptions, job_retention, retention_args, worker_options
 from ..worker import Processor, Worker
 from . import limits
-from .batch import BatchRunner
+from .batch import BatchRunner, TestBatchHooks
 from .job import TestJob
 from .schedulers import fire_due
 from .server import MemoryConnection, MemoryServer, resolve_server
@@ -66,9 +66,20 @@ class TestWorker(WorkerLifecycle, Generic[D, R]):
         self._store = self.server.store(name, prefix)
         self._proc = ProcessorCall(call, base.concurrency, f"glidemq-{name}")
         self._concurrency = base.concurrency * (base.batch.size if base.batch else 1)
-        self._batches: BatchRunner[D, R] | None = (
-            BatchRunner(self, base.batch) if base.batch else None
-        )
+        self._batches: BatchRunner[D, R] | None = None
+        if base.batch:
+            hooks = TestBatchHooks(
+                hold=self._hold,
+                run=self._proc.batch,
+                expired=self._expired,
+                fail=self._fail,
+                complete=self._complete,
+                settle=self._settle_cancelled,
+                closing=self.is_closing,
+                result_limit=base.max_result_bytes,
+                serializer=self._serializer,
+            )
+            self._batches = BatchRunner(base.batch, hooks)
         self._keep_complete = retention_args(base.remove_on_complete)
         self._keep_fail = retention_args(base.remove_on_fail)
         # entry id -> (job, task) for every job this worker holds
@@ -77,7 +88,8 @@ class TestWorker(WorkerLifecycle, Generic[D, R]):
         self._task: asyncio.Task[None] | None = None
         super().__init__()  # the lifecycle's state: not started, not paused
         self._drained_emitted = False
-        self._started_at = 0
+        self.started_at = 0
+        """When the worker started (ms on the queue's clock; 0 before)."""
         self.completed_count = 0
         self.failed_count = 0
 
@@ -94,15 +106,12 @@ class TestWorker(WorkerLifecycle, Generic[D, R]):
             return
         self._store.claim_serializer(self.opts.serializer, "Worker")
         self._started = True
-        self._started_at = self._store.clock.now_ms()
+        self.started_at = self._store.clock.now_ms()
         self._store.workers.add(self)
         self._task = asyncio.get_running_loop().create_task(
             self._fetch_loop(), name=f"glidemq-testing-{self.name}"
         )
         await asyncio.sleep(0)
-
-    def _accepting(self) -> bool:
-        return self._started and not self._closing and not self._paused
 
     def _wake_up(self) -> None:
         self._store.notify()
@@ -128,6 +137,17 @@ class TestWorker(WorkerLifecycle, Generic[D, R]):
         self._active.clear()
         self._store.notify()
         self._proc.shutdown()
+
+    @property
+    def active_count(self) -> int:
+        """Jobs this worker holds right now (running or being completed)."""
+        return len(self._active)
+
+    def _held_tasks(self) -> list[asyncio.Task[Any]]:
+        return list({t for _, t in self._active.values() if t is not None and not t.done()})
+
+    def _hold(self, entry_id: str, job: TestJob[D, R], task: asyncio.Task[Any]) -> None:
+        self._active[entry_id] = (job, task)
 
     # -- taking jobs ----------------------------------------------------------------------
 
@@ -180,7 +200,8 @@ class TestWorker(WorkerLifecycle, Generic[D, R]):
         emit_active = self.events.listens("active")
         for rec in records:
             job: TestJob[D, R] = cast(
-                TestJob[D, R], TestJob.from_record(self._store, rec, runner=self)
+                TestJob[D, R],
+                TestJob.from_record(self._store, rec, runner=self, fail_now=self._fail_now),
             )
             entry_id = job.entry_id or ""
             if self._batches is not None:
@@ -210,18 +231,18 @@ class TestWorker(WorkerLifecycle, Generic[D, R]):
                 await self._fail(job, UnrecoverableError("revoked"))
             return  # closing: the job is handed back by close()
         except DelayedError:
-            if job._moved:
+            if job.moved:
                 self._release(job)
             else:
                 await self._fail(job, DelayedError("DelayedError without move_to_delayed"))
             return
         except BaseException as exc:
-            if job._moved:  # move_to_failed already recorded the failure
+            if job.moved:  # move_to_failed already recorded the failure
                 self._release(job)
                 return
             await self._fail(job, exc)
             return
-        if job._moved:
+        if job.moved:
             self._release(job)
             return
         self._complete(job, result, rv)
@@ -269,12 +290,18 @@ class TestWorker(WorkerLifecycle, Generic[D, R]):
             self._release(job)
         record_failure(self, job, error, f.reason, status)
 
-    # -- aborting -------------------------------------------------------------------------
+    async def _settle_cancelled(self, jobs: list[TestJob[D, R]]) -> None:
+        """A batch cancelled for one job: revoked jobs fail, the rest go back to the queue."""
+        for job in jobs:
+            if job.id in self._revoked:
+                self._revoked.discard(job.id)
+                await self._fail(job, UnrecoverableError("revoked"))
+            elif (job.entry_id or "") in self._active:
+                self._active.pop(job.entry_id or "", None)
+                self._store.defer(job.id, job.entry_id or "")
+        self._store.notify()
 
-    def _on_revoked(self, job_id: str) -> None:
-        """The queue revoked a job this worker runs: abort it (the real worker learns of it
-        at its next heartbeat)."""
-        self.abort_job(job_id)
+    # -- aborting -------------------------------------------------------------------------
 
     async def rate_limit(self, ms: int) -> None:
         """Stop every worker of the queue from starting jobs for `ms` milliseconds (running

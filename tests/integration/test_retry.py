@@ -138,8 +138,8 @@ async def test_entries_whose_reply_was_lost_are_handed_back(
         finally:
             await close_client(raw)
         await asyncio.sleep(TIMEOUT_MS / 1000 + 0.1)  # idle long enough to count as lost
-        assert await hand_back_unknown(worker) == 1  # the held job stays with the worker
-        assert await hand_back_unknown(worker) == 0
+        assert await hand_back_unknown(worker._link) == 1  # the held job stays with the worker
+        assert await hand_back_unknown(worker._link) == 0
         worker.resume()
         await wait_for(lambda: done == [1], timeout=5)
         release.set()

@@ -17,6 +17,10 @@ from glidemq import ConnectionOptions, Job, Queue, RateLimit, Worker
 from tests.helpers import FAST
 
 MAX, DURATION_MS, RUN_S, RUNS = 5, 1000, 5.0, 20
+# The worker's limiter paces starts the same way whatever the server: the 20 repeated runs
+# of the acceptance criterion go to standalone; the cluster repeats them fewer times to show
+# the same guarantee there (each run is 5 s of wall clock).
+CLUSTER_RUNS = 5
 
 
 def busiest_window(starts: list[float], duration_ms: int) -> int:
@@ -56,10 +60,15 @@ async def one_run(name: str, conn: ConnectionOptions, how: str) -> list[float]:
     return starts
 
 
-@pytest.mark.parametrize(("how", "runs"), [("worker", RUNS), ("global", 3)])
+@pytest.mark.parametrize(
+    ("how", "runs"),
+    [pytest.param("worker", RUNS, id="worker"), pytest.param("global", 3, id="global")],
+)
 async def test_no_window_of_duration_sees_more_than_max_starts(
     conn: ConnectionOptions, queue_name: str, how: str, runs: int
 ) -> None:
+    if conn.cluster:
+        runs = min(runs, CLUSTER_RUNS)
     # one run at a time: the processor's clock is only as steady as its event loop
     worst, counts = [], []
     for r in range(runs):

@@ -24,7 +24,7 @@ NO_TAKE_BACK = 30.0  # a pipeline_window no test outlasts: queued runs stay wher
 def _jobs(*data: Any) -> list[Job[Any, Any]]:
     """Jobs for SandboxPool.run without a queue (the pool only sends their fields)."""
     ctx = QueueContext(None, QueueKeys("pipeline"))  # type: ignore[arg-type]  # never used
-    return [Job._created(ctx, str(i), "p", d, {}, 0, 0, 0, 1) for i, d in enumerate(data)]
+    return [Job.created(ctx, str(i), "p", d, {}, 0, 0, 0, 1) for i, d in enumerate(data)]
 
 
 async def _pool(attr: str, options: SandboxOptions, slots: int = 1) -> SandboxPool:

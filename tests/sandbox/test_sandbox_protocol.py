@@ -10,8 +10,9 @@ import pytest
 
 import glidemq
 from glidemq import BatchError, Job, JobNotFoundError, UnrecoverableError, ValidationError
+from glidemq.process.frames import FrameDecoder, FrameError, encode_frame
 from glidemq.sandbox import RemoteError, SandboxJob, register_error
-from glidemq.sandbox.channel import FrameDecoder, encode_frame
+from glidemq.sandbox.channel import MAX_FRAME
 from glidemq.sandbox.errors import RemoteTraceback, describe_exit
 from glidemq.sandbox.protocol import ProtocolError, error_from_wire, error_to_wire
 
@@ -24,20 +25,22 @@ def _roundtrip(exc: BaseException) -> BaseException:
 
 
 def test_frames_survive_any_split() -> None:
-    frames = encode_frame([{"t": "run", "i": 1}]) + encode_frame([{"t": "x"}, {"t": "y"}])
+    frames = encode_frame([{"t": "run", "i": 1}], MAX_FRAME) + encode_frame(
+        [{"t": "x"}, {"t": "y"}], MAX_FRAME
+    )
     for cut in range(len(frames)):
-        decoder = FrameDecoder()
+        decoder = FrameDecoder(MAX_FRAME)
         got = decoder.feed(frames[:cut]) + decoder.feed(frames[cut:])
         assert got == [{"t": "run", "i": 1}, {"t": "x"}, {"t": "y"}]
 
 
-def test_bad_frames_are_protocol_errors() -> None:
-    with pytest.raises(ProtocolError):
-        FrameDecoder().feed(b"\xff\xff\xff\xff")
-    with pytest.raises(ProtocolError):
-        FrameDecoder().feed(b"\x00\x00\x00\x03abc")
-    with pytest.raises(ProtocolError):
-        FrameDecoder().feed(b"\x00\x00\x00\x02{}")  # not an array of messages
+def test_bad_frames_are_frame_errors() -> None:
+    with pytest.raises(FrameError):
+        FrameDecoder(MAX_FRAME).feed(b"\xff\xff\xff\xff")
+    with pytest.raises(FrameError):
+        FrameDecoder(MAX_FRAME).feed(b"\x00\x00\x00\x03abc")
+    with pytest.raises(FrameError):
+        FrameDecoder(MAX_FRAME).feed(b"\x00\x00\x00\x02{}")  # not an array of messages
 
 
 def test_known_errors_are_rebuilt_with_message_details_and_traceback() -> None:

@@ -211,7 +211,7 @@ def test_pipeline_reads_parquet_like_jsonl(spark: Any, tmp_path: Path) -> None:
 
 
 def test_pipeline_cli(spark: Any, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    from glidemq.spark.pipeline import main
+    from glidemq.spark.report import main
 
     assert main([str(RESULTS), "--out", str(tmp_path / "cli")]) == 0
     printed = capsys.readouterr().out
@@ -219,3 +219,18 @@ def test_pipeline_cli(spark: Any, tmp_path: Path, capsys: pytest.CaptureFixture[
     assert (tmp_path / "cli" / "bench_ratios.csv").exists()
     assert main([str(tmp_path / "cli" / "plots"), "--out", str(tmp_path / "x")]) == 2
     assert "no benchmark records or ledger events" in capsys.readouterr().err
+
+
+def test_old_module_name_still_runs_the_report_cli() -> None:
+    import subprocess
+    import sys
+
+    done = subprocess.run(
+        [sys.executable, "-m", "glidemq.spark.pipeline", "--help"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0
+    assert "python -m glidemq.spark.report" in done.stdout  # the report's own usage
+    assert "is now python -m glidemq.spark.report" in done.stderr

@@ -414,3 +414,15 @@ def test_resolve_connection_sources(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("GLIDEMQ_URL")
     assert resolve_connection(None).addresses == (("127.0.0.1", 6379),)
     assert _field_of(resolve_connection, 6379) == "connection"
+
+
+def test_coerce_keeps_true_and_one_apart_even_when_cached() -> None:
+    # True (keep no job) and 1 (keep one job) compare equal in Python; the cache of coerced
+    # option dicts must not hand one back for the other, whichever comes first.
+    from glidemq.types import JobOptions
+
+    assert JobOptions.coerce({"remove_on_complete": 1}).remove_on_complete == 1
+    got = JobOptions.coerce({"remove_on_complete": True}).remove_on_complete
+    assert got is True
+    assert JobOptions.coerce({"remove_on_fail": False}).remove_on_fail is False
+    assert JobOptions.coerce({"remove_on_fail": 0}).remove_on_fail == 0

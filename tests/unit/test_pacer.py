@@ -1,12 +1,12 @@
-"""The worker-side pacer of a sliding rate limit (glidemq.limiting.Pacer)."""
+"""The worker-side pacer of a sliding rate limit (glidemq.worker_limits.Pacer)."""
 
 from __future__ import annotations
 
 import time
 
 from glidemq import RateLimit
-from glidemq.limiting import Pacer
-from glidemq.limits import SLIDING_MAX
+from glidemq.limit_options import SLIDING_MAX
+from glidemq.worker_limits import Pacer
 
 
 def test_the_pacer_makes_the_start_past_max_wait_for_the_window() -> None:

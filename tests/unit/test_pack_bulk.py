@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from glidemq.queue import pack_bulk
+from glidemq.wire.adds import pack_bulk
 
 PLAIN = ["job", "{}", "0", "0", "1", "0", "", ""]
 

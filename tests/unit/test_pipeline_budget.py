@@ -7,11 +7,11 @@ from __future__ import annotations
 import pytest
 
 from glidemq.sandbox import SandboxOptions
-from glidemq.sandbox.pipeline import Pipeline
+from glidemq.sandbox.prefetch_window import PrefetchWindow
 
 
-def _pipeline(depth: int = 16, window: float = 0.02, size: int = 8) -> Pipeline:
-    return Pipeline(SandboxOptions(pipeline=depth, pipeline_window=window), size, batch=False)
+def _pipeline(depth: int = 16, window: float = 0.02, size: int = 8) -> PrefetchWindow:
+    return PrefetchWindow(SandboxOptions(pipeline=depth, pipeline_window=window), size, batch=False)
 
 
 def test_one_queued_run_per_child_until_a_run_is_timed() -> None:
@@ -44,7 +44,7 @@ def test_runs_longer_than_the_window_turn_it_off_and_short_ones_back_on() -> Non
 
 
 def test_no_pipelining_in_batch_mode_or_with_pipeline_0() -> None:
-    batch = Pipeline(SandboxOptions(), 8, batch=True)
+    batch = PrefetchWindow(SandboxOptions(), 8, batch=True)
     off = _pipeline(depth=0)
     for p in (batch, off):
         p.timed(0.0001)

@@ -13,12 +13,12 @@ import glidemq
 from glidemq.functions import raw_library_source
 from glidemq.retry import (
     DEFAULT_RETRY,
-    RETRY_SAFE_FUNCTIONS,
     Failure,
     RetryPolicy,
     classify,
     to_glidemq_error,
 )
+from glidemq.wire import RETRY_SAFE_FUNCTIONS
 
 
 @pytest.mark.parametrize(

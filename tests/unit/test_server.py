@@ -14,7 +14,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from glidemq.server import EmbeddedValkey, ServerError, free_port, parse_info
+from glidemq.server import EmbeddedServerError, EmbeddedValkey, free_port, parse_info
 from glidemq.server_cluster import EmbeddedCluster
 
 KEY = "glide:{q}:stream"
@@ -109,7 +109,7 @@ def test_free_port_also_leaves_cluster_bus_port_free() -> None:
 def test_temp_dirs_of_a_killed_owner_are_swept(monkeypatch: pytest.MonkeyPatch) -> None:
     import glidemq.server as server_module
 
-    if server_module._prctl is None:
+    if not server_module.HAS_PDEATHSIG:
         pytest.skip("the sweep only runs where PR_SET_PDEATHSIG is available")
     dead = subprocess.run(
         [sys.executable, "-c", "import os; print(os.getpid())"],
@@ -133,7 +133,9 @@ def test_missing_binary_raises_server_error(
     monkeypatch.setenv(env_var, str(bogus))
     server = EmbeddedValkey()
     try:
-        with pytest.raises(ServerError, match=f"missing or not executable: {bogus}") as info:
+        with pytest.raises(
+            EmbeddedServerError, match=f"missing or not executable: {bogus}"
+        ) as info:
             server.start()
             server.cli("PING")  # only reached when the server binary is fine
         assert f"${env_var}" in str(info.value)
@@ -143,7 +145,7 @@ def test_missing_binary_raises_server_error(
 
 def test_failed_start_reports_log_tail() -> None:
     server = EmbeddedValkey(extra_args=["--no-such-directive", "1"])
-    with pytest.raises(ServerError, match="exited with code") as info:
+    with pytest.raises(EmbeddedServerError, match="exited with code") as info:
         server.start()
     assert "no-such-directive" in str(info.value)  # the server's own complaint is included
     assert not server.running
@@ -151,7 +153,7 @@ def test_failed_start_reports_log_tail() -> None:
 
 
 def test_cli_error_reply_raises() -> None:
-    with EmbeddedValkey() as server, pytest.raises(ServerError, match="unknown command"):
+    with EmbeddedValkey() as server, pytest.raises(EmbeddedServerError, match="unknown command"):
         server.cli("NO-SUCH-COMMAND")
 
 

@@ -49,6 +49,7 @@ INHERITED_JOB_METHODS = {
     "is_failed",
     "is_waiting",
     "is_waiting_children",
+    "moved",  # the flag the job's own move methods set
 }
 # Instance attributes of the real classes that have no meaning without a server.
 NOT_APPLICABLE_ATTRIBUTES = {"watchdog"}

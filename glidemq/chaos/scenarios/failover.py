@@ -24,7 +24,9 @@ from typing import Any
 
 from glide import ExclusiveIdBound, IdBound, MaxId
 
+from ...context import QueueContext
 from ...errors import GlideMQError
+from ...keys import QueueKeys
 from ...server import EmbeddedValkey
 from ...server_cluster import EmbeddedCluster
 from ..context import ChaosRun
@@ -49,8 +51,9 @@ async def _resumed(run: ChaosRun, after: float, timeout: float) -> float | None:
     """Epoch seconds of the first job the server completed after `after` (epoch seconds),
     from the id of its `completed` event: ids carry the executing server's clock, so a
     completion that waited in a client's retries is dated when it really happened."""
-    assert run.queue is not None
-    ctx = await run.queue._context()
+    assert run.client is not None
+    # the run's own direct client, with the retries a queue's calls have
+    ctx = QueueContext(run.client, QueueKeys(run.queue_name))
     key = ctx.keys.events
     start: IdBound | ExclusiveIdBound = IdBound(f"{int(after * 1000) + 1}-0")
     deadline = time.monotonic() + timeout

@@ -1,10 +1,10 @@
-"""Pipelining policy of the sandbox pool: how many runs a child may hold queued, which child
-a run may queue behind, and when queued runs come back.
+"""The sandbox pool's prefetch window (its pipelining policy): how many runs a child may hold
+queued, which child a run may queue behind, and when queued runs come back.
 
 Besides the runs a child runs at once, the pool may send it more, which wait in the child
 and start as soon as a slot frees, without a round trip through the worker. A queued run is
 not started: its timeout starts with it, and when its child dies or gives it back it goes
-to another child (`Child`, `NotStarted`).
+to another child (`ChildHandle`, `NotStarted`).
 
 How deep a child's queue may be is a time budget: about `pipeline_window` of work at the
 recent run time (a moving average), and never more than `pipeline` runs. Short jobs get the
@@ -21,17 +21,17 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Iterable
 
-from .child import Child
+from .handle import ChildHandle
 from .protocol import TAKE
 from .types import SandboxOptions
 
-__all__ = ["Pipeline"]
+__all__ = ["PrefetchWindow"]
 
 _AVERAGE_WEIGHT = 0.125  # of the newest run in the moving average of run times
 _COLD_DEPTH = 1  # queued runs per child before any run was timed
 
 
-class Pipeline:
+class PrefetchWindow:
     """The pipelining state of one pool of `size` children."""
 
     def __init__(self, options: SandboxOptions, size: int, batch: bool) -> None:
@@ -44,12 +44,12 @@ class Pipeline:
         self._run_time: float | None = None  # moving average of run durations, seconds
         self._sweeper: asyncio.TimerHandle | None = None
 
-    def queue_behind(self, ready: Iterable[Child], now: float) -> Child | None:
+    def queue_behind(self, ready: Iterable[ChildHandle], now: float) -> ChildHandle | None:
         """The child to queue a run on when every slot is taken: the least loaded one that
         started a run within the window; None when none may take it (or it is off)."""
         if not self.limit:
             return None
-        best: Child | None = None
+        best: ChildHandle | None = None
         limit = self.limit
         for child in ready:
             queued = len(child.queued)
@@ -57,12 +57,12 @@ class Pipeline:
                 best, limit = child, queued
         return best
 
-    def moving(self, child: Child, now: float) -> bool:
+    def moving(self, child: ChildHandle, now: float) -> bool:
         """Whether `child` started a run within the window (so it is not stuck in a long
         one)."""
         return child.last_start >= now - self.window
 
-    def stuck(self, ready: list[Child], size: int, now: float) -> bool:
+    def stuck(self, ready: list[ChildHandle], size: int, now: float) -> bool:
         """Every one of the `size` children is up and busy, and none is moving: long jobs
         run in all of them, so a run that waits for one waits for one of those to end."""
         if len(ready) < size:
@@ -79,7 +79,7 @@ class Pipeline:
         budget = self.window / average if average > 0 else float(self.depth)
         self.limit = min(self.depth, int(budget))
 
-    def open_slots(self, ready: Iterable[Child], now: float) -> int:
+    def open_slots(self, ready: Iterable[ChildHandle], now: float) -> int:
         """Runs the pool may hold queued now: `limit` for each child that has a free slot
         or started a run within the window (none for one busy with a long job)."""
         if not self.limit:
@@ -88,12 +88,12 @@ class Pipeline:
             1 for child in ready if child.running < child.capacity or self.moving(child, now)
         )
 
-    def queued(self, loop: asyncio.AbstractEventLoop, children: Iterable[Child]) -> None:
+    def queued(self, loop: asyncio.AbstractEventLoop, children: Iterable[ChildHandle]) -> None:
         """A run was queued: make sure a sweep over `children` comes (see `sweep`)."""
         if self._sweeper is None:
             self._sweeper = loop.call_later(self.window, self._sweep, loop, children)
 
-    def _sweep(self, loop: asyncio.AbstractEventLoop, children: Iterable[Child]) -> None:
+    def _sweep(self, loop: asyncio.AbstractEventLoop, children: Iterable[ChildHandle]) -> None:
         """Take queued runs back from children that started nothing for a window (a long
         job runs there), so they go to the first child that is free; again while any child
         holds queued runs."""

@@ -1,7 +1,7 @@
 """Locust load test of a glidemq queue: users add jobs, and add jobs and wait for results.
 
     glidemq-bench locust                      # embedded Valkey + worker, headless, 30 s
-    locust -f glidemq/bench/locustfile.py --headless -u 50 -r 10 -t 30s
+    locust -f benchmarks/locustfile.py --headless -u 50 -r 10 -t 30s
 
 Each user calls `Queue.add` (request name `add`) and `Queue.add_and_wait` (request name
 `add_and_wait`: add a job and wait for a worker to finish it), 3 to 1, and every call is
@@ -32,6 +32,7 @@ from gevent.hub import get_hub  # type: ignore[import-untyped]
 from locust import User, between, events, task
 
 from glidemq import Queue
+from glidemq.process.loop import loop_factory
 
 __all__ = ["GlidemqUser", "QueueClient"]
 
@@ -83,12 +84,7 @@ class QueueClient:
 
 
 def _new_loop() -> asyncio.AbstractEventLoop:
-    try:
-        import uvloop
-
-        return uvloop.new_event_loop()
-    except ImportError:  # pragma: no cover - uvloop is a dependency on Linux
-        return asyncio.new_event_loop()
+    return (loop_factory() or asyncio.new_event_loop)()
 
 
 def _settle(done: AsyncResult, task: asyncio.Task[Any]) -> None:

@@ -1,4 +1,4 @@
-"""One sandbox child as the parent sees it (`Child`), and one run sent to it (`Invocation`).
+"""One sandbox child as the parent sees it (`ChildHandle`), and one run sent to it (`Invocation`).
 
 The pool's `ChildSet` (`boot.py`) keeps the sets a child belongs to (all children, the
 ready ones) and decides when a child is retired, stopped or killed. What concerns one child
@@ -35,7 +35,7 @@ from .protocol import CANCELLED, STOP, error_from_wire
 if TYPE_CHECKING:
     from .launcher import Launcher
 
-__all__ = ["Child", "Invocation", "NotStarted"]
+__all__ = ["ChildHandle", "Invocation", "NotStarted"]
 
 _MAX_CALLS = 64  # proxied calls one child may have running on the connection
 _LOST_EXIT_WAIT = 2.0  # a child whose socket closed gets this long to exit before SIGKILL
@@ -66,7 +66,7 @@ class Invocation:
     )
 
     def __init__(
-        self, inv_id: int, child: Child, future: asyncio.Future[Any], handles: list[int]
+        self, inv_id: int, child: ChildHandle, future: asyncio.Future[Any], handles: list[int]
     ) -> None:
         self.id = inv_id
         self.child = child
@@ -88,7 +88,7 @@ class Invocation:
         return not self.abandoned and not self.future.done()
 
 
-class Child:
+class ChildHandle:
     """What the pool knows about one child process."""
 
     __slots__ = (
@@ -151,8 +151,8 @@ class Child:
         self,
         sock: socket.socket,
         loop: asyncio.AbstractEventLoop,
-        on_messages: Callable[[Child, list[dict[str, Any]]], None],
-        on_closed: Callable[[Child, str], None],
+        on_messages: Callable[[ChildHandle, list[dict[str, Any]]], None],
+        on_closed: Callable[[ChildHandle, str], None],
     ) -> Channel:
         """Open the child's channel on `sock`: what arrives goes to `on_messages(child,
         messages)`, its closing to `on_closed(child, reason)`."""
@@ -211,7 +211,7 @@ class Child:
     # -- stopping -----------------------------------------------------------------------------
 
     def stop(
-        self, loop: asyncio.AbstractEventLoop, wait: float, kill: Callable[[Child, str], None]
+        self, loop: asyncio.AbstractEventLoop, wait: float, kill: Callable[[ChildHandle, str], None]
     ) -> None:
         """Ask the child to exit once its runs end; `kill` it if it is still there after
         `wait` seconds."""

@@ -187,7 +187,7 @@ def limits_to_wire(o: JobOptions, out: dict[str, Any]) -> None:
 
 
 def compact_limit_args(o: JobOptions) -> tuple[str, ...]:
-    """The tail of a job in `glidemq_addBulk`: ('',) for a plain job, else '1' and the eight
+    """The tail of a job in `wire.adds.add_bulk_call`: ('',) for a plain job, else '1' and the eight
     extension arguments (addJob's 9-15 and the LIFO flag)."""
     key = o.ordering_key if o.ordering_key is not None else o.group_key
     if key is None and not o.lifo:

@@ -1,5 +1,6 @@
-"""The worker process: imports the processor, runs one Worker per queue on uvloop, and
-reports to the supervisor every second from its event loop."""
+"""A worker process of `glidemq-run`: imports the processor, runs one Worker per queue on
+uvloop, and reports to the supervisor every second from its event loop. The supervisor has
+set the process up (`glidemq.process.setup.run_as_child`) before `run_worker_process` runs."""
 
 from __future__ import annotations
 
@@ -14,10 +15,10 @@ from collections.abc import Sequence
 from dataclasses import replace
 from typing import Any
 
-import psutil
-
 from ..connection import ConnectionOptions
 from ..errors import GlideMQError
+from ..process.loop import loop_factory
+from ..process.memory import rss_bytes
 from ..processor import ProcessorSpec, load_processor
 from ..queue import Queue
 from ..sandbox.types import SandboxOptions
@@ -27,7 +28,7 @@ from . import ipc
 from .config import ExitCode, RuntimeConfig
 from .reclaim import Holding, holding_of, reclaim
 
-__all__ = ["run_child"]
+__all__ = ["WorkerProcess", "run_worker_process"]
 
 log = logging.getLogger("glidemq.run")
 
@@ -66,7 +67,10 @@ def _queues(cfg: RuntimeConfig, spec: ProcessorSpec) -> tuple[str, ...]:
     return cfg.queues or spec.queues
 
 
-class _Child:
+class WorkerProcess:
+    """One worker process's side of `glidemq-run`: its Workers, its stop request and its
+    reports to the supervisor."""
+
     def __init__(
         self,
         cfg: RuntimeConfig,
@@ -87,7 +91,6 @@ class _Child:
         self.stop = asyncio.Event()
         self.mode = "graceful"
         self.reason = "signal"
-        self.process = psutil.Process()
         self.forcing: set[asyncio.Task[None]] = set()
         # Jitter the recycle point so a fleet started together does not recycle together.
         limit = None if cfg.sandbox else cfg.max_jobs_per_child  # --sandbox: children's limit
@@ -128,7 +131,7 @@ class _Child:
             "completed": completed,
             "failed": failed,
             "active": active,
-            "rss": self.process.memory_info().rss,
+            "rss": rss_bytes(),
         }
 
     async def serve(self) -> int:
@@ -251,7 +254,7 @@ class _Child:
                 await q.close()
 
 
-def run_child(
+def run_worker_process(
     cfg: RuntimeConfig,
     conn: ConnectionOptions,
     slot: int,
@@ -260,8 +263,6 @@ def run_child(
 ) -> int:
     """Body of a forked worker process; returns its exit code. `orphans`: holdings of dead
     sibling processes whose jobs it hands back once it is ready."""
-    # Ctrl-C reaches the whole process group: the supervisor decides what happens.
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
     try:
         spec = load_processor(cfg.target)
         if not _queues(cfg, spec):
@@ -276,11 +277,5 @@ def run_child(
             },
         )
         return ExitCode.BOOT
-    try:
-        import uvloop
-
-        factory: Any = uvloop.new_event_loop
-    except ImportError:  # pragma: no cover - uvloop is a dependency on Linux
-        factory = None
-    with asyncio.Runner(loop_factory=factory) as runner:
-        return runner.run(_Child(cfg, spec, conn, slot, fd, orphans).serve())
+    with asyncio.Runner(loop_factory=loop_factory()) as runner:
+        return runner.run(WorkerProcess(cfg, spec, conn, slot, fd, orphans).serve())

@@ -14,14 +14,11 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import ctypes
 import inspect
 import os
 import resource
-import signal
 import socket
 import sys
-import traceback
 from collections import deque
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -32,9 +29,13 @@ import orjson
 
 from .. import otel
 from ..errors import BatchError
+from ..process.frames import FrameError, encode_frame, read_frame
+from ..process.loop import loop_factory
+from ..process.memory import rss_bytes, vm_bytes
+from ..process.setup import run_as_child
 from ..processor import load_processor, user_exit
 from ..serialize import encode_result
-from .channel import Channel, FrameDecoder, encode_frame
+from .channel import MAX_FRAME, Channel
 from .job import SandboxJob
 from .protocol import (
     ABORT,
@@ -52,108 +53,19 @@ from .protocol import (
     STOP,
     TAKE,
     ErrorMessage,
-    ProtocolError,
     ResultMessage,
     WireError,
     error_from_wire,
     error_to_wire,
 )
 
-__all__ = ["EXIT_INTERNAL", "EXIT_OK", "child_main", "spawn_main"]
+__all__ = ["CHILD_NAME", "EXIT_INTERNAL", "EXIT_OK", "child_main", "spawn_main"]
 
 EXIT_OK = 0
 EXIT_BOOT = 3
 EXIT_PROTOCOL = 4
 EXIT_INTERNAL = 70
-
-_PR_SET_PDEATHSIG = 1
-_PR_SET_NAME = 15
-_prctl: Callable[..., int] | None = None
-if sys.platform.startswith("linux"):
-    with contextlib.suppress(OSError, AttributeError):
-        _prctl = ctypes.CDLL(None, use_errno=True).prctl
-
-_PAGE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
-
-
-def _die_with_parent(parent_pid: int) -> bool:
-    """Ask the kernel to SIGKILL this process when its parent dies; False if it already
-    has (the parent died before the request took effect)."""
-    if _prctl is not None:
-        _prctl(_PR_SET_PDEATHSIG, int(signal.SIGKILL), 0, 0, 0)
-    return os.getppid() == parent_pid
-
-
-def _set_name(name: bytes) -> None:
-    """Name the process for ps/top (the kernel's `comm`, 15 bytes at most)."""
-    if _prctl is not None:
-        _prctl(_PR_SET_NAME, ctypes.c_char_p(name[:15]), 0, 0, 0)
-
-
-def _reset_signals() -> None:
-    # Ctrl-C reaches the terminal's whole process group: the worker decides, not the child.
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-    for sig in (signal.SIGTERM, signal.SIGCHLD, signal.SIGHUP, signal.SIGQUIT):
-        signal.signal(sig, signal.SIG_DFL)
-    with contextlib.suppress(ValueError):
-        signal.set_wakeup_fd(-1)
-    signal.pthread_sigmask(signal.SIG_SETMASK, set())
-
-
-def rss_bytes() -> int:
-    """This process's resident set size, read from /proc."""
-    try:
-        with open("/proc/self/statm", "rb") as f:
-            return int(f.read().split()[1]) * _PAGE
-    except (OSError, IndexError, ValueError):
-        return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
-
-
-class _Rss:
-    """Reads this process's RSS with one pread of a statm file kept open (checked after
-    every job when a memory limit is set, so open/close per read would be two syscalls
-    more per job)."""
-
-    __slots__ = ("_fd",)
-
-    def __init__(self) -> None:
-        try:
-            self._fd: int | None = os.open("/proc/self/statm", os.O_RDONLY | os.O_CLOEXEC)
-        except OSError:
-            self._fd = None
-
-    def read(self) -> int:
-        if self._fd is not None:
-            try:
-                return int(os.pread(self._fd, 128, 0).split()[1]) * _PAGE
-            except (OSError, IndexError, ValueError):
-                pass
-        return rss_bytes()
-
-
-def _vm_bytes() -> int:
-    try:
-        with open("/proc/self/statm", "rb") as f:
-            return int(f.read().split()[0]) * _PAGE
-    except (OSError, IndexError, ValueError):
-        return 0
-
-
-def _recv_exact(sock: socket.socket, n: int) -> bytes:
-    chunks = []
-    while n:
-        data = sock.recv(n)
-        if not data:
-            raise EOFError("the parent closed the connection")
-        chunks.append(data)
-        n -= len(data)
-    return b"".join(chunks)
-
-
-def _read_frame_blocking(sock: socket.socket) -> list[dict[str, Any]]:
-    """Read exactly one frame (no byte of the next one, which the Channel will read)."""
-    header = _recv_exact(sock, 4)
-    return FrameDecoder().feed(header + _recv_exact(sock, int.from_bytes(header, "big")))
+CHILD_NAME = b"glidemq-sandbox"  # as ps shows it
 
 
 def _take_sys_path(paths: Any) -> None:
@@ -162,34 +74,24 @@ def _take_sys_path(paths: Any) -> None:
         sys.path[:] = [p for p in paths if isinstance(p, str)]
 
 
-def _event_loop_factory() -> Callable[[], asyncio.AbstractEventLoop] | None:
-    try:
-        import uvloop
-    except ImportError:  # pragma: no cover - uvloop is a dependency on Linux
-        return None
-    factory: Callable[[], asyncio.AbstractEventLoop] = uvloop.new_event_loop
-    return factory
-
-
 # -- a child ------------------------------------------------------------------------------
 
 
-def child_main(fd: int, parent_pid: int) -> int:
-    """Body of a sandbox child, on socket `fd` to the pool; returns the exit code."""
-    if not _die_with_parent(parent_pid):
-        return EXIT_OK
-    _reset_signals()
-    _set_name(b"glidemq-sandbox")
+def child_main(fd: int) -> int:
+    """Body of a sandbox child, on socket `fd` to the pool; returns the exit code. The
+    process is already set up as a child (`glidemq.process.setup.run_as_child`)."""
     sock = socket.socket(fileno=fd)
     sock.setblocking(True)
     try:
-        first = _read_frame_blocking(sock)
-    except (OSError, EOFError, ValueError, ProtocolError):
+        first = read_frame(sock, MAX_FRAME)
+    except (OSError, EOFError, FrameError):
         return EXIT_PROTOCOL
     hello = first[0] if first else {}
 
     def boot_error(exc: BaseException) -> int:
-        frame = encode_frame([{"t": BOOT_ERROR, "v": PROTOCOL_VERSION, "err": error_to_wire(exc)}])
+        frame = encode_frame(
+            [{"t": BOOT_ERROR, "v": PROTOCOL_VERSION, "err": error_to_wire(exc)}], MAX_FRAME
+        )
         with contextlib.suppress(OSError):
             sock.sendall(frame)
         return EXIT_BOOT
@@ -203,7 +105,7 @@ def child_main(fd: int, parent_pid: int) -> int:
         return boot_error(exc)
     runner = _Runner(sock, hello, spec.function, spec.is_async)
     runner.early = first[1:]  # e.g. a stop sent while the processor was loading
-    with asyncio.Runner(loop_factory=_event_loop_factory()) as loop_runner:
+    with asyncio.Runner(loop_factory=loop_factory()) as loop_runner:
         return loop_runner.run(runner.serve())
 
 
@@ -219,7 +121,6 @@ class _Runner:
         self.heartbeat = float(hello.get("hb") or 1.0)
         limit = hello.get("rss_limit")
         self.rss_limit = limit if isinstance(limit, int) and limit > 0 else None
-        self.rss = _Rss() if self.rss_limit else None
         self.hard_limit = hello.get("hard_limit")
         limit = hello.get("result_limit")
         self.result_limit = limit if isinstance(limit, int) and limit > 0 else None
@@ -251,7 +152,7 @@ class _Runner:
         self.done = loop.create_future()
         self.channel = Channel(self.sock, self.on_messages, self.on_close, loop)
         if isinstance(self.hard_limit, int) and self.hard_limit > 0:
-            cap = _vm_bytes() + self.hard_limit
+            cap = vm_bytes() + self.hard_limit
             with contextlib.suppress(ValueError, OSError):
                 resource.setrlimit(resource.RLIMIT_AS, (cap, cap))
         self.channel.send(
@@ -328,7 +229,7 @@ class _Runner:
         assert self.channel is not None
         while True:
             await asyncio.sleep(self.heartbeat)
-            rss = self.rss.read() if self.rss is not None else rss_bytes()
+            rss = rss_bytes()
             self.channel.send({"t": HEARTBEAT, "rss": rss, "active": len(self.tasks)})
 
     # -- the queue ----------------------------------------------------------------------------
@@ -406,9 +307,9 @@ class _Runner:
                 message["retire"] = "memory"  # the heap may be fragmented or near the cap
         finally:
             self.tasks.pop(inv, None)
-        if self.rss is not None:
-            rss = message["rss"] = self.rss.read()
-            if self.rss_limit is not None and rss > self.rss_limit:
+        if self.rss_limit is not None:
+            rss = message["rss"] = rss_bytes()
+            if rss > self.rss_limit:
                 message["retire"] = "memory"
         self.channel.send(message)
         self.run_ended("retire" in message)
@@ -489,12 +390,9 @@ def _encode_result(value: Any, batch: bool, limit: int | None) -> bytes:
 
 def spawn_main(argv: list[str]) -> None:
     """`python -c` entry of a spawned child: argv = [fd, parent pid, import set-up]."""
-    code = EXIT_INTERNAL
-    try:
-        code = child_main(int(argv[0]), int(argv[1]))
-    except BaseException:
-        traceback.print_exc()
-    finally:
-        sys.stdout.flush()
-        sys.stderr.flush()
-        os._exit(code)
+    run_as_child(
+        partial(child_main, int(argv[0])),
+        error_code=EXIT_INTERNAL,
+        parent_pid=int(argv[1]),
+        name=CHILD_NAME,
+    )

@@ -1,0 +1,186 @@
+"""Adding jobs: glidemq_addJob, glidemq_addBulk, glidemq_dedup and the job schedulers'
+glidemq_setScheduler and glidemq_fireScheduler.
+
+The positional addJob arguments (docs/WIRE_PROTOCOL.md: 17 documented, an 18th for LIFO)
+are built by `job_args` alone; glidemq_dedup and glidemq_fireScheduler take the same
+arguments after their own, and glidemq_addBulk's compact runs are built by `bulk_job` and
+`pack_bulk`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+from .. import queue_limits
+from ..errors import (
+    CostExceedsCapacityError,
+    QueueFullError,
+    ServerError,
+    UnsupportedOptionError,
+    ValidationError,
+)
+from ..keys import QueueKeys
+from ..limit_options import addjob_limit_args, compact_limit_args
+from ..types import JobOptions
+from .layout import Call, layout
+
+__all__ = [
+    "ADD_BULK",
+    "ADD_JOB",
+    "DEDUP",
+    "FIRE_SCHEDULER",
+    "SET_SCHEDULER",
+    "add_bulk_call",
+    "add_job_call",
+    "added_id",
+    "bulk_job",
+    "dedup_call",
+    "fire_scheduler_call",
+    "job_args",
+    "pack_bulk",
+    "set_scheduler_call",
+]
+
+ADD_JOB = layout("glidemq_addJob", keys="4", args="17..18")
+ADD_BULK = layout("glidemq_addBulk", keys="4", args="1..")
+DEDUP = layout("glidemq_dedup", keys="5", args="20..21", safe=True)
+
+
+def job_args(
+    name: str | bytes,
+    data: str | bytes,
+    opts_json: str | bytes,
+    now: int | str,
+    opts: JobOptions,
+    job_id: str | bytes | None,
+) -> list[str | bytes]:
+    """addJob's 17 documented arguments and the 18th (LIFO) for one job; `opts` gives the
+    delay, priority, attempts, ttl and limit settings, `opts_json` the stored options."""
+    *limits, lifo = addjob_limit_args(opts)
+    return [
+        name,
+        data,
+        opts_json,
+        str(now),
+        str(opts.delay),
+        str(opts.priority),
+        "",  # parentId: only flows set it, through glidemq_addTree
+        str(opts.attempts),
+        *limits,
+        str(opts.ttl),
+        job_id or "",
+        lifo,
+    ]
+
+
+def add_job_call(keys: QueueKeys, args: list[str | bytes]) -> Call:
+    """glidemq_addJob of one job given as `job_args`; safe to resend only with a custom id."""
+    return ADD_JOB.call([keys.id, keys.stream, keys.scheduled, keys.events], args, bool(args[16]))
+
+
+def bulk_job(name: str, opts_json: bytes, opts: JobOptions, data: str | bytes) -> list[str | bytes]:
+    """One job for `pack_bulk`: its run header (8 items, or 16 with limit options), then
+    its encoded data."""
+    return [
+        name,
+        opts_json,
+        str(opts.delay),
+        str(opts.priority),
+        str(opts.attempts),
+        str(opts.ttl),
+        opts.job_id or "",
+        *compact_limit_args(opts),
+        data,
+    ]
+
+
+def pack_bulk(now: int, jobs: Iterable[Sequence[str | bytes]]) -> list[str | bytes]:
+    """glidemq_addBulk's arguments for jobs given as `bulk_job`: neighbours with the same
+    header and no custom id share one run, so a bulk of like jobs costs one argument per
+    job."""
+    args: list[str | bytes] = [str(now)]
+    head: Sequence[str | bytes] = ()
+    count_at = n = 0
+    for job in jobs:
+        header = job[:-1]
+        if n and not header[6] and header == head:
+            n += 1
+        else:
+            if n:
+                args[count_at] = str(n)
+            count_at, head, n = len(args), header, 1
+            args.append("")
+            args.extend(header)
+        args.append(job[-1])
+    if n:
+        args[count_at] = str(n)
+    return args
+
+
+def add_bulk_call(
+    keys: QueueKeys, now: int, jobs: Sequence[Sequence[str | bytes]], *, safe: bool = False
+) -> Call:
+    """glidemq_addBulk of `jobs` (each a `bulk_job`); the reply has one addJob reply per job.
+    `safe`: every job carries a custom id, so a resend finds them and adds nothing."""
+    return ADD_BULK.call(
+        [keys.id, keys.stream, keys.scheduled, keys.events], pack_bulk(now, jobs), safe
+    )
+
+
+def dedup_call(
+    keys: QueueKeys, dedup_id: str, ttl: int, mode: str, args: list[str | bytes]
+) -> Call:
+    """glidemq_dedup: add the job given as `job_args` unless its deduplication id is taken."""
+    return DEDUP.call(
+        [keys.dedup, keys.id, keys.stream, keys.scheduled, keys.events],
+        [dedup_id, str(ttl), mode, *args],
+    )
+
+
+def added_id(reply: Any, queue: str, opts: JobOptions) -> str | None:
+    """The id of the job an add wrote, None when a custom or deduplication id skipped it;
+    the server's refusals as typed errors."""
+    job_id = reply.decode() if isinstance(reply, bytes) else str(reply)
+    if job_id in ("duplicate", "skipped"):
+        return None
+    if not job_id.startswith("ERR:"):
+        return job_id
+    if job_id == "ERR:UNSUPPORTED_OPTION":
+        raise UnsupportedOptionError("opts", "not supported by this library version")
+    if job_id == "ERR:INVALID_JOB_ID":
+        raise ValidationError("job_id", "rejected by the server")
+    if job_id == "ERR:COST_EXCEEDS_CAPACITY":
+        bucket = opts.token_bucket
+        raise CostExceedsCapacityError(opts.cost or 1.0, bucket.capacity if bucket else 0)
+    if job_id in (queue_limits.QUEUE_FULL, queue_limits.KEY_FULL):
+        raise QueueFullError(queue)
+    if job_id == "ERR:BAD_OPTION":
+        raise ValidationError("opts", "delay, priority or attempts rejected by the server")
+    if job_id == "ERR:BAD_TIMESTAMP":
+        raise ValidationError("timestamp", "rejected by the server (is the clock right?)")
+    if job_id == "ERR:PAYLOAD_TOO_LARGE":
+        raise ValidationError("data", "larger than the server accepts")
+    raise ServerError(f"add: {job_id}")
+
+
+# -- job schedulers: the stored entry and its job in one call -----------------------------------
+
+SET_SCHEDULER = layout("glidemq_setScheduler", keys="1", args="3", safe=True)
+FIRE_SCHEDULER = layout("glidemq_fireScheduler", keys="5", args="20..21", safe=True)
+
+
+def set_scheduler_call(key: str, name: str, old_sha1: str, entry: bytes) -> Call:
+    """glidemq_setScheduler: store `entry` (b'': delete) if the stored one still hashes to
+    `old_sha1` ('' : none stored); replies 1 when written."""
+    return SET_SCHEDULER.call([key], [name, old_sha1, entry])
+
+
+def fire_scheduler_call(
+    key: str, keys: QueueKeys, name: str, old_sha1: str, entry: bytes, args: list[str | bytes]
+) -> Call:
+    """glidemq_fireScheduler: store `entry` and add the run's job (given as `job_args`) if the
+    stored entry still hashes to `old_sha1`; replies [status, addJob reply]."""
+    return FIRE_SCHEDULER.call(
+        [key, keys.id, keys.stream, keys.scheduled, keys.events], [name, old_sha1, entry, *args]
+    )

@@ -1,0 +1,274 @@
+"""A worker's calls: taking, finishing, failing, holding and handing back jobs, promotion,
+stall recovery and rate limits.
+
+Replies on the worker's hot path are handed back as the server gives them (documented per
+function) so that no per-job work is added here.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from ..context import QueueContext
+from ..keys import QueueKeys
+from .layout import Call, layout, send
+
+__all__ = [
+    "COMPLETE_AND_FETCH_NEXT",
+    "DEFER_ACTIVE",
+    "FAIL",
+    "HEARTBEAT",
+    "MOVE_ACTIVE_TO_DELAYED",
+    "MOVE_TO_ACTIVE",
+    "PROMOTE",
+    "RATE_LIMIT",
+    "RECLAIM_STALLED",
+    "complete_and_fetch_next",
+    "complete_and_fetch_next_call",
+    "defer_active",
+    "defer_active_call",
+    "fail",
+    "fail_call",
+    "heartbeat",
+    "heartbeat_call",
+    "move_active_to_delayed",
+    "move_active_to_delayed_call",
+    "move_to_active",
+    "move_to_active_call",
+    "promote",
+    "promote_call",
+    "rate_limit",
+    "rate_limit_call",
+    "reclaim_stalled",
+    "reclaim_stalled_call",
+]
+
+COMPLETE_AND_FETCH_NEXT = layout("glidemq_completeAndFetchNext", keys="5", args="5..", safe=True)
+MOVE_TO_ACTIVE = layout("glidemq_moveToActive", keys="5", args="4..")
+FAIL = layout("glidemq_fail", keys="5", args="9..10", safe=True)
+RECLAIM_STALLED = layout("glidemq_reclaimStalled", keys="5", args="7..11", safe=True)
+DEFER_ACTIVE = layout("glidemq_deferActive", keys="2", args="1..", safe=True)
+HEARTBEAT = layout("glidemq_heartbeat", keys="1", args="1..", safe=True)
+MOVE_ACTIVE_TO_DELAYED = layout("glidemq_moveActiveToDelayed", keys="3", args="5..6", safe=True)
+PROMOTE = layout("glidemq_promote", keys="3", args="2..3", safe=True)
+RATE_LIMIT = layout("glidemq_rateLimit", keys="3", args="2..4", safe=True)
+
+
+def _fetch_keys(k: QueueKeys) -> list[str]:
+    return [k.stream, k.completed, k.events, k.scheduled, k.meta]
+
+
+def _fail_keys(k: QueueKeys) -> list[str]:
+    return [k.stream, k.failed, k.events, k.scheduled, k.meta]
+
+
+def complete_and_fetch_next_call(keys: QueueKeys, args: list[str | bytes]) -> Call:
+    """glidemq_completeAndFetchNext with `args`: now, consumer, how many to fetch, the
+    events flag, how many completions, five items per completion (id, entry, return value,
+    keep count, keep age), then the worker's limiter arguments."""
+    return COMPLETE_AND_FETCH_NEXT.call(_fetch_keys(keys), args)
+
+
+async def complete_and_fetch_next(ctx: QueueContext, args: list[str | bytes]) -> Any:
+    """[statuses of the completions, fetched entries (entry, id, fields) flat, 1 when the
+    queue is paused, ms the queue is rate limited for, quarantined entries]."""
+    return await send(ctx, complete_and_fetch_next_call(ctx.keys, args))
+
+
+def move_to_active_call(keys: QueueKeys, args: Sequence[str | bytes]) -> Call:
+    """glidemq_moveToActive of entries a blocking read delivered: now, the events flag, the
+    worker limiter's max and duration, then entry and job id pairs. Not resent after an
+    ambiguous failure: a second run would drop the entries."""
+    return MOVE_TO_ACTIVE.call(_fetch_keys(keys), list(args))
+
+
+async def move_to_active(ctx: QueueContext, args: Sequence[str | bytes]) -> Any:
+    """The activated entries flat (entry, id, fields), as completeAndFetchNext's second item."""
+    return await send(ctx, move_to_active_call(ctx.keys, args))
+
+
+def fail_call(
+    keys: QueueKeys,
+    now: int,
+    emit: str,
+    job_id: str,
+    entry_id: str,
+    reason: str,
+    delay: int,
+    keep: tuple[int, int],
+    dead_letter: bool,
+    stack: str,
+) -> Call:
+    """glidemq_fail of one try of a running job: retried after `delay` ms (-1: no retry)."""
+    return FAIL.call(
+        _fail_keys(keys),
+        [
+            str(now),
+            emit,
+            job_id,
+            entry_id,
+            reason,
+            str(delay),
+            str(keep[0]),
+            str(keep[1]),
+            "1" if dead_letter else "0",
+            stack,
+        ],
+    )
+
+
+async def fail(
+    ctx: QueueContext,
+    now: int,
+    emit: str,
+    job_id: str,
+    entry_id: str,
+    reason: str,
+    delay: int,
+    keep: tuple[int, int],
+    dead_letter: bool,
+    stack: str,
+) -> Any:
+    """'retry', 'failed', 'stale' ... (as bytes)."""
+    return await send(
+        ctx,
+        fail_call(ctx.keys, now, emit, job_id, entry_id, reason, delay, keep, dead_letter, stack),
+    )
+
+
+def reclaim_stalled_call(
+    keys: QueueKeys,
+    now: int,
+    consumer: str,
+    lock_ms: int,
+    cursor: str,
+    count: int,
+    max_stalled: int,
+    emit: str,
+    keep: tuple[int, int],
+    dead_letter: bool,
+    owner: str | None = None,
+) -> Call:
+    """glidemq_reclaimStalled: take over entries idle longer than `lock_ms`, from `cursor`;
+    with `owner`, only what that (dead) consumer holds, whatever their idle time."""
+    args: list[str | bytes] = [
+        str(now),
+        consumer,
+        str(lock_ms),
+        cursor,
+        str(count),
+        str(max_stalled),
+        emit,
+        str(keep[0]),
+        str(keep[1]),
+        "1" if dead_letter else "0",
+    ]
+    if owner is not None:
+        args.append(owner)
+    return RECLAIM_STALLED.call(_fail_keys(keys), args)
+
+
+async def reclaim_stalled(
+    ctx: QueueContext,
+    now: int,
+    consumer: str,
+    lock_ms: int,
+    cursor: str,
+    count: int,
+    max_stalled: int,
+    emit: str,
+    keep: tuple[int, int],
+    dead_letter: bool,
+    owner: str | None = None,
+) -> Any:
+    """[next cursor, re-queued, failed]."""
+    call = reclaim_stalled_call(
+        ctx.keys, now, consumer, lock_ms, cursor, count, max_stalled, emit, keep, dead_letter, owner
+    )
+    return await send(ctx, call)
+
+
+def defer_active_call(
+    keys: QueueKeys, consumer: str, pairs: Sequence[str | bytes] = (), *, stream: str | None = None
+) -> Call:
+    """glidemq_deferActive: hand back running entries of `consumer` (all of them when
+    `pairs`, entry and job id after each other, is empty). `stream`: another stream key of
+    the queue than its main one."""
+    return DEFER_ACTIVE.call([stream or keys.stream, keys.events], [consumer, *pairs])
+
+
+async def defer_active(
+    ctx: QueueContext,
+    consumer: str,
+    pairs: Sequence[str | bytes] = (),
+    *,
+    stream: str | None = None,
+) -> int:
+    """How many jobs went back to the queue."""
+    return int(await send(ctx, defer_active_call(ctx.keys, consumer, pairs, stream=stream)) or 0)
+
+
+def heartbeat_call(keys: QueueKeys, consumer: str, pairs: Sequence[str]) -> Call:
+    """glidemq_heartbeat of the entries `consumer` runs (entry and job id after each other)."""
+    return HEARTBEAT.call([keys.stream], [consumer, *pairs])
+
+
+async def heartbeat(
+    ctx: QueueContext, consumer: str, pairs: Sequence[str]
+) -> tuple[list[bytes], list[bytes]]:
+    """(entries the consumer lost, jobs revoked while running)."""
+    lost, revoked = await send(ctx, heartbeat_call(ctx.keys, consumer, pairs))
+    return list(lost), list(revoked)
+
+
+def move_active_to_delayed_call(
+    keys: QueueKeys, now: int, job_id: str, entry_id: str, run_at: int, step: str = ""
+) -> Call:
+    """glidemq_moveActiveToDelayed: a running job waits until `run_at` (ms)."""
+    return MOVE_ACTIVE_TO_DELAYED.call(
+        [keys.stream, keys.scheduled, keys.events],
+        [str(now), job_id, entry_id, str(run_at), "1", step],
+    )
+
+
+async def move_active_to_delayed(
+    ctx: QueueContext, now: int, job_id: str, entry_id: str, run_at: int, step: str = ""
+) -> str:
+    """'delayed', or another state when the worker no longer owns the job."""
+    reply = await send(
+        ctx, move_active_to_delayed_call(ctx.keys, now, job_id, entry_id, run_at, step)
+    )
+    return reply.decode() if isinstance(reply, bytes) else str(reply)
+
+
+def promote_call(keys: QueueKeys, now: int, count: int, concurrency: int) -> Call:
+    """glidemq_promote: move up to `count` due delayed jobs to the stream."""
+    return PROMOTE.call(
+        [keys.scheduled, keys.stream, keys.events], [str(now), str(count), str(concurrency)]
+    )
+
+
+async def promote(ctx: QueueContext, now: int, count: int, concurrency: int) -> tuple[int, int]:
+    """(jobs promoted, when the next is due in ms; -1 when none is)."""
+    reply = await send(ctx, promote_call(ctx.keys, now, count, concurrency))
+    return int(reply[0]), int(reply[1])
+
+
+def rate_limit_call(
+    keys: QueueKeys, now: int, ms: int, job_id: str | None = None, entry_id: str = ""
+) -> Call:
+    """glidemq_rateLimit: pause the queue for `ms` (it only ever moves later); with `job_id`,
+    also hand that running job back without counting an attempt."""
+    args: list[str | bytes] = [str(now), str(ms)]
+    if job_id is not None:
+        args += [job_id, entry_id]
+    return RATE_LIMIT.call([keys.stream, keys.meta, keys.events], args)
+
+
+async def rate_limit(
+    ctx: QueueContext, now: int, ms: int, job_id: str | None = None, entry_id: str = ""
+) -> str:
+    """'ok' when the job went back, else what the server answered."""
+    reply = await send(ctx, rate_limit_call(ctx.keys, now, ms, job_id, entry_id))
+    return reply.decode() if isinstance(reply, bytes) else str(reply)

@@ -1,0 +1,123 @@
+"""What a Worker does for limits at run time: pace its starts on its own clock (`Pacer`,
+for its limiter and the queue's global rate limit), pass its limiter to the server with every
+fetch (`limiter_args`), pause the queue on `rate_limit`, and hand a job back on
+RateLimitError. The server enforces every limit inside the fetch; see docs/ADVANCED.md."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections import deque
+from typing import TYPE_CHECKING, Any
+
+from .context import now_ms
+from .errors import GlideMQError, RateLimitError, ValidationError
+from .limit_options import SLIDING_MAX, RateLimit
+from .queue_limits import RATE_FIELDS, optional_int
+from .wire import fetch
+
+if TYPE_CHECKING:
+    from .job import Job
+    from .link import WorkerLink
+    from .types import WorkerOptions
+
+__all__ = [
+    "Pacer",
+    "hand_back",
+    "limiter_args",
+    "pace",
+    "rate_limit",
+    "refresh_global_pacer",
+]
+
+
+class Pacer:
+    """The worker limiter on the worker's own clock. The server admits starts by their stamps
+    at the fetch; a job runs a little later, and dispatch times vary. Before a processor
+    starts, the pacer waits (a few ms at most) so that no window of `duration` on this
+    process's monotonic clock sees more than `max` starts."""
+
+    __slots__ = ("_log", "_max", "_span", "limit")
+
+    def __init__(self, limit: RateLimit) -> None:
+        self.limit = limit
+        self._max, self._span = limit.max, limit.duration / 1000
+        self._log: deque[float] = deque(maxlen=limit.max)
+
+    @classmethod
+    def for_limit(cls, limit: RateLimit | None) -> Pacer | None:
+        """A pacer for a sliding limit; None without a limiter or for a fixed-window one."""
+        if limit is None or limit.max > SLIDING_MAX:
+            return None
+        return cls(limit)
+
+    def wait(self) -> float:
+        """Seconds until one more start fits in the window (0: now)."""
+        if len(self._log) < self._max:
+            return 0.0
+        return max(0.0, self._log[0] + self._span - time.monotonic())
+
+    def record(self, at: float) -> None:
+        """Count a start at monotonic time `at` (the latest so far)."""
+        self._log.append(at)
+
+
+async def pace(link: WorkerLink) -> None:
+    """Wait before a processor starts until the worker's limiter and the queue's global
+    limit allow it on this process's clock. The start is counted when it happens, after any
+    wait (a late wake-up cannot put it closer to the starts before it)."""
+    pacers = [p for p in (link.pacer, link.global_pacer) if p is not None]
+    # time, not an event, frees the next start: sleeping until then is the point
+    while (wait := max(p.wait() for p in pacers)) > 0:  # noqa: ASYNC110
+        await asyncio.sleep(wait)
+    now = time.monotonic()
+    for p in pacers:
+        p.record(now)  # no await from here to the processor's first line
+
+
+async def refresh_global_pacer(link: WorkerLink) -> None:
+    """Pace this worker's starts by the queue's global rate limit too (read on start and
+    every heartbeat); a changed limit starts a new pacer."""
+    assert link.ctx is not None
+    meta = link.keys.meta
+    got = await link.ctx.command(lambda c: c.hmget(meta, list(RATE_FIELDS)))
+    max_, duration = (optional_int(v) for v in got)
+    limit = RateLimit(max_, duration) if max_ and duration else None
+    current = link.global_pacer
+    if limit is None or current is None or current.limit != limit:
+        link.global_pacer = Pacer.for_limit(limit)
+
+
+def limiter_args(opts: WorkerOptions) -> list[str]:
+    """The worker limiter as the fetch functions take it: max, duration ('0' '0': none)."""
+    if opts.limiter is None:
+        return ["0", "0"]
+    return [str(opts.limiter.max), str(opts.limiter.duration)]
+
+
+async def rate_limit(link: WorkerLink, ms: int) -> None:
+    """Stop every worker of the queue from starting jobs for `ms` milliseconds."""
+    if isinstance(ms, bool) or not isinstance(ms, int) or ms < 0:
+        raise ValidationError("ms", f"must be an integer >= 0, got {ms!r}")
+    if link.ctx is None:
+        raise GlideMQError("the worker is not started")
+    # safe to run twice: the pause only ever moves later, a job already handed back is 'stale'
+    await fetch.rate_limit(link.ctx, now_ms(), ms)
+
+
+async def hand_back(
+    link: WorkerLink, job: Job[Any, Any], error: RateLimitError, counted: bool
+) -> None:
+    """A processor raised RateLimitError: the job goes back to the queue without counting an
+    attempt, and the queue pauses for the error's delay."""
+    assert link.ctx is not None
+    try:
+        reply = await fetch.rate_limit(link.ctx, now_ms(), error.delay, job.id, job.entry_id or "")
+        if reply == "ok":
+            job.state = "waiting"
+    except GlideMQError as exc:
+        # Left in the pending list: stall recovery hands it back instead.
+        link.events.emit("error", exc)
+    if counted:
+        link.slots.drop(job.entry_id)
+    link.slots.wake()
