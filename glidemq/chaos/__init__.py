@@ -6,9 +6,9 @@ one); docs/CHAOS.md describes them, the guarantees and the measured numbers.
 
 from __future__ import annotations
 
+from .context import ChaosRun, Fault
 from .errors import ChaosError
 from .registry import register, scenarios
-from .run import ChaosRun, Fault
 from .scenario import FleetSettings, Scenario
 
 __all__ = ["ChaosError", "ChaosRun", "Fault", "FleetSettings", "Scenario", "register", "scenarios"]

@@ -171,7 +171,7 @@ def _scenario_args(name: str, argv: Sequence[str]) -> argparse.Namespace:
 
 
 async def _run_one(scenario: Scenario, args: argparse.Namespace) -> dict[str, Any]:
-    from .runner import run_scenario
+    from .lifecycle import run_scenario
 
     reason = scenario.unavailable(args)
     if reason is not None:

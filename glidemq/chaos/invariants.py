@@ -44,9 +44,12 @@ def check_invariants(
     leftovers: QueueLeftovers | None,
     tail: EventsTail | None,
     executions: Executions | None,
+    *,
+    removed: int = 0,
 ) -> Verdict:
     """Check the queue-wide invariants (the per-job outcomes are `glidemq.chaos.outcomes`);
-    the verdict lists each broken one in words."""
+    the verdict lists each broken one in words. `removed`: completed jobs whose hash the
+    queue's retention removed (their records were read before; see `harvest`)."""
     v = Verdict()
     no_reason: list[str] = []
     for job_id in enqueued:
@@ -86,10 +89,11 @@ def check_invariants(
                 f"{len(not_completed)} jobs in the completed set whose hash says otherwise: "
                 f"{_examples(not_completed)}"
             )
-        if leftovers.completed_set != v.completed:
+        if leftovers.completed_set != v.completed - removed:
             v.problems.append(
                 f"the completed set holds {leftovers.completed_set} jobs, the hashes say "
-                f"{v.completed}"
+                f"{v.completed - removed}"
+                + (f" ({removed} more removed by retention)" if removed else "")
             )
     if tail is not None:
         # The events stream is capped and may have been trimmed before it was read, so it

@@ -33,7 +33,6 @@ from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from .app import result_digest
 from .collect import JobRecord
 from .ledger import End, Executions
 
@@ -217,10 +216,9 @@ def _completed(
     slack_s: float,
     out: Outcomes,
 ) -> str:
-    rv = rec.returnvalue
-    if not (isinstance(rv, dict) and rv.get("id") == job_id) or rec.finished_on is None:
+    if not rec.result_own or rec.finished_on is None:
         return UNVERIFIED
-    kept = result_digest(rv)
+    kept = rec.result_digest
     ends = executions.ends.get(job_id, [])
     if not any(e.digest == kept for e in ends):
         return UNVERIFIED

@@ -32,7 +32,7 @@ def job_id(i: int) -> str:
 class Producer:
     """Adds `total` jobs `{"ms": job_ms}` with `attempts`, calling `on_enqueued(ids, ts)`
     after each chunk lands. `rate` (jobs/s, 0 = unlimited) paces the chunks; `overrides`
-    adds data to some jobs, by id."""
+    adds data to some jobs, by id; `options` are more job options for every job."""
 
     def __init__(
         self,
@@ -45,8 +45,10 @@ class Producer:
         on_enqueued: Callable[[list[str], float], None],
         chunk: int = _CHUNK,
         overrides: Mapping[str, Mapping[str, Any]] | None = None,
+        options: Mapping[str, Any] | None = None,
     ) -> None:
         self.overrides = dict(overrides or {})
+        self.options = dict(options or {})
         self.queue = queue
         self.total = total
         self.job_ms = job_ms
@@ -61,7 +63,7 @@ class Producer:
         self.done = asyncio.Event()
 
     async def _add_chunk(self, ids: list[str]) -> None:
-        opts = {"attempts": self.attempts}
+        opts = {**self.options, "attempts": self.attempts}
         data = {"ms": self.job_ms}
         delay = 0.05
         while True:

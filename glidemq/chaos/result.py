@@ -14,10 +14,10 @@ import orjson
 
 from .analysis import duplicates, max_redelivery, max_stall, recovery_time
 from .collect import EventsTail, JobRecord
+from .context import ChaosRun
 from .invariants import Verdict
 from .ledger import Executions, Ledger
 from .outcomes import LOST, Outcomes
-from .run import ChaosRun
 
 __all__ = ["JOBS_FILE", "VERDICT_FILE", "build_result", "machine", "write_records"]
 
@@ -156,7 +156,7 @@ def build_result(
             "read": tail.read,
             "missed": tail.missed,
             "stalled": sum(tail.stalled.values()),
-            "completed": sum(tail.completed.values()),
+            "completed": tail.completed.total,
         },
         "torn_ledger_lines": executions.torn_lines,
         "settings": {**asdict(run.settings), "server": run.target.describe()},

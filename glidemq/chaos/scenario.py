@@ -1,7 +1,7 @@
 """What a chaos scenario is: its fleet settings and the hooks the runner calls.
 
 A scenario is a `Scenario` subclass in a module of `glidemq.chaos.scenarios`, decorated with
-`@register`. The runner (`glidemq.chaos.runner`) does everything else: it starts the server,
+`@register`. The runner (`glidemq.chaos.lifecycle`) does everything else: it starts the server,
 the `glidemq-run` fleet and the producer, calls the hooks, drains, collects the ledger and
 checks the invariants. Order of the hooks in one run:
 
@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, ClassVar
 from .outcomes import Prediction
 
 if TYPE_CHECKING:
-    from .run import ChaosRun
+    from .context import ChaosRun
 
 __all__ = ["FleetSettings", "Scenario", "ServerKind"]
 
@@ -89,6 +89,11 @@ class Scenario:
 
     def job_data(self, run: ChaosRun) -> dict[str, dict[str, object]]:
         """Extra data for some jobs, by id (planted behaviours of the fixture processor)."""
+        return {}
+
+    def job_options(self, run: ChaosRun) -> dict[str, object]:
+        """Extra options for every job (`remove_on_complete=N` makes the run follow the
+        completed set while it goes on: see `glidemq.chaos.harvest`)."""
         return {}
 
     def reexecution_bound(self, run: ChaosRun) -> int:

@@ -38,14 +38,24 @@ class Target:
             self.cluster.stop()
 
 
-def start_target(kind: ServerKind, url: str | None = None, timeout: float = 60.0) -> Target:
-    """Start an embedded server of `kind`, or wrap `url` (then nothing is started)."""
+def start_target(
+    kind: ServerKind,
+    url: str | None = None,
+    timeout: float = 60.0,
+    node_timeout_ms: int | None = None,
+) -> Target:
+    """Start an embedded server of `kind`, or wrap `url` (then nothing is started).
+    `node_timeout_ms`: the cluster's `cluster-node-timeout` (default: the cluster's own)."""
     if url:
         return Target(url=url, kind="external")
     if kind not in SERVER_KINDS:
         raise ValueError(f"unknown server kind {kind!r}; one of {SERVER_KINDS}")
     if kind == "cluster":
-        cluster = EmbeddedCluster().start(timeout)
+        cluster = (
+            EmbeddedCluster(node_timeout_ms=node_timeout_ms)
+            if node_timeout_ms is not None
+            else EmbeddedCluster()
+        ).start(timeout)
         return Target(url=cluster.url, kind=kind, cluster=cluster)
     server = EmbeddedValkey(appendonly=kind == "aof", appendfsync="everysec").start()
     return Target(url=server.url, kind=kind, standalone=server)

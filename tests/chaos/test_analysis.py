@@ -14,7 +14,7 @@ from glidemq.chaos.analysis import (
 )
 from glidemq.chaos.collect import JobRecord, QueueLeftovers
 from glidemq.chaos.invariants import check_invariants
-from glidemq.chaos.ledger import End, Executions
+from glidemq.chaos.ledger import Executions
 
 
 def _steady(start: float, end: float, per_s: int) -> list[float]:
@@ -76,8 +76,8 @@ def test_invariants_pass_on_a_clean_ledger() -> None:
     records = {"j0": _rec("j0", "completed"), "j1": _rec("j1", "failed")}
     left = QueueLeftovers(0, 0, 1, 1, frozenset({"j0"}))
     ex = Executions()
-    ex.started["j0"].append((1.0, 10))
-    ex.ends["j0"].append(End(1.1, 10, "10-1", "d"))
+    ex.add_start("j0", 1.0, 10)
+    ex.add_end("j0", 1.1, 10, "d")
     v = check_invariants(["j0", "j1"], records, left, None, ex)
     assert (v.completed, v.failed, v.lost_ids, v.problems) == (1, 1, [], [])
     assert v.failure_reasons == {"boom": 1}
@@ -92,7 +92,7 @@ def test_invariants_name_each_broken_rule() -> None:
     }
     left = QueueLeftovers(2, 3, 2, 1, frozenset({"j0", "j2"}))
     ex = Executions()
-    ex.started["j0"].append((1.0, 10))
+    ex.add_start("j0", 1.0, 10)
     v = check_invariants(["j0", "j1", "j2", "j3"], records, left, None, ex)
     assert sorted(v.lost_ids) == ["j2", "j3"]
     assert v.stuck == {"active": 1, "missing": 1}
@@ -139,7 +139,7 @@ def test_health_percentiles_and_soak_durations() -> None:
 
 
 def test_a_run_directory_is_always_new(tmp_path: Path) -> None:
-    from glidemq.chaos.runner import fresh_run_dir
+    from glidemq.chaos.lifecycle import fresh_run_dir
 
     first = fresh_run_dir(tmp_path / "w", "kill-workers-4")
     (first / "exec").mkdir()

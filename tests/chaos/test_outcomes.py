@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from glidemq.chaos.app import result_digest
 from glidemq.chaos.collect import JobRecord
-from glidemq.chaos.ledger import End, Executions
+from glidemq.chaos.ledger import Executions
 from glidemq.chaos.outcomes import FaultMark, Prediction, classify
 
 
@@ -13,12 +13,19 @@ def _result(job_id: str, pid: int, n: int) -> dict[str, object]:
     return {"id": job_id, "pid": pid, "run": f"{pid}-{n}"}
 
 
-def _ran(ex: Executions, job_id: str, pid: int, n: int, ts: float, *, ended: bool = True) -> None:
-    ex.started[job_id].append((ts, pid))
+def _ran(
+    ex: Executions,
+    job_id: str,
+    pid: int,
+    n: int,
+    ts: float,
+    *,
+    ended: bool = True,
+    ended_by: int | None = None,
+) -> None:
+    ex.add_start(job_id, ts, pid)
     if ended:
-        ex.ends[job_id].append(
-            End(ts + 0.01, pid, f"{pid}-{n}", result_digest(_result(job_id, pid, n)))
-        )
+        ex.add_end(job_id, ts + 0.01, ended_by or pid, result_digest(_result(job_id, pid, n)))
 
 
 def _done(job_id: str, pid: int, n: int) -> JobRecord:
@@ -38,7 +45,8 @@ def test_each_job_gets_its_outcome() -> None:
     _ran(ex, "j0", 10, 1, 1.0)  # once
     _ran(ex, "j1", 10, 2, 1.0, ended=False)  # cut off by the kill of pid 10
     _ran(ex, "j1", 11, 1, 3.0)
-    _ran(ex, "j2", 10, 3, 1.0)  # its result was not kept, and nothing explains why
+    # its result was not kept, and nothing explains why (it ended on pid 14, not killed)
+    _ran(ex, "j2", 10, 3, 1.0, ended_by=14)
     _ran(ex, "j2", 11, 2, 3.0)
     _ran(ex, "j3", 12, 1, 1.0, ended=False)
     _ran(ex, "j9", 11, 3, 1.0)  # a result no one kept, for j8's "unverified"
@@ -58,8 +66,6 @@ def test_each_job_gets_its_outcome() -> None:
         FaultMark("sigkill-worker", 2.0, pids=frozenset({10})),
         FaultMark("sigkill-child", 2.0, pids=frozenset({12})),
     ]
-    # j2's first end is by pid 10, which *was* killed: explained; make it pid 14 instead
-    ex.ends["j2"][0] = End(1.01, 14, "14-1", result_digest(_result("j2", 14, 1)))
     out = classify(
         [f"j{i}" for i in range(9)], records, ex, {"j7"}, faults=faults, predictions=[crash]
     )

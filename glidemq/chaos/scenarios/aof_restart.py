@@ -15,8 +15,8 @@ import time
 
 from ...keys import QueueKeys
 from ..collect import read_jobs
+from ..context import ChaosRun
 from ..registry import register
-from ..run import ChaosRun
 from ..scenario import FleetSettings
 from .server_restart import ServerRestart
 
@@ -36,7 +36,7 @@ class AofRestart(ServerRestart):
         for point in run.fault_points(run.settings.faults, 0.2, 0.7):
             # by adds, not completions: the kill must land while the producer is adding
             await _wait_added(run, point)
-            acked = [e["job_id"] for e in run.ledger.events if e["event"] == "enqueued"]
+            acked = list(run.ledger.enqueued_ids)
             pid = server.pid
             server.kill(signal.SIGKILL)
             fault = run.fault("sigkill-server", pid, hits_all=True, acked=len(acked))

@@ -10,8 +10,8 @@ from __future__ import annotations
 import asyncio
 import time
 
+from ..context import ChaosRun
 from ..registry import register
-from ..run import ChaosRun
 from ..scenario import FleetSettings, Scenario
 
 __all__ = ["Backlog"]

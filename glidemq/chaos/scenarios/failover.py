@@ -29,8 +29,8 @@ from ...errors import GlideMQError
 from ...keys import QueueKeys
 from ...server import EmbeddedValkey
 from ...server_cluster import EmbeddedCluster
+from ..context import ChaosRun
 from ..registry import register
-from ..run import ChaosRun
 from ..scenario import FleetSettings, Scenario
 
 __all__ = ["Failover"]

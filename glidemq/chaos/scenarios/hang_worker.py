@@ -16,9 +16,9 @@ import asyncio
 import signal
 import time
 
+from ..context import ChaosRun
 from ..faults import kill_process, process_tree, wait_gone
 from ..registry import register
-from ..run import ChaosRun
 from ..scenario import FleetSettings, Scenario
 
 __all__ = ["HangWorker"]

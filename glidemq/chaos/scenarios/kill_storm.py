@@ -15,10 +15,10 @@ import itertools
 import signal
 import time
 
+from ..context import ChaosRun
 from ..faults import kill_process, process_tree
 from ..outcomes import Prediction
 from ..registry import register
-from ..run import ChaosRun
 from ..scenario import FleetSettings, Scenario
 
 __all__ = ["KillStorm", "longest_gap"]

@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import signal
 
+from ..context import ChaosRun
 from ..faults import kill_process, process_tree
 from ..registry import register
-from ..run import ChaosRun
 from ..scenario import FleetSettings, Scenario
 
 __all__ = ["KillWorkers"]

@@ -13,9 +13,9 @@ from __future__ import annotations
 
 import argparse
 
+from ..context import ChaosRun
 from ..outcomes import Prediction
 from ..registry import register
-from ..run import ChaosRun
 from ..scenario import FleetSettings, Scenario
 
 __all__ = ["MemoryKill"]

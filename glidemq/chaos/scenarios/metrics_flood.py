@@ -21,9 +21,9 @@ import signal
 import socket
 import time
 
+from ..context import ChaosRun
 from ..faults import kill_process, process_tree
 from ..registry import register
-from ..run import ChaosRun
 from ..scenario import FleetSettings, Scenario
 
 __all__ = ["MetricsFlood", "percentile"]

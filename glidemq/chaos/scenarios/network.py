@@ -26,9 +26,9 @@ import time
 from typing import Any
 from urllib.parse import urlsplit
 
+from ..context import ChaosRun
 from ..proxy import FaultProxy
 from ..registry import register
-from ..run import ChaosRun
 from ..scenario import FleetSettings, Scenario
 
 __all__ = ["Network"]

@@ -23,8 +23,8 @@ from typing import Any
 
 from glide import MaxId, MinId
 
+from ..context import ChaosRun
 from ..registry import register
-from ..run import ChaosRun
 from ..scenario import FleetSettings, Scenario
 
 __all__ = ["PLANTS", "Planted"]

@@ -10,10 +10,10 @@ from __future__ import annotations
 import asyncio
 import signal
 
+from ..context import ChaosRun
 from ..faults import kill_process, wait_gone
 from ..outcomes import Prediction
 from ..registry import register
-from ..run import ChaosRun
 from ..scenario import FleetSettings, Scenario
 
 __all__ = ["CHILD_KILLED", "CHILD_KILLED_LOADING", "SandboxCrash"]

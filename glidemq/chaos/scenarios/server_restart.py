@@ -13,8 +13,8 @@ import asyncio
 import signal
 import time
 
+from ..context import ChaosRun
 from ..registry import register
-from ..run import ChaosRun
 from ..scenario import FleetSettings, Scenario
 
 __all__ = ["ServerRestart"]

@@ -17,8 +17,11 @@ over the duration and, until it is over, injects one fault every `--fault-every`
 - `metrics-flood`: 50 idle connections on the supervisor's metrics port for 2 s, with a
   `/health` probe (latency reported, not bounded here: `metrics-flood` bounds it).
 
-Besides, `--growers` seeded jobs grow past `--max-memory-per-child` on their first attempt
-(`memory-grow`: the sandbox child is retired, the job completes on a retry). Every
+Jobs are added with `remove_on_complete=--keep-completed` (50,000), so the server's memory
+stays flat: the run reads every completed job before retention removes it
+(`glidemq.chaos.harvest`). Besides, `--growers` seeded jobs grow past
+`--max-memory-per-child` on their first attempt (`memory-grow`: the sandbox child is
+retired, the job completes on a retry). Every
 `--sample-every` seconds the run samples the worker processes' RSS and the primaries'
 `used_memory`; the result has the samples, and the run fails when the largest worker's RSS
 at the end is more than `--max-rss-growth` (10 %) above its value after the first 10 % of
@@ -41,9 +44,9 @@ from typing import Any
 import psutil
 
 from ...server import EmbeddedValkey
+from ..context import ChaosRun
 from ..faults import kill_process, process_tree, wait_gone
 from ..registry import register
-from ..run import ChaosRun
 from ..scenario import FleetSettings, Scenario
 from .kill_storm import STALLED_TOO_OFTEN
 from .memory_kill import OUT_OF_MEMORY
@@ -61,10 +64,21 @@ KINDS: tuple[str, ...] = (
     "metrics-flood",
 )
 _RSS_SLACK_MB = 8.0
-# Well below the cluster node timeout (2 s): on a loaded machine a longer freeze gets the
+# Well below the cluster node timeout: on a loaded machine a longer freeze gets the
 # node failed over, and writes it acknowledged meanwhile are lost with it (asynchronous
 # replication): a different fault from the one meant here.
 _STALL_S = 0.5
+# A 2 s node timeout fails a loaded node over on its own (seen at 2-3 per minute on a
+# busy 2-core machine), and writes it acknowledged meanwhile may be lost with it; 5 s, as
+# in docker-compose.cluster.yml, keeps failovers to the ones the soak injects.
+_NODE_TIMEOUT_MS = 5000
+# A killed node restarts by loading its data (hundreds of MB late in a long soak) and the
+# cluster is healthy once its replica synced: both take tens of seconds under load.
+_NODE_START_S = 120.0
+# The server keeps this many completed jobs (the run reads each one as it completes):
+# its memory stays flat however many jobs the soak runs.
+_KEEP_COMPLETED = 50_000
+_HEALTHY_S = 180.0
 
 
 def parse_duration(text: str) -> float:
@@ -117,8 +131,25 @@ class Soak(Scenario):
         parser.add_argument("--max-memory-per-child", type=int, default=128, metavar="MB")
         parser.add_argument("--sample-every", type=float, default=5.0, metavar="SECONDS")
         parser.add_argument("--max-rss-growth", type=float, default=0.10, metavar="FRACTION")
+        parser.add_argument(
+            "--keep-completed",
+            type=int,
+            default=_KEEP_COMPLETED,
+            metavar="N",
+            help="jobs are added with remove_on_complete=N, so the server keeps only the "
+            f"newest N completed jobs (default {_KEEP_COMPLETED:,}; 0 keeps all)",
+        )
+        parser.add_argument(
+            "--node-timeout-ms",
+            type=int,
+            default=_NODE_TIMEOUT_MS,
+            metavar="MS",
+            help=f"the cluster's cluster-node-timeout (default {_NODE_TIMEOUT_MS})",
+        )
 
     def settings(self, settings: FleetSettings, args: argparse.Namespace) -> FleetSettings:
+        # injecting lasts the whole duration: --timeout must not cut it off
+        args.timeout = max(float(args.timeout), float(args.duration) + 300.0)
         if args.rate is None:  # spread the jobs over 85 % of the duration
             return replace(settings, rate=args.jobs / (0.85 * args.duration))
         return settings
@@ -138,6 +169,10 @@ class Soak(Scenario):
         run.extra["_growers"] = growers
         grow = 3 * int(run.args.max_memory_per_child)
         return {j: {"grow_mb": grow, "grow_attempts": 1} for j in growers}
+
+    def job_options(self, run: ChaosRun) -> dict[str, object]:
+        keep = int(run.args.keep_completed)
+        return {"remove_on_complete": keep} if keep > 0 else {}
 
     def reexecution_bound(self, run: ChaosRun) -> int:
         s = run.settings
@@ -235,7 +270,7 @@ class Soak(Scenario):
     async def _sigkill_primary(self, run: ChaosRun) -> None:
         cluster = run.target.cluster
         assert cluster is not None
-        await asyncio.to_thread(cluster.wait_healthy, 60.0)
+        await asyncio.to_thread(cluster.wait_healthy, _HEALTHY_S)
         primary = await asyncio.to_thread(self._slot_primary, run)
         pid = primary.pid
         cluster.kill_node(primary)
@@ -255,13 +290,14 @@ class Soak(Scenario):
         cluster = run.target.cluster
         assert cluster is not None
         while self.down:
-            cluster.restart_node(self.down.pop())
-        cluster.wait_healthy(60.0)
+            # loading its data again takes a while on a busy machine
+            cluster.restart_node(self.down.pop(), timeout=_NODE_START_S)
+        cluster.wait_healthy(_HEALTHY_S)
 
     async def _node_stall(self, run: ChaosRun) -> None:
         cluster = run.target.cluster
         assert cluster is not None
-        await asyncio.to_thread(cluster.wait_healthy, 60.0)
+        await asyncio.to_thread(cluster.wait_healthy, _HEALTHY_S)
         node = await asyncio.to_thread(self._slot_primary, run)
         node.kill(signal.SIGSTOP, wait=False)
         fault = run.fault("node-stall", node.pid, hits_all=True, node=node.port, hold_s=_STALL_S)

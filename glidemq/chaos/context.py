@@ -1,5 +1,6 @@
-"""`ChaosRun`: what a scenario's hooks get: the server, the fleet, the seeded random source,
-the progress of the run, and the way to record faults and problems."""
+"""The context of one run, `ChaosRun`: what a scenario's hooks get: the server, the fleet,
+the seeded random source, the progress of the run, and the way to record faults and
+problems."""
 
 from __future__ import annotations
 
@@ -25,6 +26,8 @@ if TYPE_CHECKING:
     from .producer import Producer
 
 __all__ = ["ChaosRun", "Fault", "Progress"]
+
+_SPOOL = "ledger.spool.jsonl"
 
 
 @dataclass
@@ -89,7 +92,8 @@ class ChaosRun:
 
     def __post_init__(self) -> None:
         self.rng = random.Random(self.seed)
-        self.ledger = Ledger(f"{self.scenario}-{self.seed}")
+        # spooled to the run's directory: a soak's million jobs would not fit in memory
+        self.ledger = Ledger(f"{self.scenario}-{self.seed}", spool=self.workdir / _SPOOL)
         if not self.worker_url:
             self.worker_url = self.target.url
 
@@ -117,8 +121,7 @@ class ChaosRun:
             pids=tuple(hurt),
             hits_all=everything,
         )
-        self.faults.append(f)
-        self.ledger.add("fault", None, f.at, pid, kind=kind, detail=f.detail)
+        self.faults.append(f)  # into the ledger at the end, with what it learned since
         where = f" pid {pid}" if pid is not None else ""
         self.say(f"fault {len(self.faults)}: {kind}{where} at {self.progress.done:,} done")
         return f

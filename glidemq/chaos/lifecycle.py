@@ -1,4 +1,4 @@
-"""Running one scenario from start to verdict.
+"""Running one scenario from start to verdict (its lifecycle).
 
 Server up -> `prepare` -> fleet (`glidemq-run`) ready -> producer and `inject` together ->
 drain (until every job finished or `--drain-timeout`) -> fleet drained with SIGTERM ->
@@ -29,13 +29,14 @@ from ..progress import Progress
 from ..queue import Queue
 from .app import DIR_ENV
 from .collect import EventsTail, read_in_queue, read_jobs, read_leftovers
+from .context import ChaosRun
 from .fleet import Fleet
+from .harvest import Harvest
 from .invariants import check_invariants
 from .ledger import read_executions
 from .outcomes import FaultMark, classify
 from .producer import Producer
 from .result import build_result, write_records
-from .run import ChaosRun
 from .scenario import FleetSettings, Scenario
 from .target import start_target
 
@@ -92,7 +93,7 @@ def _fleet_args(run: ChaosRun) -> list[str]:
     return argv
 
 
-async def _monitor(run: ChaosRun, queue: Queue[Any, Any]) -> None:
+async def _monitor(run: ChaosRun, queue: Queue[Any, Any], harvest: Harvest | None) -> None:
     """Keep `run.progress` current. On a terminal one line is redrawn in place (jobs done of
     all, elapsed, time left); in logs a status line is printed every 30 s."""
     p = run.progress
@@ -108,8 +109,11 @@ async def _monitor(run: ChaosRun, queue: Queue[Any, Any]) -> None:
                 p.errors += 1
                 await asyncio.sleep(0.1)
                 continue
-            p.completed, p.failed = c.completed, c.failed
-            p.done = c.completed + c.failed
+            # with retention the completed set holds only the newest jobs: count what the
+            # harvest read
+            harvested = len(harvest.records) if harvest is not None else 0
+            p.completed, p.failed = max(c.completed, harvested), c.failed
+            p.done = p.completed + p.failed
             p.waiting, p.active = c.waiting + c.prioritized + c.delayed, c.active
             p.peak_backlog = max(p.peak_backlog, p.waiting)
             p.read_at = time.time()
@@ -164,7 +168,9 @@ async def run_scenario(scenario: Scenario, args: argparse.Namespace) -> dict[str
     else:
         workdir = Path(tempfile.mkdtemp(prefix=f"glidemq-chaos-{scenario.name}-"))
         keep = False
-    target = start_target(scenario.server, args.url)
+    target = start_target(
+        scenario.server, args.url, node_timeout_ms=getattr(args, "node_timeout_ms", None)
+    )
     run = ChaosRun(
         scenario=scenario.name,
         args=args,
@@ -181,6 +187,8 @@ async def run_scenario(scenario: Scenario, args: argparse.Namespace) -> dict[str
     observer: Queue[Any, Any] | None = None
     tail_client = None
     tail: EventsTail | None = None
+    harvest: Harvest | None = None
+    harvest_client = None
     tasks: dict[str, asyncio.Task[Any]] = {}
     ok = False
     try:
@@ -209,7 +217,13 @@ async def run_scenario(scenario: Scenario, args: argparse.Namespace) -> dict[str
         run.fleet.start()
         await run.fleet.wait_ready(settings.procs)
         run.say(f"{settings.procs} worker processes ready (supervisor pid {run.fleet.pid})")
-        tasks["monitor"] = asyncio.create_task(_monitor(run, observer))
+        options = scenario.job_options(run)
+        if options.get("remove_on_complete"):
+            # retention removes completed jobs: read each one before it goes
+            harvest_client = await create_client(direct, name="glidemq-chaos-harvest")
+            harvest = Harvest(harvest_client, keys)
+            tasks["harvest"] = asyncio.create_task(harvest.run())
+        tasks["monitor"] = asyncio.create_task(_monitor(run, observer, harvest))
         producer = run.producer = Producer(
             queue,
             args.jobs,
@@ -218,6 +232,7 @@ async def run_scenario(scenario: Scenario, args: argparse.Namespace) -> dict[str
             rate=settings.rate,
             on_enqueued=run.ledger.enqueued,
             overrides=scenario.job_data(run),
+            options=options,
         )
         run.started_at = time.time()
         produce = asyncio.create_task(producer.run())
@@ -247,15 +262,32 @@ async def run_scenario(scenario: Scenario, args: argparse.Namespace) -> dict[str
         with contextlib.suppress(asyncio.TimeoutError):
             await asyncio.wait_for(tasks.pop("tail"), 10)
         await tail.count_missed()
-        enqueued = [e["job_id"] for e in run.ledger.events if e["event"] == "enqueued"]
+        enqueued = run.ledger.enqueued_ids
         if len(enqueued) < args.jobs:
             run.problem(f"only {len(enqueued)} of {args.jobs} jobs were enqueued")
+        if harvest is not None:
+            harvest.stop()
+            with contextlib.suppress(asyncio.TimeoutError):
+                await asyncio.wait_for(tasks.pop("harvest"), 60)
         records = await read_jobs(tail_client, keys, enqueued)
-        leftovers = await read_leftovers(tail_client, keys)
+        removed = 0  # completed jobs whose hash retention removed: their harvested record
+        if harvest is not None:
+            for job_id in enqueued:
+                rec = records.get(job_id)
+                kept = harvest.records.get(job_id)
+                if rec is not None and rec.state is None and kept is not None:
+                    records.put(kept)
+                    removed += 1
+            run.extra["harvest"] = {
+                "read": harvest.reads,
+                "removed_before_read": harvest.gone,
+                "errors": harvest.errors,
+                "hashes_removed": removed,
+            }
+        leftovers = await read_leftovers(tail_client, keys, records)
         in_queue = await read_in_queue(tail_client, keys)
-        executions = run.executions = read_executions(exec_dir)
-        run.ledger.extend(executions.events)
-        verdict = check_invariants(enqueued, records, leftovers, tail, executions)
+        executions = run.executions = read_executions(exec_dir, sink=run.ledger)
+        verdict = check_invariants(enqueued, records, leftovers, tail, executions, removed=removed)
         scenario.check(run)
         s = settings
         outcomes = classify(
@@ -295,7 +327,8 @@ async def run_scenario(scenario: Scenario, args: argparse.Namespace) -> dict[str
         result = build_result(
             run, len(enqueued), verdict, records, executions, tail, drained_at, outcomes, bound
         )
-        for f in run.faults:  # recovery per fault, for the report's plot
+        for f in run.faults:  # each fault, and its recovery for the report's plot
+            run.ledger.add("fault", None, f.at, f.pid, kind=f.kind, detail=f.detail)
             run.ledger.add("recovery", None, f.at, f.pid, kind=f.kind, recovery_s=f.recovery_s)
         write_records(workdir, result, run.ledger)
         ok = bool(result["ok"])
@@ -308,6 +341,7 @@ async def run_scenario(scenario: Scenario, args: argparse.Namespace) -> dict[str
         finally:
             if args.ledger_out:
                 run.ledger.write(Path(args.ledger_out))
+            run.ledger.close()
             if run.fleet is not None:
                 run.fleet.kill_all()
             if observer is not None and ok and not target.embedded:
@@ -318,6 +352,7 @@ async def run_scenario(scenario: Scenario, args: argparse.Namespace) -> dict[str
                 if q is not None:
                     await q.close()
             await close_client(tail_client)
+            await close_client(harvest_client)
             target.stop()
             if keep or not ok:
                 run.say(f"logs and ledger kept in {workdir}")
