@@ -2,7 +2,7 @@
 
 The budget lives in hash `budget:{rootId}` of the root's queue; every job of the flow names
 it in its field `budget`, so `report_usage` adds to the flow's totals in the same call and a
-fetch of a job of an exceeded flow fails it or parks it (see glidemq/lua/glidemq.lua).
+fetch of a job of an exceeded flow fails it or parks it (glidemq/lua/50_fetch_complete.lua).
 """
 
 from __future__ import annotations

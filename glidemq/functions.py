@@ -1,8 +1,9 @@
 """The `glidemq` Valkey Function library: its source, its version, and loading it.
 
-The library is the real file `lua/glidemq.lua`, shipped as package data; the version is
-written into it when it is loaded. Change the file, bump `LIBRARY_VERSION` and update
-`LIBRARY_SOURCE_SHA256` together (a test enforces it).
+The library's source is the files of `lua/` (package data), one per concern, joined in the
+order LIBRARY_FILES lists into the one library `glidemq`; the version is written into it when
+it is loaded. Change any of the files, bump `LIBRARY_VERSION` and update
+`LIBRARY_SOURCE_SHA256` (the SHA-256 of the joined text) together (a test enforces it).
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from .errors import ForeignLibraryError, LibraryError, ServerError
 from .retry import is_missing_function, retrying
 
 __all__ = [
+    "LIBRARY_FILES",
     "LIBRARY_NAME",
     "LIBRARY_SOURCE_SHA256",
     "LIBRARY_VERSION",
@@ -30,12 +32,28 @@ __all__ = [
     "MARKER_VALUE",
     "connect_with_library",
     "ensure_library",
+    "library_parts",
     "library_source",
 ]
 
 LIBRARY_NAME = "glidemq"
-LIBRARY_VERSION = 18
-LIBRARY_SOURCE_SHA256 = "c2351a2ad0a42983e0dea1617509e1fa6ec3913e6063d0ef4698c47b397591ac"
+LIBRARY_VERSION = 19
+LIBRARY_SOURCE_SHA256 = "44d021009bee654a3490e771a0b9106dbd46e3fee6c08e78973457ba68f03268"
+LIBRARY_FILES = (
+    "00_prelude.lua",  # shebang, version placeholder, constants, input checks, shared helpers
+    "10_limits.lua",  # queue-wide limits, groups, token buckets, ordering keys, LIFO
+    "20_ai_native.lua",  # usage, output streams, suspend and signal
+    "30_add.lua",  # add, bulk add, dedup, promotion of due jobs
+    "40_leave_active.lua",  # leaving the active state: group slots, flow parents told
+    "50_fetch_complete.lua",  # activation, complete-and-fetch, blocking-read hand-over
+    "60_fail_stall.lua",  # failure, stall recovery, hand-back, heartbeats, delays, rate limits
+    "70_flows.lua",  # adding flows and budgets, parents waiting for children
+    "80_admin.lua",  # pause/resume, single-job and bulk operations, job schedulers
+    "90_queries.lua",  # search, counts, job id pages
+    "95_broadcast.lua",  # broadcast stream trimming
+)
+"""The library's source files in `lua/`, in the order they are joined: a file may use the
+local functions of the files before it, never of those after it."""
 _PLACEHOLDER = "__GLIDEMQ_LIBRARY_VERSION__"
 _VERSION_KEY = "{glidemq}:_"
 MARKER_FUNCTION = "glidemq_library"
@@ -43,9 +61,15 @@ MARKER_FUNCTION = "glidemq_library"
 MARKER_VALUE = "glidemq-python"
 
 
+def library_parts() -> list[tuple[str, str]]:
+    """(file name, text) of every source file of the library as shipped, in LIBRARY_FILES order."""
+    lua = resources.files("glidemq").joinpath("lua")
+    return [(name, lua.joinpath(name).read_text(encoding="utf-8")) for name in LIBRARY_FILES]
+
+
 def raw_library_source() -> str:
-    """The text of `lua/glidemq.lua` as shipped."""
-    return resources.files("glidemq").joinpath("lua/glidemq.lua").read_text(encoding="utf-8")
+    """The library's source files joined in order, the version placeholder still in it."""
+    return "".join(text for _, text in library_parts())
 
 
 @cache
@@ -53,12 +77,12 @@ def library_source() -> str:
     """The library as loaded into Valkey: the shipped file with its version filled in."""
     src = raw_library_source()
     if _PLACEHOLDER not in src:
-        raise LibraryError("lua/glidemq.lua has no version placeholder")
+        raise LibraryError("the glidemq library source has no version placeholder")
     return src.replace(_PLACEHOLDER, str(LIBRARY_VERSION))
 
 
 def source_sha256() -> str:
-    """SHA-256 of the shipped file, compared with LIBRARY_SOURCE_SHA256 by the test suite."""
+    """SHA-256 of the joined source files, compared with LIBRARY_SOURCE_SHA256 by the tests."""
     return hashlib.sha256(raw_library_source().encode()).hexdigest()
 
 

@@ -1,6 +1,6 @@
 """Flows of the in-memory engine: parents that wait for their children, across queues.
 
-The rules are the server library's (glidemq.lua: flowNotify, settleChild, wakeParent,
+The rules are the server library's (glidemq/lua/: flowNotify, settleChild, wakeParent,
 adding a flow, wire.flows.register_parent, wire.flows.move_to_waiting_children): a child that
 finishes records its value (or its ignored failure) with each parent; a parent whose last
 pending child finished is enqueued, after its own delay; a child's final failure fails its

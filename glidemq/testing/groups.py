@@ -1,6 +1,6 @@
 """Groups, ordering keys, group rate limits, token buckets and LIFO of an in-memory queue.
 
-The rules are those of the server library's limit functions (glidemq.lua: joinGroup,
+The rules are those of the server library's limit functions (lua/10_limits.lua: joinGroup,
 admitGroupJob, passSlot, orderingDone, forgetJob, admitLifo): a job of a group is admitted
 when a worker takes it, or parked (`group-waiting` while its group is full or an earlier job
 of its ordering key has not finished, `rate-limited` while its group's window or bucket

@@ -1,6 +1,6 @@
 """The state of one in-memory queue and every transition of its jobs.
 
-Each method is the counterpart of one function of the server library (glidemq.lua) and keeps
+Each method is the counterpart of one function of the server library (glidemq/lua/) and keeps
 its rules: the states, what a call returns for a missing or busy job, retention, events.
 All calls run on the event loop thread, so each is atomic like an FCALL.
 """

@@ -66,8 +66,6 @@ LAYOUTS: dict[str, Layout] = {}
 UNWRAPPED: dict[str, str] = {
     "glidemq_version": "read by glidemq.functions when it loads the library (on all primaries)",
     "glidemq_library": "the ownership marker glidemq.functions asks before loading",
-    "glidemq_complete": "for raw consumers written from docs/WIRE_PROTOCOL.md; our workers "
-    "complete through glidemq_completeAndFetchNext",
     "glidemq_addFlow": "the documented flow call for raw producers; FlowProducer uses "
     "glidemq_addTree (DAGs, several queues)",
     "glidemq_nextDue": "for raw consumers polling the delayed set; our workers learn the next "

@@ -14,7 +14,6 @@ import re
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from importlib import resources
 from typing import Any
 
 import pytest
@@ -22,6 +21,7 @@ import valkey
 from valkey.cluster import ValkeyCluster
 
 from glidemq import ConnectionOptions, Queue
+from glidemq.functions import library_source
 
 GARBAGE = ("nan", "inf", "-inf", "abc", "1.5", "-3", "1e400", "0x", " ")
 TS, OPT, ARGS, FLOW = "ERR:BAD_TIMESTAMP", "ERR:BAD_OPTION", "ERR:BAD_ARGS", "ERR:BAD_FLOW"
@@ -86,7 +86,7 @@ def snapshot(r: Any, p: str) -> dict[bytes, tuple[Any, Any]]:
 
 def library_functions() -> set[str]:
     """The names the library registers."""
-    text = resources.files("glidemq").joinpath("lua/glidemq.lua").read_text()
+    text = library_source()
     found = re.findall(r"function_name = '(glidemq_\w+)'|register_function\('(glidemq_\w+)'", text)
     return {a or b for a, b in found}
 
@@ -204,14 +204,6 @@ def build_cases(r: Any, p: str) -> list[Case]:
             negative_ok=frozenset({8}),
             entry_ids=(6,),
             min_args=5,
-        ),
-        Case(
-            "glidemq_complete",
-            fetch_keys,
-            [now, "c1", "0", "1", "1", a, ea, '"r"', "-1", "0"],
-            {0: TS, 8: ARGS, 9: ARGS},
-            negative_ok=frozenset({8}),
-            entry_ids=(6,),
         ),
         Case(
             "glidemq_moveToActive",

@@ -85,12 +85,6 @@ async def test_late_completion_of_a_reclaimed_job_is_a_no_op(queue: Queue[Any, A
 
     # The frozen consumer wakes up and reports, by every path: all refused.
     assert await _complete(queue, "frozen", job.id, first, {"by": "frozen"}) == "stale"
-    single = await ctx.fcall(
-        "glidemq_complete",
-        ctx.fetch_keys,
-        [str(now_ms()), "frozen", "0", "1", "1", job.id, first, '{"by":"frozen"}', "-1", "0"],
-    )
-    assert single == b"stale"
     failed = await ctx.fcall(
         "glidemq_fail",
         ctx.fail_keys,

@@ -1,4 +1,4 @@
-"""The shipped function library file and the version/checksum pinned in glidemq.functions."""
+"""The function library's source files and the version/checksum pinned in glidemq.functions."""
 
 from __future__ import annotations
 
@@ -7,30 +7,65 @@ import re
 from importlib import resources
 
 from glidemq import functions
-from glidemq.functions import LIBRARY_SOURCE_SHA256, LIBRARY_VERSION, library_source
+from glidemq.functions import (
+    LIBRARY_FILES,
+    LIBRARY_SOURCE_SHA256,
+    LIBRARY_VERSION,
+    library_parts,
+    library_source,
+)
 from tests.lua_headers import Arity, registered_functions, wire_headers
 
-
-def _shipped_bytes() -> bytes:
-    return resources.files("glidemq").joinpath("lua/glidemq.lua").read_bytes()
+_PLACEHOLDER = "__GLIDEMQ_LIBRARY_VERSION__"
 
 
-def test_source_sha256_matches_the_shipped_lua_file() -> None:
-    actual = hashlib.sha256(_shipped_bytes()).hexdigest()
+def _shipped_files() -> dict[str, bytes]:
+    """Every .lua file in the package's lua/ directory, by name."""
+    lua = resources.files("glidemq").joinpath("lua")
+    return {f.name: f.read_bytes() for f in lua.iterdir() if f.name.endswith(".lua")}
+
+
+def test_loaded_text_is_the_listed_files_joined_in_order() -> None:
+    files = _shipped_files()
+    assert sorted(files) == sorted(LIBRARY_FILES), "every .lua file of glidemq/lua/ is listed"
+    assert len(set(LIBRARY_FILES)) == len(LIBRARY_FILES)
+    joined = b"".join(files[name] for name in LIBRARY_FILES).decode()
+    assert [name for name, _ in library_parts()] == list(LIBRARY_FILES)
+    assert functions.raw_library_source() == joined
+    assert library_source() == joined.replace(_PLACEHOLDER, str(LIBRARY_VERSION))
+    for name in LIBRARY_FILES:
+        # a file that did not end its last line would run into the next file's first
+        assert files[name].endswith(b"\n"), f"{name} must end with a newline"
+
+
+def test_source_sha256_matches_the_joined_lua_files() -> None:
+    joined = b"".join(_shipped_files()[name] for name in LIBRARY_FILES)
+    actual = hashlib.sha256(joined).hexdigest()
     assert actual == LIBRARY_SOURCE_SHA256, (
-        "glidemq/lua/glidemq.lua changed: bump LIBRARY_VERSION and update LIBRARY_SOURCE_SHA256 "
+        "glidemq/lua/*.lua changed: bump LIBRARY_VERSION and update LIBRARY_SOURCE_SHA256 "
         f"in glidemq/functions.py (the new sha256 is {actual})"
     )
     assert functions.source_sha256() == actual
 
 
+def test_shebang_and_placeholder_appear_once() -> None:
+    parts = dict(library_parts())
+    first = LIBRARY_FILES[0]
+    assert parts[first].startswith("#!lua name=glidemq\n")
+    assert _PLACEHOLDER in parts[first]
+    for name, text in parts.items():
+        if name != first:
+            assert "#!lua" not in text, name
+            assert _PLACEHOLDER not in text, name
+    assert functions.raw_library_source().count(_PLACEHOLDER) == 1
+
+
 def test_loaded_source_carries_the_version_and_no_placeholder() -> None:
     src = library_source()
     assert src.startswith("#!lua name=glidemq\n")
-    assert "__GLIDEMQ_LIBRARY_VERSION__" not in src
+    assert src.count("#!lua") == 1
+    assert _PLACEHOLDER not in src
     assert f"local LIBRARY_VERSION = '{LIBRARY_VERSION}'" in src
-    # The shipped file keeps the placeholder; only the loaded text has the number.
-    assert "__GLIDEMQ_LIBRARY_VERSION__" in _shipped_bytes().decode()
 
 
 def test_library_registers_the_documented_functions() -> None:
@@ -39,6 +74,7 @@ def test_library_registers_the_documented_functions() -> None:
         "glidemq_version",
         "glidemq_addJob",
         "glidemq_dedup",
+        "glidemq_addFlow",
         "glidemq_pause",
         "glidemq_resume",
     ):

@@ -10,6 +10,7 @@ import pytest
 
 import glidemq
 from glidemq import errors
+from glidemq.functions import LIBRARY_FILES
 
 _CORE_MODULES = (
     "glidemq.connection",
@@ -68,9 +69,12 @@ def test_py_typed_marker_ships() -> None:
 
 
 def test_function_library_ships_as_package_data() -> None:
-    lua = resources.files("glidemq").joinpath("lua/glidemq.lua")
-    assert lua.is_file()
-    assert lua.read_text(encoding="utf-8").startswith("#!lua name=glidemq")
+    lua = resources.files("glidemq").joinpath("lua")
+    for name in LIBRARY_FILES:
+        assert lua.joinpath(name).is_file(), name
+    assert (
+        lua.joinpath(LIBRARY_FILES[0]).read_text(encoding="utf-8").startswith("#!lua name=glidemq")
+    )
 
 
 def test_version_matches_distribution_metadata() -> None:

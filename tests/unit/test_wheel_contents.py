@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from glidemq.bench.loadtest import LOCUSTFILE, locust_missing
+from glidemq.functions import LIBRARY_FILES
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -74,7 +75,9 @@ def test_wheel_has_no_development_files(tmp_path: Path) -> None:
         "glidemq/dashboard/templates/base.html",
     ):
         assert needed in names, needed
-    assert any(n.startswith("glidemq/lua/") and n.endswith(".lua") for n in names)
+    # every source file of the function library (they are joined when it is loaded)
+    for lua in LIBRARY_FILES:
+        assert f"glidemq/lua/{lua}" in names, lua
 
 
 def test_locust_file_is_found_in_the_checkout() -> None:
