@@ -8,12 +8,13 @@ the drain: 3-5 minutes on a busy 2-core machine)."""
 
 from __future__ import annotations
 
+import argparse
 from pathlib import Path
 
 import orjson
 import pytest
 
-from glidemq.chaos.scenarios.soak import KINDS
+from glidemq.chaos.scenarios.soak import KINDS, Soak
 
 from .conftest import Runner
 
@@ -43,3 +44,46 @@ def test_short_soak(chaos: Runner, tmp_path: Path) -> None:
     events = [orjson.loads(x) for x in (run_dir / "jobs.jsonl").read_bytes().splitlines()]
     kinds = {e["kind"] for e in events if e["event"] == "recovery"}
     assert set(KINDS) <= kinds
+
+
+class _Verdict:
+    """What `Soak.check` reads and writes of a run: its size, flags and problems."""
+
+    def __init__(self, jobs: int) -> None:
+        self.jobs = jobs
+        self.args = argparse.Namespace(max_rss_growth=0.10)
+        self.extra: dict[str, object] = {}
+        self.problems: list[str] = []
+
+    def problem(self, text: str) -> None:
+        self.problems.append(text)
+
+
+def _samples(upto: int, step: int) -> list[dict[str, float]]:
+    return [
+        {"t_s": i, "done": i, "worker_rss_max_mb": 50.0, "worker_rss_mb": 150.0,
+         "children_rss_mb": 900.0, "server_used_mb": 40.0}
+        for i in range(0, upto + 1, step)
+    ]  # fmt: skip
+
+
+def test_memory_samples_that_stop_early_fail_the_soak() -> None:
+    # A sampler that died a third of the way in once let a run call its memory flat.
+    soak = Soak()
+    soak.samples = _samples(360_000, 5_000)
+    run = _Verdict(1_000_000)
+    soak.check(run)  # type: ignore[arg-type]
+    assert run.problems and "too few to judge" in run.problems[0]
+
+    soak.samples = _samples(1_000_000, 5_000)
+    run = _Verdict(1_000_000)
+    soak.check(run)  # type: ignore[arg-type]
+    assert run.problems == []
+    assert run.extra["memory"]["worker_rss_max_mb"]["end"] == 50.0  # type: ignore[index]
+
+
+def test_no_memory_samples_fail_the_soak() -> None:
+    soak = Soak()
+    run = _Verdict(20_000)
+    soak.check(run)  # type: ignore[arg-type]
+    assert run.problems, "a soak without memory samples must not pass"

@@ -64,6 +64,8 @@ KINDS: tuple[str, ...] = (
     "metrics-flood",
 )
 _RSS_SLACK_MB = 8.0
+# the last memory sample must come after this share of the jobs is done
+_SAMPLED_SHARE = 0.9
 # Well below the cluster node timeout: on a loaded machine a longer freeze gets the
 # node failed over, and writes it acknowledged meanwhile are lost with it (asynchronous
 # replication): a different fault from the one meant here.
@@ -115,6 +117,7 @@ class Soak(Scenario):
         self.background: set[asyncio.Task[Any]] = set()
         self.unplanned: list[dict[str, Any]] = []
         self.checked = 0.0
+        self.sample_errors = 0
 
     def add_arguments(self, parser: argparse.ArgumentParser) -> None:
         parser.add_argument(
@@ -335,54 +338,68 @@ class Soak(Scenario):
             fault.ended = time.time()
 
     async def _sample(self, run: ChaosRun) -> None:
-        assert run.fleet is not None and run.target.cluster is not None
         every = float(run.args.sample_every)
-        last = None
+        last: int | None = None
         while True:
-            with contextlib.suppress(Exception):
-                primary = (await asyncio.to_thread(self._slot_primary, run)).port
-                planned = any(
-                    f.kind == "sigkill-primary" and f.at > self.checked for f in run.faults
-                )
-                if last is not None and primary != last and not planned:
-                    # nobody asked for this one: a node the cluster thought dead
-                    self.unplanned.append(
-                        {"t_s": round(time.time() - run.started_at, 1), "from": last, "to": primary}
-                    )
-                    run.say(f"unplanned failover of the queue's slot: node {last} -> {primary}")
-                last = primary
-                self.checked = time.time()
-            workers = []
-            for p in run.fleet.workers():
-                with contextlib.suppress(psutil.Error):
-                    workers.append(p.memory_info().rss)
-            children = []
-            for p in run.fleet.sandbox_children():
-                with contextlib.suppress(psutil.Error):
-                    children.append(p.memory_info().rss)
-            server = 0
-            for node in run.target.cluster.primaries():
-                with contextlib.suppress(Exception):
-                    info = str(await asyncio.to_thread(node.execute, "INFO", "memory"))
-                    m = re.search(r"used_memory:(\d+)", info)
-                    server += int(m.group(1)) if m else 0
-            self.samples.append(
-                {
-                    "t_s": round(time.time() - run.started_at, 1),
-                    "done": run.progress.done,
-                    "worker_rss_max_mb": _mb(max(workers, default=0)),
-                    "worker_rss_mb": _mb(sum(workers)),
-                    "children_rss_mb": _mb(sum(children)),
-                    "server_used_mb": _mb(server),
-                }
-            )
+            try:
+                last = await self._sample_once(run, last)
+            except Exception as exc:  # a node down mid-sample: skip this one, keep sampling
+                self.sample_errors += 1
+                if self.sample_errors == 1:
+                    run.say(f"memory sample skipped: {type(exc).__name__}: {exc}")
             await asyncio.sleep(every)
+
+    async def _sample_once(self, run: ChaosRun, last: int | None) -> int | None:
+        assert run.fleet is not None and run.target.cluster is not None
+        with contextlib.suppress(Exception):
+            primary = (await asyncio.to_thread(self._slot_primary, run)).port
+            planned = any(f.kind == "sigkill-primary" and f.at > self.checked for f in run.faults)
+            if last is not None and primary != last and not planned:
+                # nobody asked for this one: a node the cluster thought dead
+                self.unplanned.append(
+                    {"t_s": round(time.time() - run.started_at, 1), "from": last, "to": primary}
+                )
+                run.say(f"unplanned failover of the queue's slot: node {last} -> {primary}")
+            last = primary
+            self.checked = time.time()
+        workers = []
+        for p in run.fleet.workers():
+            with contextlib.suppress(psutil.Error):
+                workers.append(p.memory_info().rss)
+        children = []
+        for p in run.fleet.sandbox_children():
+            with contextlib.suppress(psutil.Error):
+                children.append(p.memory_info().rss)
+        server = 0
+        for node in await asyncio.to_thread(run.target.cluster.primaries):
+            with contextlib.suppress(Exception):
+                info = str(await asyncio.to_thread(node.execute, "INFO", "memory"))
+                m = re.search(r"used_memory:(\d+)", info)
+                server += int(m.group(1)) if m else 0
+        self.samples.append(
+            {
+                "t_s": round(time.time() - run.started_at, 1),
+                "done": run.progress.done,
+                "worker_rss_max_mb": _mb(max(workers, default=0)),
+                "worker_rss_mb": _mb(sum(workers)),
+                "children_rss_mb": _mb(sum(children)),
+                "server_used_mb": _mb(server),
+            }
+        )
+        return last
 
     def check(self, run: ChaosRun) -> None:
         run.extra["unplanned_failovers"] = self.unplanned
         samples = self.samples
         run.extra["memory_samples"] = samples[:: max(1, len(samples) // 200)]
-        if len(samples) < 3:
+        run.extra["memory_sample_errors"] = self.sample_errors
+        if len(samples) < 3 or samples[-1]["done"] < run.jobs * _SAMPLED_SHARE:
+            # memory is judged at the end of the run: samples that stop early prove nothing
+            run.problem(
+                f"soak: memory was sampled {len(samples)} times, the last at "
+                f"{samples[-1]['done'] if samples else 0:,} of {run.jobs:,} jobs done: too "
+                "few to judge whether it stayed flat"
+            )
             return
         tenth = next((s for s in samples if s["done"] >= run.jobs / 10), samples[0])
         at = samples.index(tenth)
