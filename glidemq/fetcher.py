@@ -123,7 +123,7 @@ class Fetcher:
         n = w.slots.reserve()
         try:
             reply = await fetch.complete_and_fetch_next(
-                ctx, [str(now_ms()), w.consumer, str(n), w.emit_flag, "0", *w.limiter]
+                ctx, now_ms(), w.consumer, n, w.emit_flag, (), w.limiter
             )
             self.start(reply[1])
         finally:
@@ -160,20 +160,20 @@ class Fetcher:
                 raise to_glidemq_error(exc, "blocking read") from exc
             if not reply:
                 return
-            args = [str(now_ms()), w.emit_flag, *w.limiter]
+            pairs: list[str] = []  # entry id, job id, ...
             foreign: list[bytes] = []  # no job id: the library moves them to quarantine
             for entries in reply.values():
                 for entry_id, fields in entries.items():
                     job_id = next(
                         (v for k, v in (fields or []) if k == b"id"), b""
                     )  # entry fields are [[field, value], ...]
-                    args += [entry_id.decode(), job_id.decode()]
+                    pairs += [entry_id.decode(), job_id.decode()]
                     if fields and not job_id:
                         foreign.append(entry_id)
             if w.paused:  # paused while the read was blocked: hand the entries back
-                await fetch.defer_active(ctx, w.consumer, args[4:])
+                await fetch.defer_active(ctx, w.consumer, pairs)
             else:
-                flat = await fetch.move_to_active(ctx, args)
+                flat = await fetch.move_to_active(ctx, now_ms(), w.emit_flag, w.limiter, pairs)
                 self.start(flat)
             if foreign:
                 self.quarantined(foreign)

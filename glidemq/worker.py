@@ -385,21 +385,23 @@ class Worker(WorkerLifecycle, Generic[D, R]):
         self, batch: list[tuple[Job[D, R], bytes, tuple[int, int]]], fetch: int
     ) -> None:
         assert self._ctx is not None
-        args: list[str | bytes] = [
-            str(now_ms()),
-            self.consumer,
-            str(fetch),
-            self._emit_flag,
-            str(len(batch)),
+        completions = [
+            (job.id, job.entry_id or "", rv, keep_count, keep_age)
+            for job, rv, (keep_count, keep_age) in batch
         ]
-        for job, rv, (keep_count, keep_age) in batch:
-            args += [job.id, job.entry_id or "", rv, str(keep_count), str(keep_age)]
-        args += self._link.limiter
         reply: Any = None
         try:
             try:
                 # Transient faults are retried inside fcall, within the connection's budget.
-                reply = await wire.fetch.complete_and_fetch_next(self._ctx, args)
+                reply = await wire.fetch.complete_and_fetch_next(
+                    self._ctx,
+                    now_ms(),
+                    self.consumer,
+                    fetch,
+                    self._emit_flag,
+                    completions,
+                    self._link.limiter,
+                )
             except GlideMQError as exc:
                 self.events.emit("error", exc)
                 # The jobs stay in the PEL; stall recovery runs them again.

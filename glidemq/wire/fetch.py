@@ -24,6 +24,7 @@ __all__ = [
     "PROMOTE",
     "RATE_LIMIT",
     "RECLAIM_STALLED",
+    "Completion",
     "complete_and_fetch_next",
     "complete_and_fetch_next_call",
     "defer_active",
@@ -63,29 +64,60 @@ def _fail_keys(k: QueueKeys) -> list[str]:
     return [k.stream, k.failed, k.events, k.scheduled, k.meta]
 
 
-def complete_and_fetch_next_call(keys: QueueKeys, args: list[str | bytes]) -> Call:
-    """glidemq_completeAndFetchNext with `args`: now, consumer, how many to fetch, the
-    events flag, how many completions, five items per completion (id, entry, return value,
-    keep count, keep age), then the worker's limiter arguments."""
+Completion = tuple[str, str, bytes, int, int]
+"""One finished job for completeAndFetchNext: job id, entry id, encoded return value, and the
+completed-retention count and age (0 for none)."""
+
+
+def complete_and_fetch_next_call(
+    keys: QueueKeys,
+    now: int,
+    consumer: str,
+    fetch: int,
+    emit: str,
+    completions: Sequence[Completion],
+    limiter: Sequence[str],
+) -> Call:
+    """glidemq_completeAndFetchNext: record `completions` and take up to `fetch` new jobs for
+    `consumer`; `emit` is the events flag, `limiter` the worker limiter's max and duration
+    ('0', '0' without one)."""
+    args: list[str | bytes] = [str(now), consumer, str(fetch), emit, str(len(completions))]
+    for job_id, entry_id, value, keep_count, keep_age in completions:
+        args += [job_id, entry_id, value, str(keep_count), str(keep_age)]
+    args += limiter
     return COMPLETE_AND_FETCH_NEXT.call(_fetch_keys(keys), args)
 
 
-async def complete_and_fetch_next(ctx: QueueContext, args: list[str | bytes]) -> Any:
+async def complete_and_fetch_next(
+    ctx: QueueContext,
+    now: int,
+    consumer: str,
+    fetch: int,
+    emit: str,
+    completions: Sequence[Completion],
+    limiter: Sequence[str],
+) -> Any:
     """[statuses of the completions, fetched entries (entry, id, fields) flat, 1 when the
     queue is paused, ms the queue is rate limited for, quarantined entries]."""
-    return await send(ctx, complete_and_fetch_next_call(ctx.keys, args))
+    call = complete_and_fetch_next_call(ctx.keys, now, consumer, fetch, emit, completions, limiter)
+    return await send(ctx, call)
 
 
-def move_to_active_call(keys: QueueKeys, args: Sequence[str | bytes]) -> Call:
-    """glidemq_moveToActive of entries a blocking read delivered: now, the events flag, the
-    worker limiter's max and duration, then entry and job id pairs. Not resent after an
-    ambiguous failure: a second run would drop the entries."""
-    return MOVE_TO_ACTIVE.call(_fetch_keys(keys), list(args))
+def move_to_active_call(
+    keys: QueueKeys, now: int, emit: str, limiter: Sequence[str], pairs: Sequence[str]
+) -> Call:
+    """glidemq_moveToActive of entries a blocking read delivered: `pairs` is entry id, job id,
+    entry id, job id...; `limiter` as for completeAndFetchNext. Not resent after an ambiguous
+    failure: a second run would drop the entries."""
+    args: list[str | bytes] = [str(now), emit, *limiter, *pairs]
+    return MOVE_TO_ACTIVE.call(_fetch_keys(keys), args)
 
 
-async def move_to_active(ctx: QueueContext, args: Sequence[str | bytes]) -> Any:
+async def move_to_active(
+    ctx: QueueContext, now: int, emit: str, limiter: Sequence[str], pairs: Sequence[str]
+) -> Any:
     """The activated entries flat (entry, id, fields), as completeAndFetchNext's second item."""
-    return await send(ctx, move_to_active_call(ctx.keys, args))
+    return await send(ctx, move_to_active_call(ctx.keys, now, emit, limiter, pairs))
 
 
 def fail_call(

@@ -69,14 +69,20 @@ SAMPLES: dict[str, Callable[[], Iterable[Call]]] = {
     ],
     "glidemq_setFlowBudget": lambda: [flows.set_flow_budget_call("b", 1, 100, 0.5, "fail")],
     "glidemq_completeAndFetchNext": lambda: [
-        fetch.complete_and_fetch_next_call(K, ["1", "c", "1", "1", "0"]),
+        fetch.complete_and_fetch_next_call(K, 1, "c", 1, "1", (), ("0", "0")),
         fetch.complete_and_fetch_next_call(
-            K, ["1", "c", "0", "1", "1", "id", "1-0", b"rv", "0", "0", "10", "1000"]
+            K,
+            1,
+            "c",
+            0,
+            "1",
+            [("id", "1-0", b"rv", 0, 0), ("j", "2-0", b"", 5, 60)],
+            ("10", "1000"),
         ),
     ],
     "glidemq_moveToActive": lambda: [
-        fetch.move_to_active_call(K, ["1", "1", "0", "0"]),
-        fetch.move_to_active_call(K, ["1", "1", "0", "0", "1-0", "1", "2-0", "2"]),
+        fetch.move_to_active_call(K, 1, "1", ("0", "0"), []),
+        fetch.move_to_active_call(K, 1, "1", ("0", "0"), ["1-0", "1", "2-0", "2"]),
     ],
     "glidemq_fail": lambda: [
         fetch.fail_call(K, 1, "1", "1", "1-0", "boom", -1, (0, 0), True, ""),
