@@ -21,24 +21,56 @@ from .wire import fetch
 if TYPE_CHECKING:
     from .link import WorkerLink
 
-__all__ = ["Fetcher"]
+__all__ = ["Fetcher", "InOrder"]
 
 log = logging.getLogger("glidemq.worker")
 
 
+class InOrder:
+    """Hands the jobs of fetch replies on in the order the calls were sent. valkey-glide may
+    resolve concurrent calls out of order, and jobs must start (or be held) in queue order.
+    Every `ticket` taken must be `deliver`ed once, with an empty list when its call failed."""
+
+    __slots__ = ("_early", "_next", "_sent", "start")
+
+    def __init__(self, start: Callable[[list[Any]], None]) -> None:
+        self.start = start
+        self._sent = 0
+        self._next = 0
+        self._early: dict[int, list[Any]] = {}
+
+    def ticket(self) -> int:
+        """The place of a fetch about to be sent."""
+        t = self._sent
+        self._sent += 1
+        return t
+
+    def deliver(self, ticket: int, flat: list[Any]) -> None:
+        """The reply of fetch `ticket`: start its jobs once every earlier fetch's are."""
+        if ticket != self._next:
+            self._early[ticket] = flat
+            return
+        self._next += 1
+        self.start(flat)
+        while self._next in self._early:
+            flat = self._early.pop(self._next)
+            self._next += 1
+            self.start(flat)
+
+
 class Fetcher:
     """The fetch loop of one Worker; it fills the worker's free slots (`link.slots`).
-    `start(flat)` starts the jobs of a fetch reply; while `completing()` is true, the
-    worker's completions fetch and this loop stands aside."""
+    `order` starts the jobs of replies in the order the fetches were sent; while
+    `completing()` is true, the worker's completions fetch and this loop stands aside."""
 
     def __init__(
         self,
         link: WorkerLink,
-        start: Callable[[list[Any]], None],
+        order: InOrder,
         completing: Callable[[], bool],
     ) -> None:
         self.link = link
-        self.start = start
+        self.order = order
         self.completing = completing
         self.drained_emitted = False
         self.limited_ms = 0  # > 0: a queue-wide limit stopped the last fetch for this long
@@ -121,12 +153,14 @@ class Fetcher:
         ctx = w.ctx
         assert ctx is not None
         n = w.slots.reserve()
+        ticket, flat = self.order.ticket(), []
         try:
             reply = await fetch.complete_and_fetch_next(
                 ctx, now_ms(), w.consumer, n, w.emit_flag, (), w.limiter
             )
-            self.start(reply[1])
+            flat = reply[1]
         finally:
+            self.order.deliver(ticket, flat)
             w.slots.release(n)
         if len(reply) > 4 and reply[4]:
             self.quarantined(reply[4])
@@ -173,8 +207,11 @@ class Fetcher:
             if w.paused:  # paused while the read was blocked: hand the entries back
                 await fetch.defer_active(ctx, w.consumer, pairs)
             else:
-                flat = await fetch.move_to_active(ctx, now_ms(), w.emit_flag, w.limiter, pairs)
-                self.start(flat)
+                ticket, flat = self.order.ticket(), []
+                try:
+                    flat = await fetch.move_to_active(ctx, now_ms(), w.emit_flag, w.limiter, pairs)
+                finally:
+                    self.order.deliver(ticket, flat)
             if foreign:
                 self.quarantined(foreign)
         finally:

@@ -8,6 +8,10 @@ sandbox pool may add slots for runs it would queue in its children (`SlotExtensi
 The job table maps each stream entry the worker holds in the PEL to its job and the task
 running it; the heartbeat, the watchdog and close read it, and a finished job leaves it. Every
 change that may free a slot wakes the fetch loop (`wake`).
+
+A job taken beyond the concurrency (see glidemq/hold.py) is *held*: it takes a slot like a
+running job, sits in the job table without a task, and waits in order until a running job
+ends (`next_held`); `executing` counts only the jobs actually running.
 """
 
 from __future__ import annotations
@@ -49,6 +53,7 @@ class Slots(Generic[J]):
 
     __slots__ = (
         "_extension",
+        "_held",
         "_jobs",
         "_reserved",
         "_revoked",
@@ -68,6 +73,7 @@ class Slots(Generic[J]):
         self._reserved = 0
         self._jobs: dict[str, tuple[J, asyncio.Task[Any] | None]] = {}
         self._revoked: set[str] = set()
+        self._held: dict[str, None] = {}  # entry ids of held jobs, oldest first
         self._wake = asyncio.Event()
 
     # -- counting -------------------------------------------------------------------------
@@ -81,6 +87,11 @@ class Slots(Generic[J]):
     def reserved(self) -> int:
         """Slots promised to fetches in flight."""
         return self._reserved
+
+    @property
+    def executing(self) -> int:
+        """Jobs running now: the running slots less the held jobs."""
+        return self._running - len(self._held)
 
     def free(self) -> int:
         """Slots neither running a job nor promised to a fetch in flight (with a sandbox,
@@ -150,12 +161,43 @@ class Slots(Generic[J]):
     def clear(self) -> None:
         """Forget every job held (the worker closed and handed them back)."""
         self._jobs.clear()
+        self._held.clear()
 
     def __len__(self) -> int:
         return len(self._jobs)
 
     def __iter__(self) -> Iterator[str]:
         return iter(list(self._jobs))
+
+    # -- held jobs ------------------------------------------------------------------------
+
+    @property
+    def held_count(self) -> int:
+        """Jobs taken beyond the concurrency that wait for a running job to end."""
+        return len(self._held)
+
+    def hold_back(self, entry_id: str, job: J) -> None:
+        """Hold a started job (its slot counted by `start`) until `next_held` gives it."""
+        self._jobs[entry_id] = (job, None)
+        self._held[entry_id] = None
+
+    def next_held(self) -> tuple[str, J] | None:
+        """The oldest held job, no longer held (the caller starts it), or None."""
+        while self._held:
+            entry_id = next(iter(self._held))
+            del self._held[entry_id]
+            held = self._jobs.get(entry_id)
+            if held is not None:
+                return entry_id, held[0]
+        return None
+
+    def take_held(self) -> list[tuple[str, J]]:
+        """Every held job, out of the table with its slot freed (to be handed back)."""
+        taken = [(e, self._jobs.pop(e)[0]) for e in self._held if e in self._jobs]
+        self._running -= len(self._held)
+        self._held.clear()
+        self._wake.set()
+        return taken
 
     # -- aborting -------------------------------------------------------------------------
 
@@ -165,6 +207,16 @@ class Slots(Generic[J]):
         worker owns it now and the job leaves the table (nothing is reported for it)."""
         cancelled = False
         for entry_id, (job, task) in list(self._jobs.items()):
+            if job.id == job_id and entry_id in self._held:
+                # Not started: a revoked one fails when it would start; a lost one leaves.
+                if revoked:
+                    self._revoked.add(job_id)
+                else:
+                    del self._held[entry_id], self._jobs[entry_id]
+                    self._running -= 1
+                    self._wake.set()
+                cancelled = True
+                continue
             if job.id != job_id or task is None or task.done():
                 continue
             if revoked:

@@ -388,6 +388,11 @@ class WorkerOptions:
     limiter: at most `max` jobs start per `duration` ms, counted over all workers of the queue;
     max_result_bytes: largest serialized return value stored (bytes); a larger one fails the try.
     serializer: how results are encoded, `"json"` or `"msgpack"`: must be the queue's.
+    hold_window: jobs taken beyond `concurrency` while others run, so the next one starts
+    without a round trip: about this many ms of work at the recent run time (0: none;
+    docs/USAGE.md "Held jobs"); max_held: the most jobs held at once (default: concurrency,
+    at least 8). Neither applies with `sandbox` (it queues runs in its children), `batch`,
+    `limiter` or `token_limiter`.
     """
 
     concurrency: int = 1
@@ -410,6 +415,8 @@ class WorkerOptions:
     max_result_bytes: int = 1_048_576
     serializer: str = "json"
     token_limiter: TokenLimiter | None = None
+    hold_window: int = 20
+    max_held: int | None = None
 
     def __post_init__(self) -> None:
         if self.limiter is not None:  # a {"max", "duration"} dict is fine too
@@ -420,6 +427,9 @@ class WorkerOptions:
         if self.prefetch is not None:
             _int("prefetch", self.prefetch, low=1, high=100_000)
         _int("block_timeout", self.block_timeout, low=1)
+        _int("hold_window", self.hold_window, high=60_000)
+        if self.max_held is not None:
+            _int("max_held", self.max_held, high=100_000)
         _int("lock_duration", self.lock_duration, low=100)
         _int("stalled_interval", self.stalled_interval, low=50)
         _int("max_stalled_count", self.max_stalled_count)

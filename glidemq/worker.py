@@ -22,8 +22,9 @@ from .context import QueueContext, now_ms
 from .emitter import Emitter
 from .errors import DelayedError, GlideMQError, RateLimitError, UnrecoverableError
 from .failure import expired_error, job_failure, record_failure
-from .fetcher import Fetcher
+from .fetcher import Fetcher, InOrder
 from .functions import ensure_library
+from .hold import HeldJobs, HoldWindow, send_back
 from .job import Job
 from .keys import DEFAULT_PREFIX, QueueKeys
 from .lifecycle import WorkerLifecycle
@@ -59,6 +60,12 @@ _REASON_REVOKED = "revoked"
 def _pairs(flat: list[Any]) -> dict[bytes, bytes]:
     it = iter(flat)
     return dict(zip(it, it, strict=True))
+
+
+def _start_limited(opts: WorkerOptions) -> bool:
+    """Whether the worker limits starts itself (a rate or token limit checked when the
+    server activates a job): then it holds no job, so activation and start stay together."""
+    return opts.limiter is not None or opts.token_limiter is not None
 
 
 class Worker(WorkerLifecycle, Generic[D, R]):
@@ -116,11 +123,19 @@ class Worker(WorkerLifecycle, Generic[D, R]):
         concurrency = base.concurrency * (base.batch.size if base.batch else 1)
         # A sandbox may also hold runs queued in its children (pipelining, see Slots.free).
         held = concurrency
+        extension: SandboxPool | HoldWindow | None = self.sandbox_pool
+        # In process, a few jobs may wait beyond the concurrency (glidemq/hold.py).
+        self._hold: HoldWindow | None = None
         if self.sandbox_pool is not None:
             held += self.sandbox_pool.max_pipeline_slots
+        elif base.batch is None and base.hold_window > 0 and not _start_limited(base):
+            depth = base.max_held if base.max_held is not None else max(8, concurrency)
+            if depth > 0:
+                self._hold = extension = HoldWindow(concurrency, base.hold_window / 1000, depth)
+                held += depth
         # Every slot count and the table of jobs held (entry id -> job, task) live here.
         self._slots: Slots[Job[D, R]] = Slots(
-            concurrency, base.prefetch or held, extension=self.sandbox_pool
+            concurrency, base.prefetch or held, extension=extension
         )
         self._flush_size = max(base.batch.size if base.batch else 1, -(-held // _FLUSH_DIVISOR))
         # Asked once: None (OpenTelemetry absent or no provider) keeps the job path as is.
@@ -145,13 +160,17 @@ class Worker(WorkerLifecycle, Generic[D, R]):
             pacer=worker_limits.Pacer.for_limit(base.limiter),
         )
         self._emit_flag = self._link.emit_flag
+        self._held: HeldJobs | None = None
+        if self._hold is not None:
+            self._held = HeldJobs(self._link, self._hold, self._launch, self._spawn)
         self._batches: BatchRunner[D, R] | None = None
         if base.batch:
             outcomes = BatchOutcomes(self._complete_later, self._fail_counted, self._defer)
             self._batches = BatchRunner(
                 self._link, base.batch, self._proc, outcomes, self._serializer
             )
-        self._fetcher = Fetcher(self._link, self._start_jobs, self._completing)
+        self._order = InOrder(self._start_jobs)
+        self._fetcher = Fetcher(self._link, self._order, self._completing)
         self.watchdog = Watchdog(self._link, self._fetcher, self._restart_fetch)
         """Replaces this worker's clients when its connection goes silent (glidemq.watchdog)."""
         self.completed_count = 0
@@ -171,7 +190,7 @@ class Worker(WorkerLifecycle, Generic[D, R]):
 
     @property
     def active_count(self) -> int:
-        """Jobs this worker holds right now (running or being completed)."""
+        """Jobs this worker holds right now (running, held to run next, or being completed)."""
         return len(self._slots)
 
     def _held_tasks(self) -> list[asyncio.Task[Any]]:
@@ -242,6 +261,8 @@ class Worker(WorkerLifecycle, Generic[D, R]):
         await asyncio.gather(fetcher, return_exceptions=True)
         if self._batches is not None:
             self._batches.stop()
+        if self._held is not None:
+            await self._held.give_back()
         await self._finish_running(force, timeout)
         if self.sandbox_pool is not None:
             await self.sandbox_pool.close()  # aborted runs end, children exit, all reaped
@@ -265,9 +286,12 @@ class Worker(WorkerLifecycle, Generic[D, R]):
     # -- taking jobs ----------------------------------------------------------------------
 
     def _start_jobs(self, flat: list[Any]) -> None:
-        if not flat or self._closing:
-            # Closing: jobs a flush fetched in the meantime stay in the PEL unrun, and
-            # deferActive hands them back (starting them here would run them twice).
+        if not flat:
+            return
+        if self._closing:
+            # Jobs a flush fetched in the meantime go back unrun (at-most-once ones too).
+            pairs = [flat[i + k].decode() for i in range(0, len(flat), 3) for k in (0, 1)]
+            self._spawn(send_back(self._link, pairs))
             return
         self._fetcher.drained_emitted = False
         assert self._ctx is not None
@@ -276,6 +300,7 @@ class Worker(WorkerLifecycle, Generic[D, R]):
         link, slots = self._link, self._slots
         emit_active = self.events.listens("active")
         tracing = self._tracing
+        held, running = self._held, slots.executing
         for i in range(0, len(flat), 3):
             entry_id = flat[i].decode()
             fields = _pairs(flat[i + 2])
@@ -293,6 +318,9 @@ class Worker(WorkerLifecycle, Generic[D, R]):
             if self._batches is not None:
                 slots.hold(entry_id, job, None)
                 self._batches.add(job)
+            elif held is not None and slots.executing > slots.capacity:
+                slots.hold_back(entry_id, job)  # starts when a running job ends
+                continue
             else:
                 run = self._run(job) if tracing is None else self._traced_run(tracing, job)
                 slots.hold(entry_id, job, loop.create_task(run))
@@ -300,9 +328,36 @@ class Worker(WorkerLifecycle, Generic[D, R]):
                 self.events.emit("active", job)
         if self._batches is not None:
             self._batches.dispatch()
+        if held is not None:
+            held.fetched(slots.executing > running)
+
+    def pause(self) -> None:
+        """Stop taking new jobs; running jobs go on, held ones go back to the queue."""
+        super().pause()
+        if self._held is not None and self._slots.held_count and self._started:
+            self._spawn(self._held.give_back())
+
+    def _launch(self, entry_id: str, job: Job[D, R]) -> None:
+        """Start the run of a job that was held."""
+        run = self._run(job) if self._tracing is None else self._traced_run(self._tracing, job)
+        self._slots.hold(entry_id, job, asyncio.get_running_loop().create_task(run))
+        if self.events.listens("active"):
+            self.events.emit("active", job)
+
+    def _job_ended(self) -> None:
+        """A job's outcome is known: its slot frees, and the oldest held job starts in it."""
+        self._slots.end()
+        if self._held is not None and not (self._closing or self._paused):
+            self._held.next()
+
+    def _spawn(self, call: Awaitable[None]) -> None:
+        """Run a call to the server in the background; close waits for it."""
+        task = asyncio.ensure_future(call)
+        self._flush_tasks.add(task)
+        task.add_done_callback(self._flush_tasks.discard)
 
     async def _fail_undecodable(self, job: Job[D, R], error: BaseException) -> None:
-        self._slots.end()
+        self._job_ended()
         await self._fail(job, error, counted=True)
 
     async def _fail_counted(self, job: Job[D, R], error: BaseException) -> str:
@@ -311,7 +366,7 @@ class Worker(WorkerLifecycle, Generic[D, R]):
 
     def _complete_later(self, job: Job[D, R], result: Any, rv: bytes) -> None:
         """Queue a success; completions of one loop iteration go out together."""
-        self._slots.end()
+        self._job_ended()
         job.returnvalue = result
         keep = job_retention(job.opts, "removeOnComplete", self._keep_complete)
         self._pending.append((job, rv, keep))
@@ -327,39 +382,50 @@ class Worker(WorkerLifecycle, Generic[D, R]):
     async def _run(self, job: Job[D, R]) -> str:
         """Run one try of the job; returns its outcome (`completed`, `retry`, `failed`, ...)
         for the tracing, which is the only reader."""
+        hold = self._hold
         try:
             if self._link.pacer is not None or self._link.global_pacer is not None:
                 await worker_limits.pace(self._link)
             if job.expire_at is not None and now_ms() > job.expire_at:
                 raise expired_error()
+            if hold is not None and self._slots.take_revoked(job.id):
+                raise UnrecoverableError(_REASON_REVOKED)  # revoked while it was held
             # A sandbox times out by killing the child.
             timeout = job.opts.get("timeout") if self.sandbox_pool is None else None
-            result = await self._proc.job(job, timeout)
+            if hold is None:
+                result = await self._proc.job(job, timeout)
+            else:
+                loop = asyncio.get_running_loop()
+                began = loop.time()
+                try:
+                    result = await self._proc.job(job, timeout)
+                finally:
+                    hold.timed(loop.time() - began)
             rv = encode_result(result, self.opts.max_result_bytes, self._serializer)
         except asyncio.CancelledError:
-            self._slots.end()
+            self._job_ended()
             if not self._closing and self._slots.take_revoked(job.id):
                 return await self._fail(job, UnrecoverableError(_REASON_REVOKED), counted=True)
             # On close, the job stays in the PEL and is handed back by deferActive.
             return "handed-back"
         except SandboxHandBack:
-            self._slots.end()
+            self._job_ended()
             await self._defer([job])
             return "handed-back"
         except DelayedError:
-            self._slots.end()
+            self._job_ended()
             if job.moved:
                 self._slots.finish(job.entry_id)
                 return "moved"
             return await self._fail(job, DelayedError("DelayedError without move_to_delayed"), True)
         except BaseException as exc:
-            self._slots.end()
+            self._job_ended()
             if job.moved:  # move_to_failed already recorded the failure
                 self._slots.finish(job.entry_id)
                 return "moved"
             return await self._fail(job, exc, counted=True)
         if job.moved:
-            self._slots.end()
+            self._job_ended()
             self._slots.finish(job.entry_id)
             return "moved"
         self._complete_later(job, result, rv)
@@ -390,6 +456,8 @@ class Worker(WorkerLifecycle, Generic[D, R]):
             for job, rv, (keep_count, keep_age) in batch
         ]
         reply: Any = None
+        ticket = self._order.ticket() if fetch else -1
+        fetched: list[Any] = []
         try:
             try:
                 # Transient faults are retried inside fcall, within the connection's budget.
@@ -420,11 +488,12 @@ class Worker(WorkerLifecycle, Generic[D, R]):
                     log.info(
                         "glidemq: job %s was reclaimed by another worker; result dropped", job.id
                     )
-            if reply[1]:
-                self._start_jobs(reply[1])
+            fetched = reply[1]
             if len(reply) > 4 and reply[4]:
                 self._fetcher.quarantined(reply[4])
         finally:
+            if ticket >= 0:
+                self._order.deliver(ticket, fetched)
             self._slots.release(fetch)
             self._flushes -= 1
             if self._pending and not self._flush_scheduled:

@@ -189,20 +189,15 @@ redis.register_function('glidemq_reclaimStalled', function(keys, args)
   return {r[1], requeued, failed}
 end)
 
--- KEYS: stream, events. ARGS: consumer, then entryId/jobId pairs; with no pairs, every entry
--- the consumer still holds. Hands unfinished jobs straight back to the stream (a clean
--- shutdown) and removes the consumer when it holds nothing more; an at-most-once job that
--- was running is dead-lettered instead ('interrupted'). Returns the count handed back.
--- @wire glidemq_deferActive keys=2 args=1..
-redis.register_function('glidemq_deferActive', function(keys, args)
-  local err = shape('glidemq_deferActive', keys, args, 2, 1)
-  if err then return err end
+-- Hands entries of a consumer back to the stream: deferActive and returnHeld. `unstarted`:
+-- the worker never ran these jobs, so an at-most-once one goes back to waiting as well.
+local function handBack(name, keys, args, unstarted)
   if #args % 2 ~= 1 or args[1] == '' then
-    return badCall('ERR:BAD_ARGS', 'glidemq_deferActive', 'arguments')
+    return badCall('ERR:BAD_ARGS', name, 'arguments')
   end
   for i = 2, #args, 2 do
     if not entryIdOk(args[i]) then
-      return badCall('ERR:BAD_ARGS', 'glidemq_deferActive', 'entry id at argument ' .. i)
+      return badCall('ERR:BAD_ARGS', name, 'entry id at argument ' .. i)
     end
   end
   local stream, events = keys[1], keys[2]
@@ -235,13 +230,14 @@ redis.register_function('glidemq_deferActive', function(keys, args)
       local jobKey = prefix .. 'job:' .. jobId
       local h = redis.call('HMGET', jobKey, 'state', 'sid')
       -- 'waiting' with this entry as its sid: read by the worker but never activated.
-      if jobId ~= '' and h[1] == 'active' and redis.call('HGET', jobKey, 'atMostOnce') == '1' then
+      if jobId ~= '' and h[1] == 'active' and not unstarted
+          and redis.call('HGET', jobKey, 'atMostOnce') == '1' then
         interrupted(prefix, jobKey, jobId, clockMs(), events, true)
       elseif jobId ~= '' and (h[1] == 'active' or (h[1] == 'waiting' and h[2] == entryId)) then
         leaveActive(prefix, jobKey, jobId, 'requeued', nil, 0)
         local sid = redis.call('XADD', stream, '*', 'id', jobId)
         redis.call('HSET', jobKey, 'state', 'waiting', 'sid', sid)
-        emit(events, 'waiting', jobId, 'reason', 'deferred')
+        emit(events, 'waiting', jobId, 'reason', unstarted and 'returned' or 'deferred')
         n = n + 1
       end
     end
@@ -251,6 +247,28 @@ redis.register_function('glidemq_deferActive', function(keys, args)
     redis.call('HDEL', prefix .. 'workers', consumer) -- Queue.get_workers: closed cleanly
   end
   return n
+end
+
+-- KEYS: stream, events. ARGS: consumer, then entryId/jobId pairs; with no pairs, every entry
+-- the consumer still holds. Hands unfinished jobs straight back to the stream (a clean
+-- shutdown) and removes the consumer when it holds nothing more; an at-most-once job that
+-- was running is dead-lettered instead ('interrupted'). Returns the count handed back.
+-- @wire glidemq_deferActive keys=2 args=1..
+redis.register_function('glidemq_deferActive', function(keys, args)
+  local err = shape('glidemq_deferActive', keys, args, 2, 1)
+  if err then return err end
+  return handBack('glidemq_deferActive', keys, args, false)
+end)
+
+-- KEYS: stream, events. ARGS: consumer, then at least one entryId/jobId pair. Hands back
+-- jobs the worker took but never started (held beyond its concurrency, or fetched while it
+-- was closing): like deferActive, but an at-most-once job goes back to waiting too, since it
+-- never ran. Returns the count handed back.
+-- @wire glidemq_returnHeld keys=2 args=3..
+redis.register_function('glidemq_returnHeld', function(keys, args)
+  local err = shape('glidemq_returnHeld', keys, args, 2, 3)
+  if err then return err end
+  return handBack('glidemq_returnHeld', keys, args, true)
 end)
 
 -- KEYS: stream. ARGS: consumer, then entryId/jobId pairs of the jobs the worker is running.

@@ -7,7 +7,7 @@ import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
-from ..argtypes import non_negative_float, port, positive_int
+from ..argtypes import non_negative_float, non_negative_int, port, positive_int
 from ..errors import ValidationError
 from ..keys import validate_prefix, validate_queue_name
 
@@ -43,6 +43,7 @@ class RuntimeConfig:
     embedded_port: int | None = None
     prefix: str = "glide"
     prefetch: int | None = None
+    hold_window_ms: int | None = None
     batch_size: int | None = None
     batch_timeout_ms: int = 50
     lock_duration_ms: int | None = None
@@ -138,6 +139,13 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--prefix", help="key prefix (default: glide)")
     p.add_argument("--prefetch", type=positive_int, help="most jobs taken per fetch")
+    p.add_argument(
+        "--hold-window",
+        type=non_negative_int,
+        metavar="MS",
+        help="hold about this much work beyond the concurrency while short jobs run, so the"
+        " next starts without a round trip (default 20; 0: hold none)",
+    )
     p.add_argument("--batch-size", type=positive_int, help="hand the processor lists of jobs")
     p.add_argument(
         "--batch-timeout",
@@ -219,6 +227,7 @@ _ENV_FIELDS: dict[str, tuple[str, str]] = {
     "EMBEDDED_PORT": ("embedded_port", "int"),
     "PREFIX": ("prefix", "str"),
     "PREFETCH": ("prefetch", "int"),
+    "HOLD_WINDOW": ("hold_window_ms", "int"),
     "BATCH_SIZE": ("batch_size", "int"),
     "BATCH_TIMEOUT": ("batch_timeout_ms", "int"),
     "LOCK_DURATION": ("lock_duration_ms", "int"),
@@ -252,6 +261,7 @@ _ARG_FIELDS = {
     "embedded_port": "embedded_port",
     "prefix": "prefix",
     "prefetch": "prefetch",
+    "hold_window": "hold_window_ms",
     "batch_size": "batch_size",
     "batch_timeout": "batch_timeout_ms",
     "lock_duration": "lock_duration_ms",
@@ -325,6 +335,8 @@ def parse_config(argv: Sequence[str], env: Mapping[str, str] | None = None) -> R
     if values.get("embedded_port") is not None and not values.get("embedded"):
         raise UsageError("--embedded-port needs --embedded")
     cfg = RuntimeConfig(target=args.target, **values)  # type: ignore[arg-type]
+    if cfg.hold_window_ms is not None and cfg.hold_window_ms < 0:
+        raise UsageError(f"--hold-window must be >= 0, got {cfg.hold_window_ms}")
     for name in (
         "procs",
         "concurrency",

@@ -43,6 +43,8 @@ def _worker_options(cfg: RuntimeConfig, spec: ProcessorSpec) -> WorkerOptions:
         values["concurrency"] = cfg.concurrency
     if cfg.prefetch is not None:
         values["prefetch"] = cfg.prefetch
+    if cfg.hold_window_ms is not None:
+        values["hold_window"] = cfg.hold_window_ms
     if cfg.lock_duration_ms is not None:
         values["lock_duration"] = cfg.lock_duration_ms
     if cfg.stalled_interval_ms is not None:

@@ -24,6 +24,7 @@ __all__ = [
     "PROMOTE",
     "RATE_LIMIT",
     "RECLAIM_STALLED",
+    "RETURN_HELD",
     "Completion",
     "complete_and_fetch_next",
     "complete_and_fetch_next_call",
@@ -43,6 +44,8 @@ __all__ = [
     "rate_limit_call",
     "reclaim_stalled",
     "reclaim_stalled_call",
+    "return_held",
+    "return_held_call",
 ]
 
 COMPLETE_AND_FETCH_NEXT = layout("glidemq_completeAndFetchNext", keys="5", args="5..", safe=True)
@@ -50,6 +53,7 @@ MOVE_TO_ACTIVE = layout("glidemq_moveToActive", keys="5", args="4..")
 FAIL = layout("glidemq_fail", keys="5", args="9..10", safe=True)
 RECLAIM_STALLED = layout("glidemq_reclaimStalled", keys="5", args="7..11", safe=True)
 DEFER_ACTIVE = layout("glidemq_deferActive", keys="2", args="1..", safe=True)
+RETURN_HELD = layout("glidemq_returnHeld", keys="2", args="3..", safe=True)
 HEARTBEAT = layout("glidemq_heartbeat", keys="1", args="1..", safe=True)
 MOVE_ACTIVE_TO_DELAYED = layout("glidemq_moveActiveToDelayed", keys="3", args="5..6", safe=True)
 PROMOTE = layout("glidemq_promote", keys="3", args="2..3", safe=True)
@@ -239,6 +243,17 @@ async def defer_active(
 ) -> int:
     """How many jobs went back to the queue."""
     return int(await send(ctx, defer_active_call(ctx.keys, consumer, pairs, stream=stream)) or 0)
+
+
+def return_held_call(keys: QueueKeys, consumer: str, pairs: Sequence[str | bytes]) -> Call:
+    """glidemq_returnHeld: hand back entries `consumer` took but never started (entry and
+    job id after each other, at least one pair); at-most-once jobs go back to waiting too."""
+    return RETURN_HELD.call([keys.stream, keys.events], [consumer, *pairs])
+
+
+async def return_held(ctx: QueueContext, consumer: str, pairs: Sequence[str | bytes]) -> int:
+    """How many of the held jobs went back to the queue."""
+    return int(await send(ctx, return_held_call(ctx.keys, consumer, pairs)) or 0)
 
 
 def heartbeat_call(keys: QueueKeys, consumer: str, pairs: Sequence[str]) -> Call:

@@ -235,6 +235,9 @@ def build_cases(r: Any, p: str) -> list[Case]:
         Case(
             "glidemq_deferActive", k("stream", "events"), ["c1", ea, a], entry_ids=(1,), min_args=1
         ),
+        Case(
+            "glidemq_returnHeld", k("stream", "events"), ["c1", ea, a], entry_ids=(1,), min_args=3
+        ),
         Case("glidemq_heartbeat", k("stream"), ["c1", ea, a], entry_ids=(1,), min_args=1),
         Case(
             "glidemq_moveActiveToDelayed",

@@ -96,6 +96,10 @@ SAMPLES: dict[str, Callable[[], Iterable[Call]]] = {
         fetch.defer_active_call(K, "c"),
         fetch.defer_active_call(K, "c", ["1-0", "1", "2-0", "2"], stream="s"),
     ],
+    "glidemq_returnHeld": lambda: [
+        fetch.return_held_call(K, "c", ["1-0", "1"]),
+        fetch.return_held_call(K, "c", ["1-0", "1", "2-0", "2"]),
+    ],
     "glidemq_heartbeat": lambda: [
         fetch.heartbeat_call(K, "c", []),
         fetch.heartbeat_call(K, "c", ["1-0", "1"]),

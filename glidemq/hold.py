@@ -1,0 +1,151 @@
+"""How many jobs a Worker may hold beyond its concurrency (its hold window).
+
+A held job was fetched and activated on the server like any other, but waits in the worker
+until one of its `concurrency` slots frees; then it starts at once, with no round trip, while
+the finished job's completion (which fetches the next jobs) goes out in the background. So a
+worker at low concurrency runs jobs back to back instead of waiting a round trip per job.
+
+How many may be held is a time budget: about `window` seconds of work at the recent run
+time (a moving average), never more than `depth`. Short jobs get the whole depth; jobs
+longer than the window get none, so they are never kept from other workers. Until a run has
+been timed, one job may be held. A held job waits at most about one window: when no job has
+started for a window while jobs are held (every slot runs a long job), the held jobs go back
+to the queue (`stuck`), and that wait counts as a long run in the average.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING, Any
+
+from .errors import GlideMQError
+from .wire import fetch
+
+if TYPE_CHECKING:
+    from .link import WorkerLink
+
+__all__ = ["HeldJobs", "HoldWindow", "send_back"]
+
+_AVERAGE_WEIGHT = 0.125  # of the newest run in the moving average of run times
+_COLD_LIMIT = 0  # jobs held before any run was timed: none, it may be long
+
+
+class HoldWindow:
+    """The hold policy of one Worker with `capacity` slots; the `SlotExtension` of its
+    `Slots`, which counts held jobs with the running ones."""
+
+    __slots__ = ("_run_time", "capacity", "depth", "last_start", "limit", "window")
+
+    def __init__(self, capacity: int, window: float, depth: int) -> None:
+        self.capacity = capacity
+        self.window = window
+        """Seconds of expected work the worker may hold."""
+        self.depth = depth
+        """The most jobs held at once."""
+        self.limit = min(depth, _COLD_LIMIT)
+        """Jobs that may be held now."""
+        self.last_start = float("-inf")
+        """`time.monotonic()` when a job last started running."""
+        self._run_time: float | None = None
+
+    @property
+    def accepting(self) -> bool:
+        """Always: an in-process worker can take jobs as soon as it is started."""
+        return True
+
+    @property
+    def pipeline_slots(self) -> int:
+        """Slots beyond the concurrency: the jobs that may be held now (none while no job
+        started within a window: the slots run long jobs, or the worker was idle)."""
+        if not self.limit or self.stuck():
+            return 0
+        return self.limit
+
+    def started(self) -> None:
+        """A job started running now."""
+        self.last_start = time.monotonic()
+
+    def timed(self, seconds: float) -> None:
+        """Count a run's duration in the moving average that sets `limit`."""
+        average = self._run_time
+        average = seconds if average is None else average + (seconds - average) * _AVERAGE_WEIGHT
+        self._run_time = average
+        # In a window, `capacity` slots finish about capacity * window / average jobs.
+        budget = self.capacity * self.window / average if average > 0 else float(self.depth)
+        self.limit = min(self.depth, int(budget))
+
+    def stuck(self) -> bool:
+        """No job started for a window: held jobs would wait for a long run to end."""
+        return time.monotonic() - self.last_start >= self.window
+
+
+class HeldJobs:
+    """What a Worker does with the jobs it holds (the jobs themselves wait in `link.slots`):
+    start the oldest when a running job ends, give them all back when the worker pauses,
+    closes or has been stuck for a window. `launch(entry_id, job)` starts a job's run;
+    `spawn(call)` runs a server call in the background (close waits for it)."""
+
+    def __init__(
+        self,
+        link: WorkerLink,
+        window: HoldWindow,
+        launch: Callable[[str, Any], None],
+        spawn: Callable[[Awaitable[None]], None],
+    ) -> None:
+        self.link = link
+        self.window = window
+        self.launch = launch
+        self.spawn = spawn
+        self._check: asyncio.TimerHandle | None = None
+
+    def fetched(self, started: bool) -> None:
+        """The jobs of a fetch reply were `started` (some of them) or held: watch the held."""
+        if started:
+            self.window.started()
+        if self.link.slots.held_count and self._check is None:
+            self._check = asyncio.get_running_loop().call_later(self.window.window, self._watch)
+
+    def next(self) -> None:
+        """A running job's slot freed: start the oldest held job in it."""
+        slots = self.link.slots
+        if slots.executing >= slots.capacity:
+            return
+        held = slots.next_held()
+        if held is not None:
+            self.launch(*held)
+            self.window.started()
+
+    def _watch(self) -> None:
+        self._check = None
+        if not self.link.slots.held_count:
+            return
+        waited = time.monotonic() - self.window.last_start
+        if not self.window.stuck():
+            self._check = asyncio.get_running_loop().call_later(
+                self.window.window - waited, self._watch
+            )
+            return
+        self.window.timed(waited)  # a long run is going on: hold fewer
+        self.spawn(self.give_back())
+
+    async def give_back(self) -> None:
+        """Hand every held job back to the queue unrun."""
+        if self._check is not None:
+            self._check.cancel()
+            self._check = None
+        taken = self.link.slots.take_held()
+        if taken:
+            await send_back(self.link, [p for entry_id, job in taken for p in (entry_id, job.id)])
+
+
+async def send_back(link: WorkerLink, pairs: list[str]) -> None:
+    """Return jobs the worker took but never started (entry and job id after each other)."""
+    if link.ctx is None or not pairs:
+        return
+    try:
+        await fetch.return_held(link.ctx, link.consumer, pairs)
+    except GlideMQError as exc:
+        link.events.emit("error", exc)  # left in the PEL: stall recovery takes them
+    link.slots.wake()

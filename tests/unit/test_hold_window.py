@@ -1,0 +1,63 @@
+"""The hold window's policy (glidemq/hold.py) and how glidemq-run passes it on."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from glidemq.hold import HoldWindow
+from glidemq.processor import ProcessorSpec
+from glidemq.runtime.config import UsageError, parse_config
+from glidemq.runtime.worker_process import _worker_options
+
+
+def test_nothing_is_held_before_a_run_was_timed() -> None:
+    window = HoldWindow(capacity=1, window=0.02, depth=8)
+    window.started()
+    assert window.pipeline_slots == 0
+
+
+def test_short_runs_fill_the_depth_and_long_runs_empty_it() -> None:
+    window = HoldWindow(capacity=2, window=0.02, depth=8)
+    window.started()
+    window.timed(0.0001)
+    assert window.pipeline_slots == 8
+    for _ in range(40):
+        window.timed(0.5)  # runs ten times longer than the window
+    assert window.limit == 0 and window.pipeline_slots == 0
+
+
+def test_the_budget_is_a_window_of_work_for_every_slot() -> None:
+    window = HoldWindow(capacity=4, window=0.02, depth=100)
+    window.started()
+    window.timed(0.01)  # 4 slots finish 8 jobs of 10 ms in 20 ms
+    assert window.pipeline_slots == 8
+
+
+def test_an_idle_or_stuck_worker_holds_nothing() -> None:
+    window = HoldWindow(capacity=1, window=0.01, depth=8)
+    window.timed(0.0001)
+    assert window.stuck() and window.pipeline_slots == 0  # nothing started yet
+    window.started()
+    assert not window.stuck() and window.pipeline_slots == 8
+    time.sleep(0.02)
+    assert window.stuck() and window.pipeline_slots == 0
+
+
+def test_glidemq_run_passes_the_hold_window_on() -> None:
+    spec = ProcessorSpec(lambda job: None)
+    cfg = parse_config(["app:work", "--hold-window", "0"], env={})
+    assert _worker_options(cfg, spec).hold_window == 0
+    cfg = parse_config(["app:work"], env={"GLIDEMQ_HOLD_WINDOW": "35"})
+    assert _worker_options(cfg, spec).hold_window == 35
+    assert _worker_options(parse_config(["app:work"], env={}), spec).hold_window == 20
+
+
+def test_glidemq_run_refuses_a_negative_hold_window(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exc:
+        parse_config(["app:work", "--hold-window", "-5"], env={})
+    assert exc.value.code == 2
+    assert "--hold-window" in capsys.readouterr().err
+    with pytest.raises(UsageError, match="hold-window"):
+        parse_config(["app:work"], env={"GLIDEMQ_HOLD_WINDOW": "-5"})
