@@ -20,6 +20,7 @@ from .wire import fetch
 
 if TYPE_CHECKING:
     from .link import WorkerLink
+    from .slots import Slots
 
 __all__ = ["Fetcher", "InOrder"]
 
@@ -29,15 +30,17 @@ log = logging.getLogger("glidemq.worker")
 class InOrder:
     """Hands the jobs of fetch replies on in the order the calls were sent. valkey-glide may
     resolve concurrent calls out of order, and jobs must start (or be held) in queue order.
-    Every `ticket` taken must be `deliver`ed once, with an empty list when its call failed."""
+    Every `ticket` taken must be `deliver`ed once, with an empty list when its call failed;
+    the slots its fetch reserved stay reserved until its jobs have started."""
 
-    __slots__ = ("_early", "_next", "_sent", "start")
+    __slots__ = ("_early", "_next", "_sent", "slots", "start")
 
-    def __init__(self, start: Callable[[list[Any]], None]) -> None:
+    def __init__(self, start: Callable[[list[Any]], None], slots: Slots[Any]) -> None:
         self.start = start
+        self.slots = slots
         self._sent = 0
         self._next = 0
-        self._early: dict[int, list[Any]] = {}
+        self._early: dict[int, tuple[list[Any], int]] = {}
 
     def ticket(self) -> int:
         """The place of a fetch about to be sent."""
@@ -45,17 +48,21 @@ class InOrder:
         self._sent += 1
         return t
 
-    def deliver(self, ticket: int, flat: list[Any]) -> None:
-        """The reply of fetch `ticket`: start its jobs once every earlier fetch's are."""
+    def deliver(self, ticket: int, flat: list[Any], reserved: int) -> None:
+        """The reply of fetch `ticket`, which reserved `reserved` slots: start its jobs once
+        every earlier fetch's are, then release its slots."""
         if ticket != self._next:
-            self._early[ticket] = flat
+            self._early[ticket] = (flat, reserved)
             return
-        self._next += 1
-        self.start(flat)
-        while self._next in self._early:
-            flat = self._early.pop(self._next)
+        while True:
             self._next += 1
-            self.start(flat)
+            try:
+                self.start(flat)
+            finally:
+                self.slots.release(reserved)
+            if self._next not in self._early:
+                return
+            flat, reserved = self._early.pop(self._next)
 
 
 class Fetcher:
@@ -160,8 +167,7 @@ class Fetcher:
             )
             flat = reply[1]
         finally:
-            self.order.deliver(ticket, flat)
-            w.slots.release(n)
+            self.order.deliver(ticket, flat, n)
         if len(reply) > 4 and reply[4]:
             self.quarantined(reply[4])
         self.limited_ms = int(reply[3]) if len(reply) > 3 else 0
@@ -180,6 +186,7 @@ class Fetcher:
             self.drained_emitted = True
             w.events.emit("drained")
         n = w.slots.reserve()
+        held = n  # released here unless the activation's delivery releases them
         try:
             try:
                 reply = await blocking.xreadgroup(
@@ -207,12 +214,12 @@ class Fetcher:
             if w.paused:  # paused while the read was blocked: hand the entries back
                 await fetch.defer_active(ctx, w.consumer, pairs)
             else:
-                ticket, flat = self.order.ticket(), []
+                ticket, flat, held = self.order.ticket(), [], 0
                 try:
                     flat = await fetch.move_to_active(ctx, now_ms(), w.emit_flag, w.limiter, pairs)
                 finally:
-                    self.order.deliver(ticket, flat)
+                    self.order.deliver(ticket, flat, n)
             if foreign:
                 self.quarantined(foreign)
         finally:
-            w.slots.release(n)
+            w.slots.release(held)

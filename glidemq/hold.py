@@ -73,8 +73,8 @@ class HoldWindow:
         average = seconds if average is None else average + (seconds - average) * _AVERAGE_WEIGHT
         self._run_time = average
         # In a window, `capacity` slots finish about capacity * window / average jobs.
-        budget = self.capacity * self.window / average if average > 0 else float(self.depth)
-        self.limit = min(self.depth, int(budget))
+        work = self.capacity * self.window
+        self.limit = self.depth if work >= average * self.depth else int(work / average)
 
     def stuck(self) -> bool:
         """No job started for a window: held jobs would wait for a long run to end."""

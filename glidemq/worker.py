@@ -169,7 +169,7 @@ class Worker(WorkerLifecycle, Generic[D, R]):
             self._batches = BatchRunner(
                 self._link, base.batch, self._proc, outcomes, self._serializer
             )
-        self._order = InOrder(self._start_jobs)
+        self._order = InOrder(self._start_jobs, self._slots)
         self._fetcher = Fetcher(self._link, self._order, self._completing)
         self.watchdog = Watchdog(self._link, self._fetcher, self._restart_fetch)
         """Replaces this worker's clients when its connection goes silent (glidemq.watchdog)."""
@@ -395,12 +395,12 @@ class Worker(WorkerLifecycle, Generic[D, R]):
             if hold is None:
                 result = await self._proc.job(job, timeout)
             else:
-                loop = asyncio.get_running_loop()
-                began = loop.time()
+                # perf_counter: uvloop's loop.time() moves in whole milliseconds.
+                began = time.perf_counter()
                 try:
                     result = await self._proc.job(job, timeout)
                 finally:
-                    hold.timed(loop.time() - began)
+                    hold.timed(time.perf_counter() - began)
             rv = encode_result(result, self.opts.max_result_bytes, self._serializer)
         except asyncio.CancelledError:
             self._job_ended()
@@ -492,14 +492,13 @@ class Worker(WorkerLifecycle, Generic[D, R]):
             if len(reply) > 4 and reply[4]:
                 self._fetcher.quarantined(reply[4])
         finally:
-            if ticket >= 0:
-                self._order.deliver(ticket, fetched)
-            self._slots.release(fetch)
             self._flushes -= 1
             if self._pending and not self._flush_scheduled:
                 self._flush_scheduled = True
                 asyncio.get_running_loop().call_soon(self._kick_flush)
             self._slots.wake()
+            if ticket >= 0:  # its reserved slots are released once its jobs started
+                self._order.deliver(ticket, fetched, fetch)
 
     async def _defer(self, jobs: list[Job[D, R]]) -> None:
         """Put jobs this worker holds back in the queue unrun, without using an attempt."""

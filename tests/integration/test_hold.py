@@ -20,6 +20,7 @@ from tests.helpers import FAST, wait_for, wait_state
 
 ROOT = Path(__file__).resolve().parents[2]
 HOLD_WORKER = ROOT / "tests" / "fixtures" / "hold_worker.py"
+UVLOOP_WORKER = ROOT / "tests" / "fixtures" / "uvloop_worker.py"
 
 
 def _spawn_hold_worker(url: str, queue_name: str, ledger: Path, out: Any) -> Any:
@@ -92,6 +93,24 @@ async def test_without_a_hold_window_the_worker_holds_nothing(
             await wait_for(all_done, timeout=30)
         assert most == 1
         await queue.obliterate(force=True)
+
+
+def test_every_job_completes_on_uvloop(standalone_conn: ConnectionOptions, queue_name: str) -> None:
+    """glidemq-run's workers run on uvloop, whose clock moves in whole milliseconds (run in a
+    process of its own, as there)."""
+    pytest.importorskip("uvloop", reason="uvloop is not installed")
+    done = subprocess.run(
+        [sys.executable, str(UVLOOP_WORKER), standalone_conn.url, queue_name, "5000", "10"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    completed, failed, loop = done.stdout.split()
+    assert loop.startswith("uvloop")
+    assert (int(completed), int(failed)) == (5000, 0)
 
 
 def test_hold_options_are_checked() -> None:

@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 import time
+from typing import Any
 
 import pytest
 
+from glidemq.fetcher import InOrder
 from glidemq.hold import HoldWindow
 from glidemq.processor import ProcessorSpec
 from glidemq.runtime.config import UsageError, parse_config
 from glidemq.runtime.worker_process import _worker_options
+from glidemq.slots import Slots
 
 
 def test_nothing_is_held_before_a_run_was_timed() -> None:
@@ -61,3 +64,42 @@ def test_glidemq_run_refuses_a_negative_hold_window(capsys: pytest.CaptureFixtur
     assert "--hold-window" in capsys.readouterr().err
     with pytest.raises(UsageError, match="hold-window"):
         parse_config(["app:work"], env={"GLIDEMQ_HOLD_WINDOW": "-5"})
+
+
+def test_runs_timed_as_zero_or_denormal_keep_the_depth() -> None:
+    # uvloop's clock moves in whole milliseconds: short runs were once timed as 0 s, and an
+    # average that decayed towards 0 overflowed the budget (int(inf)) and failed jobs.
+    window = HoldWindow(capacity=50, window=0.02, depth=64)
+    window.timed(0.5)
+    for _ in range(20_000):
+        window.timed(0.0)
+    window.timed(5e-324)
+    assert window.limit == 64
+
+
+def test_in_order_starts_replies_in_the_order_their_fetches_were_sent() -> None:
+    started: list[list[str]] = []
+    slots: Slots[Any] = Slots(capacity=10, prefetch=10)
+    order = InOrder(started.append, slots)
+    tickets = [order.ticket() for _ in range(3)]
+    for _ in tickets:
+        assert slots.reserve(2) == 2
+    order.deliver(tickets[2], ["c"], 2)
+    order.deliver(tickets[1], ["b"], 2)
+    assert started == [] and slots.reserved == 6  # waiting for the first fetch
+    order.deliver(tickets[0], ["a"], 2)
+    assert started == [["a"], ["b"], ["c"]] and slots.reserved == 0
+
+
+def test_in_order_releases_the_slots_of_a_reply_whose_start_failed() -> None:
+    slots: Slots[Any] = Slots(capacity=4, prefetch=4)
+
+    def explode(flat: list[Any]) -> None:
+        raise RuntimeError("boom")
+
+    order = InOrder(explode, slots)
+    ticket = order.ticket()
+    slots.reserve(3)
+    with pytest.raises(RuntimeError):
+        order.deliver(ticket, ["x"], 3)
+    assert slots.reserved == 0
