@@ -26,10 +26,18 @@ from .wire import fetch
 if TYPE_CHECKING:
     from .link import WorkerLink
 
-__all__ = ["HeldJobs", "HoldWindow", "send_back"]
+__all__ = ["MIN_HELD", "HeldJobs", "HoldWindow", "default_max_held", "send_back"]
 
+MIN_HELD = 64
+"""Default `max_held` for concurrency below it. The time budget bounds held work; this only
+caps the count for very short jobs (64 held at concurrency 1 gave 2.3x the jobs/s of 8)."""
 _AVERAGE_WEIGHT = 0.125  # of the newest run in the moving average of run times
 _COLD_LIMIT = 0  # jobs held before any run was timed: none, it may be long
+
+
+def default_max_held(concurrency: int) -> int:
+    """`max_held` when the Worker is not told: its concurrency, at least MIN_HELD."""
+    return max(MIN_HELD, concurrency)
 
 
 class HoldWindow:

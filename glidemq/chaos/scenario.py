@@ -22,12 +22,22 @@ import argparse
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, ClassVar
 
+from ..hold import default_max_held
+from ..types import WorkerOptions
 from .outcomes import Prediction
 
 if TYPE_CHECKING:
     from .context import ChaosRun
 
-__all__ = ["FleetSettings", "Scenario", "ServerKind"]
+__all__ = ["FleetSettings", "Scenario", "ServerKind", "hold_budget"]
+
+
+def hold_budget(concurrency: int, job_ms: float) -> int:
+    """Jobs a fleet process holds beyond its concurrency with the default hold window, for
+    jobs of `job_ms` (glidemq/hold.py)."""
+    work = concurrency * WorkerOptions().hold_window
+    cap = default_max_held(concurrency)
+    return cap if job_ms <= 0 or work >= job_ms * cap else int(work / job_ms)
 
 ServerKind = str
 """Which server the runner starts when no `--url` is given: `standalone`, `aof` (standalone
@@ -99,10 +109,13 @@ class Scenario:
     def reexecution_bound(self, run: ChaosRun) -> int:
         """The most re-executions (starts beyond the first, summed over jobs) the injected
         faults can explain. A fault on one process may cut off or duplicate what that
-        process held (its concurrency, plus results finished but not yet reported); a
-        server or network fault, what every process held."""
+        process held (its concurrency, plus results finished but not yet reported, plus
+        the jobs it holds beyond its concurrency, which it runs while the server is out of
+        reach); a server or network fault, what every process held."""
         s = run.settings
         held = 2 * s.concurrency + 2
+        if not s.sandbox:
+            held += hold_budget(s.concurrency, s.job_ms)
         return sum(held * (s.procs if f.hits_all else 1) for f in run.faults)
 
     def add_arguments(self, parser: argparse.ArgumentParser) -> None:
