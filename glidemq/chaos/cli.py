@@ -18,7 +18,7 @@ from typing import Any
 
 import orjson
 
-from ..argtypes import non_negative_float, positive_int
+from ..argtypes import non_negative_float, non_negative_int, positive_int
 from .registry import load_problems, missing, scenarios
 from .result import machine
 from .scenario import Scenario
@@ -37,17 +37,6 @@ _EXAMPLES = """examples:
   glidemq-chaos all --jobs 2000 --json-out all.json
 
 The result (one JSON object) goes to stdout, progress to stderr. See docs/CHAOS.md."""
-
-
-def non_negative_int(text: str) -> int:
-    """An integer >= 0 (argparse `type=`)."""
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"must be >= 0, got {value}")
-    return value
 
 
 def add_common_arguments(p: argparse.ArgumentParser) -> None:

@@ -39,6 +39,7 @@ def hold_budget(concurrency: int, job_ms: float) -> int:
     cap = default_max_held(concurrency)
     return cap if job_ms <= 0 or work >= job_ms * cap else int(work / job_ms)
 
+
 ServerKind = str
 """Which server the runner starts when no `--url` is given: `standalone`, `aof` (standalone
 with `appendonly yes`, `appendfsync everysec`) or `cluster` (3 primaries + 3 replicas)."""
