@@ -89,7 +89,9 @@ async def test_fire_is_compare_and_set_across_connections(
     s = await queue.get_job_scheduler("cas")
     assert s is not None and s.count == 1 and s.last_run is not None
     assert s.next_run == s.last_run + 60_000
-    assert nexts.count(s.next_run) == 1  # only the firing caller reports the new next run
+    # the firing caller reports the new next run; a caller that lost the race reports
+    # nothing, and one whose read came after the fire sees the new entry, not due yet
+    assert set(nexts) <= {s.next_run, None} and s.next_run in nexts
     jobs = await queue.get_jobs("waiting")
     assert [j.id for j in jobs] == [s.job_id(s.last_run)]
     assert jobs[0].name == "cas" and jobs[0].data == 7
