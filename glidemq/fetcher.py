@@ -1,6 +1,6 @@
 """How a Worker takes jobs: a non-blocking fetch through the server library (which also
 admits prioritized jobs), and only when that finds nothing, a blocking read on the
-worker's dedicated client, after which the entries are activated in one call."""
+worker's dedicated client with the call that activates what it reads queued behind it."""
 
 from __future__ import annotations
 
@@ -11,10 +11,11 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from glide import GlideError as _GlideError
-from glide import StreamGroupOptions, StreamReadGroupOptions
+from glide import StreamGroupOptions
 
 from .context import now_ms
 from .errors import GlideMQError, ServerError
+from .hold import send_back
 from .retry import to_glidemq_error
 from .wire import fetch
 
@@ -22,7 +23,7 @@ if TYPE_CHECKING:
     from .link import WorkerLink
     from .slots import Slots
 
-__all__ = ["Fetcher", "InOrder"]
+__all__ = ["Fetcher", "InOrder", "wake_consumer"]
 
 log = logging.getLogger("glidemq.worker")
 
@@ -176,7 +177,8 @@ class Fetcher:
         return len(reply[1]) // 3
 
     async def fetch_blocking(self) -> None:
-        """Wait on the dedicated client for new entries, then activate them."""
+        """Wait on the dedicated client for new entries; the server activates them right
+        behind the read (one pipeline), so the first job after idle costs one round trip."""
         w = self.link
         ctx, blocking = w.ctx, w.blocking
         assert blocking is not None and ctx is not None
@@ -187,39 +189,38 @@ class Fetcher:
             w.events.emit("drained")
         n = w.slots.reserve()
         held = n  # released here unless the activation's delivery releases them
+        wake = wake_consumer(w.consumer)
         try:
             try:
-                reply = await blocking.xreadgroup(
-                    {w.keys.stream: ">"},
-                    "workers",
-                    w.consumer,
-                    StreamReadGroupOptions(block_ms=w.opts.block_timeout, count=n),
-                )
+                read, woken = await fetch.wait_and_activate(
+                    blocking, w.keys, w.consumer, wake, n, w.opts.block_timeout,
+                    w.emit_flag, w.limiter,
+                )  # fmt: skip
             except _GlideError as exc:
                 if w.closing:
                     return
                 raise to_glidemq_error(exc, "blocking read") from exc
-            if not reply:
+            if isinstance(read, Exception):
+                raise to_glidemq_error(read, "blocking read")
+            if isinstance(woken, Exception):
+                # e.g. the library was lost with a server restart: once more through the
+                # context, which loads it again; the entries wait for it under `wake`
+                woken = await fetch.activate_woken(ctx, w.consumer, wake, n, w.emit_flag, w.limiter)
+            flat, moved = woken[0], woken[1]
+            if moved:
+                self.quarantined(moved)
+            if flat and (w.paused or w.closing):
+                # paused or closing while the read was blocked: hand the jobs back unstarted
+                pairs = [flat[i + k].decode() for i in range(0, len(flat), 3) for k in (0, 1)]
+                await send_back(w, pairs)
                 return
-            pairs: list[str] = []  # entry id, job id, ...
-            foreign: list[bytes] = []  # no job id: the library moves them to quarantine
-            for entries in reply.values():
-                for entry_id, fields in entries.items():
-                    job_id = next(
-                        (v for k, v in (fields or []) if k == b"id"), b""
-                    )  # entry fields are [[field, value], ...]
-                    pairs += [entry_id.decode(), job_id.decode()]
-                    if fields and not job_id:
-                        foreign.append(entry_id)
-            if w.paused:  # paused while the read was blocked: hand the entries back
-                await fetch.defer_active(ctx, w.consumer, pairs)
-            else:
-                ticket, flat, held = self.order.ticket(), [], 0
-                try:
-                    flat = await fetch.move_to_active(ctx, now_ms(), w.emit_flag, w.limiter, pairs)
-                finally:
-                    self.order.deliver(ticket, flat, n)
-            if foreign:
-                self.quarantined(foreign)
+            ticket, held = self.order.ticket(), 0
+            self.order.deliver(ticket, flat, n)
         finally:
             w.slots.release(held)
+
+
+def wake_consumer(consumer: str) -> str:
+    """The consumer a worker's blocking reads deliver to; glidemq_activateWoken moves what
+    they read to `consumer` (stall recovery covers entries it never got to)."""
+    return consumer + ":wake"

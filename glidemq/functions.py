@@ -37,8 +37,8 @@ __all__ = [
 ]
 
 LIBRARY_NAME = "glidemq"
-LIBRARY_VERSION = 20
-LIBRARY_SOURCE_SHA256 = "ba8244ec59509613dd33084b26bdbb62bb875ca7c3673db97a9d593de0e7224e"
+LIBRARY_VERSION = 21
+LIBRARY_SOURCE_SHA256 = "f964cafa2b961c9bf7deb94cae8cc537376834076080dfced1579404c69dadfe"
 LIBRARY_FILES = (
     "00_prelude.lua",  # shebang, version placeholder, constants, input checks, shared helpers
     "10_limits.lua",  # queue-wide limits, groups, token buckets, ordering keys, LIFO

@@ -435,6 +435,11 @@ class WorkerOptions:
         _int("max_stalled_count", self.max_stalled_count)
         _int("promotion_interval", self.promotion_interval, low=10)
         _int("max_result_bytes", self.max_result_bytes, low=1)
+        if self.consumer is not None and (
+            not isinstance(self.consumer, str) or self.consumer.endswith(":wake")
+        ):
+            # "<name>:wake" is where the worker named <name> takes delivery of a blocking read
+            raise ValidationError("consumer", "must be a string not ending in ':wake'")
         _check_retention("remove_on_complete", self.remove_on_complete)
         _check_retention("remove_on_fail", self.remove_on_fail)
         if not isinstance(self.close_timeout, int | float) or self.close_timeout < 0:

@@ -222,6 +222,41 @@ redis.register_function('glidemq_completeAndFetchNext', function(keys, args)
   return {statuses, out, got == -1 and 1 or 0, wait, moved}
 end)
 
+-- Activates entries a blocking read delivered ({entryId, fields} each, every one naming a
+-- job), within the queue's pause and limits: entries over them go back to the stream unstarted.
+-- Returns the activated triples, flat.
+local function activateRead(prefix, keys, entries, now, emitEvents, lim)
+  local stream = keys[1]
+  local out = {}
+  local m = redis.call('HMGET', keys[5], unpack(META_LIMITS))
+  local allowed, charge = #entries, nil
+  if m[1] == '1' then
+    allowed = 0
+  elseif lim or m[2] or m[4] or m[5] then
+    local _
+    allowed, _, charge = queueAllowance(prefix, stream, m, lim, #entries, now, #entries)
+  end
+  if allowed < #entries then
+    -- Read by a blocking XREADGROUP after the queue was paused or while a queue-wide limit
+    -- was used up by others: hand the jobs over the limit back, unstarted.
+    for idx = allowed + 1, #entries do
+      local e = entries[idx]
+      entries[idx] = nil
+      if redis.call('XACK', stream, GROUP, e[1]) == 1 then
+        redis.call('XDEL', stream, e[1])
+        local jobId = entryJobId(e[2])
+        local jobKey = prefix .. 'job:' .. jobId
+        if redis.call('HGET', jobKey, 'state') == 'waiting' then
+          redis.call('HSET', jobKey, 'sid', redis.call('XADD', stream, '*', 'id', jobId))
+        end
+      end
+    end
+  end
+  activate(prefix, stream, entries, now, out, emitEvents, keys[3])
+  if charge then chargeWindows(prefix, charge, #out / 3, now) end
+  return out
+end
+
 -- KEYS: stream, completed, events, scheduled, meta. ARGS: now, emitEvents, limiterMax,
 -- limiterDuration ('0' '0' without a limiter), then entryId/jobId pairs read by a blocking
 -- XREADGROUP. Returns the fetched triples.
@@ -254,32 +289,54 @@ redis.register_function('glidemq_moveToActive', function(keys, args)
     end
     if f then entries[#entries + 1] = {args[i], f} end
   end
-  local out = {}
-  local m = redis.call('HMGET', keys[5], unpack(META_LIMITS))
-  local lim = limiterArg(args[3], args[4])
-  local allowed, charge = #entries, nil
-  if m[1] == '1' then
-    allowed = 0
-  elseif lim or m[2] or m[4] or m[5] then
-    local _
-    allowed, _, charge = queueAllowance(prefix, stream, m, lim, #entries, now, #entries)
+  return activateRead(prefix, keys, entries, now, args[2] == '1', limiterArg(args[3], args[4]))
+end)
+
+-- KEYS: stream, completed, events, scheduled, meta. ARGS: consumer, wakeConsumer, count,
+-- emitEvents, limiterMax, limiterDuration ('0' '0' without a limiter).
+-- Sent right behind a blocking XREADGROUP for wakeConsumer on the same connection, so the
+-- server runs it as soon as the read returns: the job of an idle worker starts after one
+-- round trip. Moves up to count entries wakeConsumer holds to consumer and activates them as
+-- glidemq_moveToActive does, at the server's time; removes wakeConsumer once it holds
+-- nothing. Running it twice is harmless (the second finds nothing).
+-- Returns {fetched triples (flat), quarantined entry ids}.
+-- @wire glidemq_activateWoken keys=5 args=6
+redis.register_function('glidemq_activateWoken', function(keys, args)
+  local err = shape('glidemq_activateWoken', keys, args, 5, 6, 6)
+  if err then return err end
+  local consumer, wake = args[1], args[2]
+  local count = int(args[3], 1, MAX_INT)
+  if consumer == '' or wake == '' or consumer == wake or not count
+      or not limiterOk(args[5], args[6]) then
+    return badCall('ERR:BAD_ARGS', 'glidemq_activateWoken', 'arguments')
   end
-  if allowed < #entries then
-    -- Read by a blocking XREADGROUP after the queue was paused or while a queue-wide limit
-    -- was used up by others: hand the jobs over the limit back, unstarted.
-    for idx = allowed + 1, #entries do
-      local e = entries[idx]
-      entries[idx] = nil
-      if redis.call('XACK', stream, GROUP, e[1]) == 1 then
-        redis.call('XDEL', stream, e[1])
-        local jobKey = prefix .. 'job:' .. e[2][2]
-        if redis.call('HGET', jobKey, 'state') == 'waiting' then
-          redis.call('HSET', jobKey, 'sid', redis.call('XADD', stream, '*', 'id', e[2][2]))
-        end
-      end
+  local stream = keys[1]
+  local prefix = prefixOf(stream, 'stream')
+  local ok, r = pcall(redis.call, 'XREADGROUP', 'GROUP', GROUP, wake, 'COUNT', count,
+    'STREAMS', stream, '0')
+  local read = ok and r and r[1] and r[1][2] or {}
+  local now = clockMs()
+  local entries, moved = {}, {}
+  for _, e in ipairs(read) do
+    local entryId, f = e[1], e[2]
+    if f == nil or f == false then
+      redis.call('XACK', stream, GROUP, entryId) -- deleted since it was read
+    elseif not entryJobId(f) then
+      quarantine(prefix, stream, keys[3], entryId, f, now)
+      moved[#moved + 1] = entryId
+    else
+      entries[#entries + 1] = {entryId, f}
     end
   end
-  activate(prefix, stream, entries, now, out, args[2] == '1', keys[3])
-  if charge then chargeWindows(prefix, charge, #out / 3, now) end
-  return out
+  if #entries > 0 then
+    local claim = {}
+    for i, e in ipairs(entries) do claim[i] = e[1] end
+    claim[#claim + 1] = 'JUSTID'
+    redis.call('XCLAIM', stream, GROUP, consumer, 0, unpack(claim))
+  end
+  if ok and #read < count then
+    pcall(redis.call, 'XGROUP', 'DELCONSUMER', stream, GROUP, wake)
+  end
+  local out = activateRead(prefix, keys, entries, now, args[4] == '1', limiterArg(args[5], args[6]))
+  return {out, moved}
 end)

@@ -76,18 +76,24 @@ redis.register_function('glidemq_fail', function(keys, args)
   return 'failed'
 end)
 
--- Claims in place up to `count` entries held by `owner`, a consumer known to be dead, whatever
--- their idle time; once it holds nothing more, removes it from the group and the `workers`
--- registry. Returns XAUTOCLAIM's shape: {cursor ('0-0' when done), entries}.
+-- Claims in place up to `count` entries held by `owner`, a consumer known to be dead, or by
+-- its wake consumer (owner .. ':wake'), whatever their idle time; once both hold nothing
+-- more, removes them from the group and owner from the `workers` registry. Returns
+-- XAUTOCLAIM's shape: {cursor ('0-0' when done), entries}.
 local function claimOwned(stream, prefix, owner, count)
-  local ok, pend = pcall(redis.call, 'XPENDING', stream, GROUP, '-', '+', count, owner)
-  if not ok then return {'0-0', {}} end
   local ids = {}
-  for i, p in ipairs(pend) do ids[i] = p[1] end
+  for _, who in ipairs({owner, owner .. ':wake'}) do
+    if #ids < count then
+      local ok, pend = pcall(redis.call, 'XPENDING', stream, GROUP, '-', '+', count - #ids, who)
+      if not ok then return {'0-0', {}} end
+      for _, p in ipairs(pend) do ids[#ids + 1] = p[1] end
+    end
+  end
   local entries = {}
   if #ids > 0 then entries = redis.call('XCLAIM', stream, GROUP, owner, 0, unpack(ids)) end
   if #ids < count then
     redis.call('XGROUP', 'DELCONSUMER', stream, GROUP, owner)
+    redis.call('XGROUP', 'DELCONSUMER', stream, GROUP, owner .. ':wake')
     redis.call('HDEL', prefix .. 'workers', owner)
     return {'0-0', entries}
   end
@@ -206,13 +212,15 @@ local function handBack(name, keys, args, unstarted)
   local pairs_ = {}
   if #args > 1 then
     for i = 2, #args, 2 do pairs_[#pairs_ + 1] = {args[i], args[i + 1]} end
-  else
-    local ok, pend = pcall(redis.call, 'XPENDING', stream, GROUP, '-', '+', 10000, consumer)
-    if ok then
-      for _, p in ipairs(pend) do
-        local e = redis.call('XRANGE', stream, p[1], p[1])
-        local jobId = e[1] and entryJobId(e[1][2])
-        pairs_[#pairs_ + 1] = {p[1], jobId or ''}
+  else -- all it holds, and what a blocking read left under its wake consumer
+    for _, who in ipairs({consumer, consumer .. ':wake'}) do
+      local ok, pend = pcall(redis.call, 'XPENDING', stream, GROUP, '-', '+', 10000, who)
+      if ok then
+        for _, p in ipairs(pend) do
+          local e = redis.call('XRANGE', stream, p[1], p[1])
+          local jobId = e[1] and entryJobId(e[1][2])
+          pairs_[#pairs_ + 1] = {p[1], jobId or ''}
+        end
       end
     end
   end
@@ -244,15 +252,17 @@ local function handBack(name, keys, args, unstarted)
   end
   if #args == 1 then
     pcall(redis.call, 'XGROUP', 'DELCONSUMER', stream, GROUP, consumer)
+    pcall(redis.call, 'XGROUP', 'DELCONSUMER', stream, GROUP, consumer .. ':wake')
     redis.call('HDEL', prefix .. 'workers', consumer) -- Queue.get_workers: closed cleanly
   end
   return n
 end
 
 -- KEYS: stream, events. ARGS: consumer, then entryId/jobId pairs; with no pairs, every entry
--- the consumer still holds. Hands unfinished jobs straight back to the stream (a clean
--- shutdown) and removes the consumer when it holds nothing more; an at-most-once job that
--- was running is dead-lettered instead ('interrupted'). Returns the count handed back.
+-- the consumer (or its wake consumer, consumer .. ':wake') still holds. Hands unfinished jobs
+-- straight back to the stream (a clean shutdown) and, with no pairs, removes both consumers;
+-- an at-most-once job that was running is dead-lettered instead ('interrupted'). Returns the
+-- count handed back.
 -- @wire glidemq_deferActive keys=2 args=1..
 redis.register_function('glidemq_deferActive', function(keys, args)
   local err = shape('glidemq_deferActive', keys, args, 2, 1)

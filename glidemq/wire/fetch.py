@@ -10,11 +10,22 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from glide import (
+    Batch,
+    BatchOptions,
+    ClusterBatch,
+    ClusterBatchOptions,
+    GlideClusterClient,
+    StreamReadGroupOptions,
+)
+
+from ..connection import Client
 from ..context import QueueContext
 from ..keys import QueueKeys
 from .layout import Call, layout, send
 
 __all__ = [
+    "ACTIVATE_WOKEN",
     "COMPLETE_AND_FETCH_NEXT",
     "DEFER_ACTIVE",
     "FAIL",
@@ -26,6 +37,8 @@ __all__ = [
     "RECLAIM_STALLED",
     "RETURN_HELD",
     "Completion",
+    "activate_woken",
+    "activate_woken_call",
     "complete_and_fetch_next",
     "complete_and_fetch_next_call",
     "defer_active",
@@ -46,10 +59,12 @@ __all__ = [
     "reclaim_stalled_call",
     "return_held",
     "return_held_call",
+    "wait_and_activate",
 ]
 
 COMPLETE_AND_FETCH_NEXT = layout("glidemq_completeAndFetchNext", keys="5", args="5..", safe=True)
 MOVE_TO_ACTIVE = layout("glidemq_moveToActive", keys="5", args="4..")
+ACTIVATE_WOKEN = layout("glidemq_activateWoken", keys="5", args="6", safe=True)
 FAIL = layout("glidemq_fail", keys="5", args="9..10", safe=True)
 RECLAIM_STALLED = layout("glidemq_reclaimStalled", keys="5", args="7..11", safe=True)
 DEFER_ACTIVE = layout("glidemq_deferActive", keys="2", args="1..", safe=True)
@@ -58,6 +73,10 @@ HEARTBEAT = layout("glidemq_heartbeat", keys="1", args="1..", safe=True)
 MOVE_ACTIVE_TO_DELAYED = layout("glidemq_moveActiveToDelayed", keys="3", args="5..6", safe=True)
 PROMOTE = layout("glidemq_promote", keys="3", args="2..3", safe=True)
 RATE_LIMIT = layout("glidemq_rateLimit", keys="3", args="2..4", safe=True)
+
+GROUP = "workers"
+"""The consumer group every worker reads the stream through."""
+_PIPELINE_SLACK_MS = 2000
 
 
 def _fetch_keys(k: QueueKeys) -> list[str]:
@@ -122,6 +141,56 @@ async def move_to_active(
 ) -> Any:
     """The activated entries flat (entry, id, fields), as completeAndFetchNext's second item."""
     return await send(ctx, move_to_active_call(ctx.keys, now, emit, limiter, pairs))
+
+
+def activate_woken_call(
+    keys: QueueKeys, consumer: str, wake: str, count: int, emit: str, limiter: Sequence[str]
+) -> Call:
+    """glidemq_activateWoken: move up to `count` entries a blocking read delivered to `wake`
+    over to `consumer` and activate them; `limiter` as for completeAndFetchNext."""
+    args: list[str | bytes] = [consumer, wake, str(count), emit, *limiter]
+    return ACTIVATE_WOKEN.call(_fetch_keys(keys), args)
+
+
+async def activate_woken(
+    ctx: QueueContext, consumer: str, wake: str, count: int, emit: str, limiter: Sequence[str]
+) -> Any:
+    """[activated entries flat (entry, id, fields), quarantined entry ids]."""
+    return await send(ctx, activate_woken_call(ctx.keys, consumer, wake, count, emit, limiter))
+
+
+async def wait_and_activate(
+    client: Client,
+    keys: QueueKeys,
+    consumer: str,
+    wake: str,
+    count: int,
+    block_ms: int,
+    emit: str,
+    limiter: Sequence[str],
+) -> tuple[Any, Any]:
+    """A blocking read of up to `count` new entries for `wake`, with glidemq_activateWoken
+    queued behind it in one pipeline on `client` (a blocking reader's own client): the server
+    activates what the read returns at once, without a second round trip. Returns the read's
+    reply and activateWoken's, each possibly the RequestError it failed with. Raises what
+    valkey-glide raises when the pipeline as a whole fails (closed client, timeout)."""
+    call = activate_woken_call(keys, consumer, wake, count, emit, limiter)
+    read = StreamReadGroupOptions(block_ms=block_ms, count=count)
+    # the read may block for block_ms; the pipeline's own deadline must outlast it
+    timeout = block_ms + _PIPELINE_SLACK_MS
+    reply: list[Any] | None
+    if isinstance(client, GlideClusterClient):
+        cb = ClusterBatch(is_atomic=False)
+        cb.xreadgroup({keys.stream: ">"}, GROUP, wake, read)
+        cb.fcall(call.function, call.keys, call.args)
+        reply = await client.exec(cb, False, ClusterBatchOptions(timeout=timeout))
+    else:
+        b = Batch(is_atomic=False)
+        b.xreadgroup({keys.stream: ">"}, GROUP, wake, read)
+        b.fcall(call.function, call.keys, call.args)
+        reply = await client.exec(b, False, BatchOptions(timeout=timeout))
+    assert reply is not None and len(reply) == 2  # only an atomic batch under WATCH gives None
+    return reply[0], reply[1]
 
 
 def fail_call(

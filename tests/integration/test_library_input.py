@@ -214,6 +214,12 @@ def build_cases(r: Any, p: str) -> list[Case]:
             min_args=4,
         ),
         Case(
+            "glidemq_activateWoken",
+            fetch_keys,
+            ["c1", "c1:wake", "5", "1", "0", "0"],
+            {2: ARGS, 4: ARGS, 5: ARGS},
+        ),
+        Case(
             "glidemq_fail",
             fail_keys,
             [now, "1", a, ea, "boom", "0", "-1", "0", "0", "st"],

@@ -54,3 +54,38 @@ async def test_owner_mode_hands_back_only_the_dead_consumers_jobs(
 
         # a second call finds nothing and is harmless
         assert await reclaim(conn, [holding]) == ([holding.key], 0, 0)
+
+
+async def test_owner_mode_takes_what_a_blocking_read_left_under_its_wake_consumer(
+    valkey_server: Any, queue_name: str
+) -> None:
+    # killed between its blocking read and the activation queued behind it
+    async with Queue(queue_name, connection=valkey_server.url) as queue:
+        await queue.add_bulk([("job", {"i": i}, None) for i in range(3)])
+        ctx = await queue._context()
+        stream = queue.keys.stream
+        await ctx.client.custom_command(["XGROUP", "CREATE", stream, "workers", "0"])
+        running = await _fetch(queue, "dead-two", 1)
+        read = await ctx.client.custom_command(
+            [
+                "XREADGROUP",
+                "GROUP",
+                "workers",
+                "dead-two:wake",
+                "COUNT",
+                "5",
+                "STREAMS",
+                stream,
+                ">",
+            ]
+        )
+        assert read and len(running) == 1
+
+        conn = ConnectionOptions.from_url(valkey_server.url)
+        holding = Holding(queue_name, "glide", "dead-two", max_stalled_count=1)
+        done, requeued, _ = await reclaim(conn, [holding])
+        assert done == [holding.key] and requeued == 3
+        counts = await queue.get_job_counts()
+        assert (counts.active, counts.waiting) == (0, 3), counts
+        consumers = await ctx.client.custom_command(["XINFO", "CONSUMERS", stream, "workers"])
+        assert consumers == []  # both consumers removed

@@ -84,6 +84,10 @@ SAMPLES: dict[str, Callable[[], Iterable[Call]]] = {
         fetch.move_to_active_call(K, 1, "1", ("0", "0"), []),
         fetch.move_to_active_call(K, 1, "1", ("0", "0"), ["1-0", "1", "2-0", "2"]),
     ],
+    "glidemq_activateWoken": lambda: [
+        fetch.activate_woken_call(K, "c", "c:wake", 1, "1", ("0", "0")),
+        fetch.activate_woken_call(K, "c", "c:wake", 64, "0", ("10", "1000")),
+    ],
     "glidemq_fail": lambda: [
         fetch.fail_call(K, 1, "1", "1", "1-0", "boom", -1, (0, 0), True, ""),
         fetch.fail_call(K, 1, "0", "1", "1-0", "boom", 10, (5, 60), False, "trace"),
