@@ -81,6 +81,10 @@ class Fetcher:
         self.order = order
         self.completing = completing
         self.drained_emitted = False
+        # A completion's fetch came back short: the queue had nothing more to take, so the
+        # next fetch goes straight to the blocking read (which still returns at once if
+        # entries came meanwhile) instead of asking without blocking first.
+        self.found_empty = False
         self.limited_ms = 0  # > 0: a queue-wide limit stopped the last fetch for this long
         # For the Watchdog: whether the loop wants jobs, and when a fetch last succeeded.
         self.wants = False
@@ -125,6 +129,12 @@ class Fetcher:
                     continue
                 if not self.wants:
                     self.wants, self.progress_at = True, time.monotonic()
+                if self.found_empty:
+                    self.found_empty = False
+                    await self.fetch_blocking()
+                    self.progress_at = time.monotonic()
+                    backoff = 0.05
+                    continue
                 got = await self.fetch_now()
                 self.progress_at = time.monotonic()
                 if got is None:  # queue paused on the server

@@ -491,6 +491,8 @@ class Worker(WorkerLifecycle, Generic[D, R]):
             fetched = reply[1]
             if len(reply) > 4 and reply[4]:
                 self._fetcher.quarantined(reply[4])
+            if fetch and len(fetched) < 3 * fetch and reply[2] == 0 and not int(reply[3]):
+                self._fetcher.found_empty = True
         finally:
             self._flushes -= 1
             if self._pending and not self._flush_scheduled:
