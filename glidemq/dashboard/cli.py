@@ -12,7 +12,6 @@ from ..argtypes import port
 from ..connection import resolve_connection
 from ..errors import ValidationError
 from ..keys import validate_prefix
-from ..web.auth import BasicAuth
 from ..web.serve import port_problem, serve
 
 __all__ = ["build_parser", "main"]
@@ -78,9 +77,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of `glidemq-dashboard`; returns the exit code."""
     prog = "glidemq-dashboard"
     args = build_parser().parse_args(sys.argv[1:] if argv is None else list(argv))
-    if args.hash_password:
-        from ..web.auth import hash_password
+    try:
+        import jinja2  # noqa: F401  # the pages; imported here so --help works without it
 
+        from ..web.auth import BasicAuth, hash_password
+    except ImportError:
+        print(
+            f"{prog}: error: install the dashboard extra: pip install 'glidemq[dashboard]'",
+            file=sys.stderr,
+        )
+        return USAGE
+    if args.hash_password:
         password = sys.stdin.readline().rstrip("\n")
         if not password:
             print(f"{prog}: error: no password on stdin", file=sys.stderr)

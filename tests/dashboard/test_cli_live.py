@@ -141,3 +141,34 @@ async def test_with_valkey_down_it_warns_and_pages_answer_503() -> None:
         proc.terminate()
         _, err = proc.communicate(timeout=30)
     assert f"cannot reach Valkey at {nowhere}" in err
+
+
+@pytest.mark.parametrize("missing", ["starlette", "jinja2"])
+def test_without_the_dashboard_extra_help_works_and_a_start_says_what_to_install(
+    missing: str,
+) -> None:
+    # as if the extra were not installed: an import of `missing` fails
+    run = (
+        f"import sys; sys.modules[{missing!r}] = None\n"
+        "from glidemq.dashboard.cli import main\n"
+        "raise SystemExit(main(sys.argv[1:]))\n"
+    )
+    import sys
+
+    def cli(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [sys.executable, "-c", run, *args],
+            cwd=REPO_ROOT,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+
+    helped = cli("-h")
+    assert helped.returncode == 0 and "glidemq-dashboard" in helped.stdout, helped.stderr
+    started = cli("--url", "valkey://127.0.0.1:1")
+    assert started.returncode == 2
+    assert started.stderr.strip() == (
+        "glidemq-dashboard: error: install the dashboard extra: pip install 'glidemq[dashboard]'"
+    )
+    assert "Traceback" not in started.stderr
