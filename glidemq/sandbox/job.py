@@ -12,6 +12,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any, Protocol, TypeVar
 
 from ..errors import DelayedError, SuspendedError, ValidationError
+from ..flowview import Dependencies
 from ..job import Job, JobState
 from ..serialize import encode_json
 from ..streams import encode_chunk
@@ -43,6 +44,12 @@ PROXIED_METHODS = frozenset(
         "report_usage",
         "stream",
         "suspend",
+        "get_children_values",
+        "get_ignored_children_failures",
+        "get_children_failures",
+        "get_dependencies",
+        "get_parents",
+        "move_to_waiting_children",
     }
 )
 """Job methods a child may ask the parent to run; the parent refuses anything else."""
@@ -310,17 +317,21 @@ class SandboxJob(Job[D, R]):
         return dict(await self._call("get_ignored_children_failures") or {})
 
     async def get_children_failures(self) -> dict[str, str]:
-        """Failure reasons recorded for this job's children (not available in a sandbox yet:
-        the parent refuses it, see docs/SANDBOX.md)."""
+        """Failure reasons recorded for this job's children (those failed with
+        `ignore_dependency_on_failure` or `continue_parent_on_failure`), by
+        `"<queue>:<id>"`."""
         return dict(await self._call("get_children_failures") or {})
 
-    async def get_dependencies(self, *, processed: bool = True, unprocessed: bool = True) -> Any:
-        """This job's children (not available in a sandbox yet: the parent refuses it)."""
-        return await self._call("get_dependencies", processed, unprocessed)
+    async def get_dependencies(
+        self, *, processed: bool = True, unprocessed: bool = True
+    ) -> Dependencies:
+        """This job's children: completed ones with their values and recorded failures
+        (`processed`), pending ones (`unprocessed`), and the count of each."""
+        got = await self._call("get_dependencies", processed, unprocessed)
+        return Dependencies(**got)
 
     async def get_parents(self) -> list[tuple[str, str]]:
-        """(queue, id) of every flow parent (not available in a sandbox yet: the parent
-        refuses it)."""
+        """(queue name, job id) of every flow parent of this job; empty for none."""
         return [(str(q), str(i)) for q, i in await self._call("get_parents") or []]
 
     async def move_to_waiting_children(self) -> None:

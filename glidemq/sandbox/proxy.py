@@ -164,6 +164,19 @@ async def _children_failures(job: Job[Any, Any], args: list[Any]) -> Any:
     return await job.get_ignored_children_failures()
 
 
+async def _recorded_failures(job: Job[Any, Any], args: list[Any]) -> Any:
+    return await job.get_children_failures()
+
+
+async def _dependencies(job: Job[Any, Any], args: list[Any]) -> Any:
+    deps = await job.get_dependencies(processed=bool(args[0]), unprocessed=bool(args[1]))
+    return dataclasses.asdict(deps)
+
+
+async def _parents(job: Job[Any, Any], args: list[Any]) -> Any:
+    return [list(parent) for parent in await job.get_parents()]
+
+
 async def _waiting_children(job: Job[Any, Any], args: list[Any]) -> Any:
     # Raises WaitingChildrenError when children are pending; it crosses back to the child.
     await job.move_to_waiting_children()
@@ -209,5 +222,10 @@ _CALLS: dict[str, Callable[[Job[Any, Any], list[Any]], Any]] = {
     "suspend": _suspend,
     "get_children_values": _children_values,
     "get_ignored_children_failures": _children_failures,
+    "get_children_failures": _recorded_failures,
+    "get_dependencies": _dependencies,
+    "get_parents": _parents,
     "move_to_waiting_children": _waiting_children,
 }
+# every proxied method has a handler here ("discard" is answered at once, in on_call)
+assert set(_CALLS) | {"discard"} == PROXIED_METHODS, "sandbox/job.py and _CALLS disagree"

@@ -8,7 +8,15 @@ from typing import Any
 
 import pytest
 
-from glidemq import ConnectionOptions, Queue, ValidationError, Worker, WorkerOptions
+from glidemq import (
+    ConnectionOptions,
+    FlowJob,
+    FlowProducer,
+    Queue,
+    ValidationError,
+    Worker,
+    WorkerOptions,
+)
 from glidemq.sandbox import SandboxOptions
 from tests.fixtures import sandbox_procs
 from tests.helpers import wait_for
@@ -153,3 +161,35 @@ def test_sandbox_options_are_validated() -> None:
     assert (
         SandboxOptions(max_memory_per_child_mb=100, memory_hard_limit_mb=0).hard_limit_bytes is None
     )
+
+
+async def test_flow_reads_are_proxied_to_the_parent(
+    queue: Queue[Any, Any], conn: ConnectionOptions
+) -> None:
+    async with FlowProducer(connection=conn) as flows:
+        node = await flows.add(
+            FlowJob(
+                "parent",
+                queue.name,
+                {},
+                children=[
+                    FlowJob("ok", queue.name, {}),
+                    FlowJob(
+                        "bad",
+                        queue.name,
+                        {"fail": True},
+                        {"ignore_dependency_on_failure": True},
+                    ),
+                ],
+            )
+        )
+    ok, bad = node.children[0].job, node.children[1].job
+    async with sandboxed(queue, "flow_reads", conn, concurrency=2):
+        parent = await finished(queue, node.job.id)
+    assert parent.state == "completed", parent.failed_reason
+    rv = parent.returnvalue
+    ok_key, bad_key = f"{queue.name}:{ok.id}", f"{queue.name}:{bad.id}"
+    assert rv["values"] == {ok_key: {"parents": [[queue.name, node.job.id]]}}
+    assert rv["failures"] == rv["ignored"] == rv["failed"] == {bad_key: "child says no"}
+    assert rv["processed"] == rv["values"] and rv["counts"] == [1, 1, 0]
+    assert rv["parents"] == []
