@@ -17,7 +17,15 @@ from glide import GlideError as _GlideError
 from .connection import Client
 from .functions import ensure_library
 from .keys import QueueKeys
-from .retry import DEFAULT_RETRY, RetryPolicy, retry_batch, retrying, to_glidemq_error
+from .retry import (
+    DEFAULT_RETRY,
+    Failure,
+    RetryPolicy,
+    classify,
+    retry_batch,
+    retrying,
+    to_glidemq_error,
+)
 
 if TYPE_CHECKING:
     from .serializers import Serializer
@@ -171,9 +179,21 @@ class QueueContext:
                 batch.fcall(function, keys, args)
             return await self.command(partial(_exec, batch), safe=safe)
 
-        if resend:
-            return await retry_batch(run, len(calls), policy=self.retry)
-        return list(await run(range(len(calls))) or [])
+        async def send(indices: Sequence[int]) -> list[Any]:
+            if resend:
+                return await retry_batch(
+                    lambda sub: run([indices[j] for j in sub]), len(indices), policy=self.retry
+                )
+            return list(await run(indices) or [])
+
+        replies = await send(range(len(calls)))
+        lost = [i for i, r in enumerate(replies) if _library_missing(r)]
+        if lost:
+            # those calls did not run: load the library where it was lost and send them again
+            await ensure_library(client)
+            for i, reply in zip(lost, await send(lost), strict=True):
+                replies[i] = reply
+        return replies
 
     # -- plain reads ---------------------------------------------------------------------
 
@@ -187,6 +207,10 @@ class QueueContext:
         key = self.keys.job(job_id)
         state = await self.command(lambda c: c.hget(key, "state"))
         return None if state is None else _s(state)
+
+
+def _library_missing(reply: Any) -> bool:
+    return isinstance(reply, _GlideError) and classify(reply) is Failure.MISSING_LIBRARY
 
 
 async def _exec(batch: Batch | ClusterBatch, client: Client) -> Any:

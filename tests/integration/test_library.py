@@ -13,7 +13,16 @@ from typing import Any
 
 import pytest
 
-from glidemq import ConnectionOptions, GlideMQError, Job, LibraryError, Queue, Worker
+from glidemq import (
+    ConnectionOptions,
+    FlowJob,
+    FlowProducer,
+    GlideMQError,
+    Job,
+    LibraryError,
+    Queue,
+    Worker,
+)
 from glidemq.connection import close_client, create_client
 from glidemq.functions import LIBRARY_VERSION, ensure_library, library_source
 from glidemq.server import EmbeddedValkey, parse_info
@@ -81,6 +90,28 @@ async def test_deleted_library_is_reloaded_by_the_next_add(
     assert job is not None
     stored = await queue.get_job(job.id)
     assert stored is not None and stored.data == {"n": 1} and stored.state == "waiting"
+    assert [version_on(n) for n in primaries] == [str(LIBRARY_VERSION)] * len(primaries)
+
+
+async def test_deleted_library_is_reloaded_by_a_bulk_add_and_a_flow(
+    queue: Queue[Any, Any], conn: ConnectionOptions, primaries: list[Any]
+) -> None:
+    # both send their calls as one pipeline; every call answered "no such function"
+    for node in primaries:
+        node.cli("FUNCTION", "DELETE", "glidemq")
+    jobs = await queue.add_bulk([("bulk", {"i": i}) for i in range(2500)])
+    assert len(jobs) == 2500 and all(j is not None for j in jobs)
+    assert (await queue.get_job_counts()).waiting == 2500
+    assert [version_on(n) for n in primaries] == [str(LIBRARY_VERSION)] * len(primaries)
+
+    for node in primaries:
+        node.cli("FUNCTION", "DELETE", "glidemq")
+    async with FlowProducer(connection=conn) as flows:
+        node_ = await flows.add(
+            FlowJob("parent", queue.name, {}, children=[FlowJob("child", queue.name, {})])
+        )
+    parent = await queue.get_job(node_.job.id)
+    assert parent is not None and parent.state == "waiting-children"
     assert [version_on(n) for n in primaries] == [str(LIBRARY_VERSION)] * len(primaries)
 
 
