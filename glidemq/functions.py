@@ -38,7 +38,7 @@ __all__ = [
 
 LIBRARY_NAME = "glidemq"
 LIBRARY_VERSION = 21
-LIBRARY_SOURCE_SHA256 = "f964cafa2b961c9bf7deb94cae8cc537376834076080dfced1579404c69dadfe"
+LIBRARY_SOURCE_SHA256 = "08905303090f4f4b573093307e7842a78c21c5dba94178863c41c87259c63be6"
 LIBRARY_FILES = (
     "00_prelude.lua",  # shebang, version placeholder, constants, input checks, shared helpers
     "10_limits.lua",  # queue-wide limits, groups, token buckets, ordering keys, LIFO

@@ -142,8 +142,10 @@ local function requeue(prefix, jobKey, jobId, priority, runAt, now)
   return state
 end
 
+-- A finished job's keys: its hash, its log, and the set of children a flow parent still
+-- waited for (a parent failed by a child keeps the others listed there).
 local function deleteJob(prefix, jobId)
-  redis.call('DEL', prefix .. 'job:' .. jobId, prefix .. 'log:' .. jobId)
+  redis.call('DEL', prefix .. 'job:' .. jobId, prefix .. 'log:' .. jobId, prefix .. 'deps:' .. jobId)
 end
 
 -- Retention of finished jobs: keepCount -1 keeps all, 0 keeps none, N keeps the newest N;

@@ -58,6 +58,20 @@ local function failurePolicy(opts)
   return 'fail'
 end
 
+-- The (keepCount, keepAge) a job's own removeOnComplete / removeOnFail (`field` of its opts
+-- JSON) asks for, as the worker passes them; nil when the job sets none (the worker's default
+-- applies then, which the library does not know).
+local function ownRetention(opts, field)
+  local v = jobOpts(opts)[field]
+  if v == true then return 0, 0 end
+  if type(v) == 'number' then return math.max(0, math.floor(v)), 0 end
+  if type(v) == 'table' then
+    local count, age = tonumber(v.count), tonumber(v.age)
+    return count and math.max(0, math.floor(count)) or -1, age and math.max(0, math.floor(age)) or 0
+  end
+  return nil, nil
+end
+
 -- A parent whose last pending child finished: runnable now, or after its own delay.
 local function wakeParent(pPrefix, pKey, pid, now)
   redis.call('ZREM', pPrefix .. 'waiting-children', pid)
@@ -136,6 +150,18 @@ local function flowNotify(prefix, jobKey, jobId, outcome, value, now)
         local reason = settleChild(p[1], p[2], ref, w[4], w[5], policy, now)
         if reason then work[#work + 1] = {p[1], p[1] .. 'job:' .. p[2], p[2], 'failed', reason} end
       end
+    end
+  end
+  -- Parents failed by a child keep what their own removeOnFail asks for; only now, since the
+  -- walk above reads each failed parent's own parents from its hash.
+  for j = 2, #work do
+    local w = work[j]
+    local keepCount, keepAge = ownRetention(redis.call('HGET', w[2], 'opts'), 'removeOnFail')
+    if keepCount == 0 then
+      deleteJob(w[1], w[3])
+      redis.call('ZREM', w[1] .. 'failed', w[3])
+    elseif keepCount then
+      retain(w[1], w[1] .. 'failed', now, keepCount, keepAge)
     end
   end
 end

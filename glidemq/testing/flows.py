@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from ..flowview import Flow, NodeRecord, build_flow
-from ..types import JobOptions
+from ..types import JobOptions, job_retention
 from .budgets import MemoryBudget
 from .records import FINISHED, JobRecord
 
@@ -114,6 +114,7 @@ def notify(
     work: list[tuple[QueueStore, JobRecord, str, bytes | str | None]] = [
         (store, rec, outcome, value)
     ]
+    failed: list[tuple[QueueStore, JobRecord]] = []
     while work:
         s, r, out, val = work.pop()
         policy = _policy(r) if out == "failed" else "fail"
@@ -123,6 +124,11 @@ def notify(
             reason = _settle(pstore, pid, ref, out, val, policy, now, s)
             if reason is not None:
                 work.append((pstore, pstore.jobs[pid], "failed", reason))
+                failed.append((pstore, pstore.jobs[pid]))
+    # parents failed by a child keep what their own removeOnFail asks for (none: all)
+    for pstore, parent in failed:
+        if "removeOnFail" in parent.opts:
+            pstore.keep_failed(parent.id, now, job_retention(parent.opts, "removeOnFail", (-1, 0)))
 
 
 def node_record(rec: JobRecord) -> NodeRecord:

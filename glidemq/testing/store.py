@@ -355,6 +355,14 @@ class QueueStore:
         if rec.parents and outcome in FINISHED:
             flows.notify(self, rec, outcome, value, now)
 
+    def keep_failed(self, job_id: str, now: int, keep: tuple[int, int]) -> None:
+        """Apply a failed job's retention `keep` (keepCount, keepAge) after it failed."""
+        if keep[0] == 0:
+            self.finished["failed"].remove(job_id)
+            self.delete(job_id)
+        else:
+            self._retain("failed", now, *keep)
+
     def _retain(self, kind: str, now: int, keep_count: int, keep_age: int) -> None:
         zset = self.finished[kind]
         if keep_count > 0 and len(zset) > keep_count:

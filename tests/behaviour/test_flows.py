@@ -18,7 +18,7 @@ from glidemq import (
     chain,
 )
 from tests.behaviour.conftest import Backend
-from tests.helpers import wait_state
+from tests.helpers import wait_for, wait_state
 
 
 async def _process(job: Any) -> Any:
@@ -88,6 +88,27 @@ async def test_a_failed_child_fails_its_parent_unless_its_failure_is_ignored(
     )
     flaky, steady, _ = (f"{q.name}:{c.job.id}" for c in lenient.children)
     assert done.returnvalue == {"values": {steady: 2}, "ignored": {flaky: "upstream down"}}
+
+
+async def test_a_parent_failed_by_a_child_keeps_what_its_own_remove_on_fail_says(
+    backend: Backend,
+) -> None:
+    q = backend.queue
+    flows = backend.flow_producer()
+    dropped = await flows.add(
+        FlowJob(
+            "summary", q.name, opts={"remove_on_fail": True}, children=[FlowJob("flaky", q.name)]
+        )
+    )
+    kept = await flows.add(FlowJob("summary", q.name, children=[FlowJob("flaky", q.name)]))
+    async with backend.worker(_process, concurrency=4):
+        await wait_state(q, kept.job.id, "failed")
+
+        async def dropped_gone() -> bool:
+            return await q.get_job(dropped.job.id) is None
+
+        await wait_for(dropped_gone)
+    assert [j.id for j in await q.get_jobs("failed") if j.name == "summary"] == [kept.job.id]
 
 
 async def test_a_running_job_waits_for_children_it_adds(backend: Backend) -> None:

@@ -731,3 +731,38 @@ async def test_a_child_whose_parent_queue_is_a_bare_name_still_settles_with_it(
     async with workers(conn, [q1.name], echo):
         await wait_state(q0, parent.id, "waiting")
     assert await parent.get_children_values() == {f"{q1.name}:{child.id}": 3}
+
+
+async def test_a_parent_failed_by_a_child_leaves_no_dependency_set_once_removed(
+    queue: Queue[Any, Any], conn: ConnectionOptions
+) -> None:
+    # the parent fails while its second child is still pending; removed on failure, it
+    # takes the set of children it waited for with it
+    async with FlowProducer(connection=conn) as flows:
+        node = await flows.add(
+            FlowJob(
+                "parent",
+                queue.name,
+                {},
+                {"remove_on_fail": True},
+                [
+                    FlowJob("bad", queue.name, {}, {"attempts": 1}),
+                    FlowJob("later", queue.name, {}, {"delay": 60_000}),
+                ],
+            )
+        )
+    parent_id = node.job.id
+    deps = queue.keys.base + "deps:" + parent_id
+    ctx = await queue._context()
+    assert await ctx.command(lambda c: c.exists([deps])) == 1
+
+    async def work(job: Job[Any, Any]) -> None:
+        raise RuntimeError("no")
+
+    async with Worker(queue.name, work, connection=conn, **FAST):
+
+        async def parent_gone() -> bool:
+            return await queue.get_job(parent_id) is None
+
+        await wait_for(parent_gone)
+    assert await ctx.command(lambda c: c.exists([deps])) == 0
