@@ -34,7 +34,7 @@ from .errors import (
     ValidationError,
 )
 from .serialize import decode_json
-from .types import JobOptions
+from .types import JobOptions, OptionsKey, options_key
 
 if TYPE_CHECKING:
     from .queue import Queue
@@ -69,12 +69,12 @@ def default_result_ttl(options: JobOptions, ttl: int | None) -> JobOptions:
     """`options` with the Queue's default result ttl when the job sets none."""
     if ttl is None or options.result_ttl is not None:
         return options
-    return _with_result_ttl(options, ttl)
+    return _with_result_ttl(options_key(options), ttl)
 
 
 @functools.lru_cache(maxsize=256)
-def _with_result_ttl(options: JobOptions, ttl: int) -> JobOptions:
-    return replace(options, result_ttl=ttl)
+def _with_result_ttl(key: OptionsKey, ttl: int) -> JobOptions:
+    return replace(key[0], result_ttl=ttl)
 
 
 @dataclass(frozen=True, slots=True)

@@ -341,10 +341,24 @@ def _coerce_cached(items: tuple[tuple[str, type, Any], ...]) -> JobOptions:
     return from_mapping(JobOptions, {k: v for k, _, v in items})
 
 
-@functools.lru_cache(maxsize=256)
+OptionsKey = tuple[JobOptions, type, type]
+
+
+def options_key(opts: JobOptions) -> OptionsKey:
+    """A cache key for `opts` that tells retention values apart by type: True == 1 and
+    False == 0 for equality and hashing, but remove_on_fail=True drops a failed job at once
+    and =1 keeps the newest one; False keeps every job and 0 none."""
+    return opts, type(opts.remove_on_complete), type(opts.remove_on_fail)
+
+
 def wire_opts(opts: JobOptions) -> bytes:
     """The job's `opts` JSON, cached: most jobs of a program share a few option sets."""
-    return orjson.dumps(opts.to_wire())
+    return _wire_opts(options_key(opts))
+
+
+@functools.lru_cache(maxsize=256)
+def _wire_opts(key: OptionsKey) -> bytes:
+    return orjson.dumps(key[0].to_wire())
 
 
 def retention_from_wire(value: Any) -> Retention | None:

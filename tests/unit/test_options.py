@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import orjson
 import pytest
 
 from glidemq import (
@@ -426,3 +427,24 @@ def test_coerce_keeps_true_and_one_apart_even_when_cached() -> None:
     assert got is True
     assert JobOptions.coerce({"remove_on_fail": False}).remove_on_fail is False
     assert JobOptions.coerce({"remove_on_fail": 0}).remove_on_fail == 0
+
+
+@pytest.mark.parametrize(("first", "second"), [(1, True), (True, 1), (0, False), (False, 0)])
+def test_retention_values_equal_in_python_are_not_confused_by_the_caches(
+    first: Any, second: Any
+) -> None:
+    # True == 1 and False == 0, but remove_on_fail=True drops a failed job at once and =1
+    # keeps the newest; False keeps all and 0 none. The cached encodings must not mix them.
+    from glidemq.request import default_result_ttl
+    from glidemq.types import wire_opts
+
+    for field, key in (
+        ("remove_on_fail", "removeOnFail"),
+        ("remove_on_complete", "removeOnComplete"),
+    ):
+        for value in (first, second):
+            opts = JobOptions(**{field: value})
+            assert orjson.loads(wire_opts(opts)) == {key: value}
+            assert type(orjson.loads(wire_opts(opts))[key]) is type(value)
+            kept = getattr(default_result_ttl(opts, 60_000), field)
+            assert kept is value or (kept == value and type(kept) is type(value))
