@@ -178,17 +178,12 @@ async def wait_and_activate(
     read = StreamReadGroupOptions(block_ms=block_ms, count=count)
     # the read may block for block_ms; the pipeline's own deadline must outlast it
     timeout = block_ms + _PIPELINE_SLACK_MS
-    reply: list[Any] | None
-    if isinstance(client, GlideClusterClient):
-        cb = ClusterBatch(is_atomic=False)
-        cb.xreadgroup({keys.stream: ">"}, GROUP, wake, read)
-        cb.fcall(call.function, call.keys, call.args)
-        reply = await client.exec(cb, False, ClusterBatchOptions(timeout=timeout))
-    else:
-        b = Batch(is_atomic=False)
-        b.xreadgroup({keys.stream: ">"}, GROUP, wake, read)
-        b.fcall(call.function, call.keys, call.args)
-        reply = await client.exec(b, False, BatchOptions(timeout=timeout))
+    cluster = isinstance(client, GlideClusterClient)
+    batch = ClusterBatch(is_atomic=False) if cluster else Batch(is_atomic=False)
+    batch.xreadgroup({keys.stream: ">"}, GROUP, wake, read)
+    batch.fcall(call.function, call.keys, call.args)
+    options = ClusterBatchOptions(timeout=timeout) if cluster else BatchOptions(timeout=timeout)
+    reply = await client.exec(batch, False, options)
     assert reply is not None and len(reply) == 2  # only an atomic batch under WATCH gives None
     return reply[0], reply[1]
 
