@@ -16,6 +16,7 @@ from glide import StreamGroupOptions
 from .context import now_ms
 from .errors import GlideMQError, ServerError
 from .hold import send_back
+from .lease import Lease
 from .retry import to_glidemq_error
 from .wire import fetch
 
@@ -36,12 +37,12 @@ class InOrder:
 
     __slots__ = ("_early", "_next", "_sent", "slots", "start")
 
-    def __init__(self, start: Callable[[list[Any]], None], slots: Slots[Any]) -> None:
+    def __init__(self, start: Callable[[list[Any], float], None], slots: Slots[Any]) -> None:
         self.start = start
         self.slots = slots
         self._sent = 0
         self._next = 0
-        self._early: dict[int, tuple[list[Any], int]] = {}
+        self._early: dict[int, tuple[list[Any], int, float]] = {}
 
     def ticket(self) -> int:
         """The place of a fetch about to be sent."""
@@ -49,21 +50,22 @@ class InOrder:
         self._sent += 1
         return t
 
-    def deliver(self, ticket: int, flat: list[Any], reserved: int) -> None:
-        """The reply of fetch `ticket`, which reserved `reserved` slots: start its jobs once
-        every earlier fetch's are, then release its slots."""
+    def deliver(self, ticket: int, flat: list[Any], reserved: int, sent: float) -> None:
+        """The reply of fetch `ticket`, which reserved `reserved` slots and was sent at `sent`
+        (monotonic seconds, where its jobs' lease starts): start its jobs once every earlier
+        fetch's are, then release its slots."""
         if ticket != self._next:
-            self._early[ticket] = (flat, reserved)
+            self._early[ticket] = (flat, reserved, sent)
             return
         while True:
             self._next += 1
             try:
-                self.start(flat)
+                self.start(flat, sent)
             finally:
                 self.slots.release(reserved)
             if self._next not in self._early:
                 return
-            flat, reserved = self._early.pop(self._next)
+            flat, reserved, sent = self._early.pop(self._next)
 
 
 class Fetcher:
@@ -90,6 +92,9 @@ class Fetcher:
         self.wants = False
         self.progress_at = time.monotonic()
         self.error_at = float("-inf")
+        # A blocking read's send time starts the lease of what it delivers: block at most
+        # half a lease, so that jobs read at the end of a block may still start at once.
+        self.block_ms = Lease(link.opts.lock_duration).block_ms(link.opts.block_timeout)
 
     def quarantined(self, entry_ids: list[Any]) -> None:
         """Stream entries the library moved to the quarantine stream (not written by glidemq:
@@ -172,13 +177,14 @@ class Fetcher:
         assert ctx is not None
         n = w.slots.reserve()
         ticket, flat = self.order.ticket(), []
+        sent = time.monotonic()
         try:
             reply = await fetch.complete_and_fetch_next(
                 ctx, now_ms(), w.consumer, n, w.emit_flag, (), w.limiter
             )
             flat = reply[1]
         finally:
-            self.order.deliver(ticket, flat, n)
+            self.order.deliver(ticket, flat, n, sent)
         if len(reply) > 4 and reply[4]:
             self.quarantined(reply[4])
         self.limited_ms = int(reply[3]) if len(reply) > 3 else 0
@@ -200,10 +206,11 @@ class Fetcher:
         n = w.slots.reserve()
         held = n  # released here unless the activation's delivery releases them
         wake = wake_consumer(w.consumer)
+        sent = time.monotonic()
         try:
             try:
                 read, woken = await fetch.wait_and_activate(
-                    blocking, w.keys, w.consumer, wake, n, w.opts.block_timeout,
+                    blocking, w.keys, w.consumer, wake, n, self.block_ms,
                     w.emit_flag, w.limiter,
                 )  # fmt: skip
             except _GlideError as exc:
@@ -225,7 +232,7 @@ class Fetcher:
                 await send_back(w, pairs)
                 return
             ticket, held = self.order.ticket(), 0
-            self.order.deliver(ticket, flat, n)
+            self.order.deliver(ticket, flat, n, sent)
         finally:
             w.slots.release(held)
 

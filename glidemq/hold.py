@@ -18,7 +18,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from .errors import GlideMQError
 from .wire import fetch
@@ -91,51 +91,47 @@ class HoldWindow:
 
 class HeldJobs:
     """What a Worker does with the jobs it holds (the jobs themselves wait in `link.slots`):
-    start the oldest when a running job ends, give them all back when the worker pauses,
-    closes or has been stuck for a window. `launch(entry_id, job)` starts a job's run;
-    `spawn(call)` runs a server call in the background (close waits for it)."""
+    watch the hold window, and give them all back when the worker pauses, closes or has been
+    stuck for a window. Without a hold window (`window` None) the only held jobs are those
+    waiting for their lease to be revalidated (glidemq/lease.py). `spawn(call)` runs a
+    server call in the background (close waits for it)."""
 
     def __init__(
         self,
         link: WorkerLink,
-        window: HoldWindow,
-        launch: Callable[[str, Any], None],
+        window: HoldWindow | None,
         spawn: Callable[[Awaitable[None]], None],
     ) -> None:
         self.link = link
         self.window = window
-        self.launch = launch
         self.spawn = spawn
         self._check: asyncio.TimerHandle | None = None
 
     def fetched(self, started: bool) -> None:
         """The jobs of a fetch reply were `started` (some of them) or held: watch the held."""
-        if started:
-            self.window.started()
-        if self.link.slots.held_count and self._check is None:
-            self._check = asyncio.get_running_loop().call_later(self.window.window, self._watch)
-
-    def next(self) -> None:
-        """A running job's slot freed: start the oldest held job in it."""
-        slots = self.link.slots
-        if slots.executing >= slots.capacity:
+        window = self.window
+        if window is None:
             return
-        held = slots.next_held()
-        if held is not None:
-            self.launch(*held)
+        if started:
+            window.started()
+        if self.link.slots.held_count and self._check is None:
+            self._check = asyncio.get_running_loop().call_later(window.window, self._watch)
+
+    def started(self) -> None:
+        """A held job started in a freed slot."""
+        if self.window is not None:
             self.window.started()
 
     def _watch(self) -> None:
         self._check = None
-        if not self.link.slots.held_count:
+        window = self.window
+        if window is None or not self.link.slots.held_count:
             return
-        waited = time.monotonic() - self.window.last_start
-        if not self.window.stuck():
-            self._check = asyncio.get_running_loop().call_later(
-                self.window.window - waited, self._watch
-            )
+        waited = time.monotonic() - window.last_start
+        if not window.stuck():
+            self._check = asyncio.get_running_loop().call_later(window.window - waited, self._watch)
             return
-        self.window.timed(waited)  # a long run is going on: hold fewer
+        window.timed(waited)  # a long run is going on: hold fewer
         self.spawn(self.give_back())
 
     async def give_back(self) -> None:

@@ -5,6 +5,7 @@ which also tells it about revoked and lost jobs)."""
 from __future__ import annotations
 
 import asyncio
+import time
 from typing import TYPE_CHECKING
 
 from . import suspend, worker_limits
@@ -21,6 +22,11 @@ __all__ = ["Maintenance"]
 
 _PROMOTE_BATCH = 1000
 _RECLAIM_BATCH = 100
+# A stall scan that finds idle entries looks again this much later (a share of the lock, at
+# most a second) before it reclaims: long enough for the server to work off what queued up
+# while it was stalled, short beside the lock itself.
+_CONFIRM_SHARE = 0.1
+_CONFIRM_MAX_S = 1.0
 
 
 class Maintenance:
@@ -72,13 +78,22 @@ class Maintenance:
 
     async def stall_loop(self) -> None:
         """Every stalled_interval, reclaim jobs idle longer than lock_duration (their worker
-        died or hung), walking the whole pending list with XAUTOCLAIM's cursor."""
+        died or hung), walking the whole pending list with XAUTOCLAIM's cursor.
+
+        An entry found idle is reclaimed only if it is still idle a moment later (the
+        confirmation): after the server itself was stopped or stalled, every entry looks
+        idle, and the completions and heartbeats the other workers sent meanwhile are still
+        queued behind this scan; the pause lets the server apply them first."""
         w = self.link
         interval = w.opts.stalled_interval / 1000
+        confirm = min(_CONFIRM_MAX_S, w.opts.lock_duration / 1000 * _CONFIRM_SHARE)
         while True:
             await asyncio.sleep(interval)
             try:
                 assert w.ctx is not None
+                if not await fetch.any_stalled(w.ctx, w.opts.lock_duration):
+                    continue
+                await asyncio.sleep(confirm)
                 while True:
                     reply = await fetch.reclaim_stalled(
                         w.ctx,
@@ -125,14 +140,15 @@ class Maintenance:
                 continue
             try:
                 assert w.ctx is not None
-                args = [w.consumer]
-                for entry_id, job in w.slots.jobs():
-                    args += [entry_id, job.id]
-                lost, revoked = await fetch.heartbeat(w.ctx, w.consumer, args[1:])
+                held = w.slots.jobs()
+                args = [p for entry_id, job in held for p in (entry_id, job.id)]
+                sent = time.monotonic()
+                lost, revoked = await fetch.heartbeat(w.ctx, w.consumer, args)
                 # Lost: another worker owns the job now; it stops here and reports nothing.
                 for raw in revoked:
                     w.slots.abort(raw.decode(), revoked=True)
                 for raw in lost:
                     w.slots.abort(raw.decode(), revoked=False)
+                w.slots.renew([entry_id for entry_id, _ in held], sent)  # held jobs' leases
             except GlideMQError as exc:
                 w.events.emit("error", exc)

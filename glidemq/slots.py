@@ -9,9 +9,11 @@ The job table maps each stream entry the worker holds in the PEL to its job and 
 running it; the heartbeat, the watchdog and close read it, and a finished job leaves it. Every
 change that may free a slot wakes the fetch loop (`wake`).
 
-A job taken beyond the concurrency (see glidemq/hold.py) is *held*: it takes a slot like a
-running job, sits in the job table without a task, and waits in order until a running job
-ends (`next_held`); `executing` counts only the jobs actually running.
+A job taken beyond the concurrency (see glidemq/hold.py), or one whose lease ran out before it
+started (glidemq/lease.py), is *held*: it takes a slot like a running job, sits in the job
+table without a task, and waits in order until it may start (`next_held`); `executing`
+counts only the jobs actually running. Each held job keeps the monotonic time its lease
+started (the send time of the call that delivered or last renewed it).
 """
 
 from __future__ import annotations
@@ -73,7 +75,7 @@ class Slots(Generic[J]):
         self._reserved = 0
         self._jobs: dict[str, tuple[J, asyncio.Task[Any] | None]] = {}
         self._revoked: set[str] = set()
-        self._held: dict[str, None] = {}  # entry ids of held jobs, oldest first
+        self._held: dict[str, float] = {}  # held entry id -> its lease's start, oldest first
         self._wake = asyncio.Event()
 
     # -- counting -------------------------------------------------------------------------
@@ -176,10 +178,17 @@ class Slots(Generic[J]):
         """Jobs taken beyond the concurrency that wait for a running job to end."""
         return len(self._held)
 
-    def hold_back(self, entry_id: str, job: J) -> None:
-        """Hold a started job (its slot counted by `start`) until `next_held` gives it."""
+    def hold_back(self, entry_id: str, job: J, leased: float) -> None:
+        """Hold a started job (its slot counted by `start`) until `next_held` gives it;
+        `leased`: when its lease started (monotonic seconds)."""
         self._jobs[entry_id] = (job, None)
-        self._held[entry_id] = None
+        self._held[entry_id] = leased
+
+    def first_leased(self) -> float | None:
+        """When the oldest held job's lease started, or None when none is held."""
+        for leased in self._held.values():
+            return leased
+        return None
 
     def next_held(self) -> tuple[str, J] | None:
         """The oldest held job, no longer held (the caller starts it), or None."""
@@ -190,6 +199,19 @@ class Slots(Generic[J]):
             if held is not None:
                 return entry_id, held[0]
         return None
+
+    def held_jobs(self) -> list[tuple[str, J]]:
+        """(entry id, job) of every held job, oldest first."""
+        jobs = self._jobs
+        return [(e, jobs[e][0]) for e in self._held if e in jobs]
+
+    def renew(self, entry_ids: list[str], sent: float) -> None:
+        """A heartbeat sent at `sent` renewed these entries: their leases start there now."""
+        held = self._held
+        for entry_id in entry_ids:
+            leased = held.get(entry_id)
+            if leased is not None and leased < sent:
+                held[entry_id] = sent
 
     def take_held(self) -> list[tuple[str, J]]:
         """Every held job, out of the table with its slot freed (to be handed back)."""

@@ -27,6 +27,7 @@ from .functions import ensure_library
 from .hold import HeldJobs, HoldWindow, default_max_held, send_back
 from .job import Job
 from .keys import DEFAULT_PREFIX, QueueKeys
+from .lease import Lease, Revalidation
 from .lifecycle import WorkerLifecycle
 from .link import WorkerLink
 from .maintenance import Maintenance
@@ -160,9 +161,10 @@ class Worker(WorkerLifecycle, Generic[D, R]):
             pacer=worker_limits.Pacer.for_limit(base.limiter),
         )
         self._emit_flag = self._link.emit_flag
-        self._held: HeldJobs | None = None
-        if self._hold is not None:
-            self._held = HeldJobs(self._link, self._hold, self._launch, self._spawn)
+        self._held = HeldJobs(self._link, self._hold, self._spawn)
+        # Jobs taken start without asking the server only while their lease is alive.
+        self._lease = Lease(base.lock_duration)
+        self._revalidation = Revalidation(self._link, self._lease, self._resume_held, self._spawn)
         self._batches: BatchRunner[D, R] | None = None
         if base.batch:
             outcomes = BatchOutcomes(self._complete_later, self._fail_counted, self._defer)
@@ -261,8 +263,8 @@ class Worker(WorkerLifecycle, Generic[D, R]):
         await asyncio.gather(fetcher, return_exceptions=True)
         if self._batches is not None:
             self._batches.stop()
-        if self._held is not None:
-            await self._held.give_back()
+        self._revalidation.cancel()
+        await self._held.give_back()
         await self._finish_running(force, timeout)
         if self.sandbox_pool is not None:
             await self.sandbox_pool.close()  # aborted runs end, children exit, all reaped
@@ -285,7 +287,9 @@ class Worker(WorkerLifecycle, Generic[D, R]):
 
     # -- taking jobs ----------------------------------------------------------------------
 
-    def _start_jobs(self, flat: list[Any]) -> None:
+    def _start_jobs(self, flat: list[Any], sent: float) -> None:
+        """Start (or hold) the jobs of a fetch reply; `sent`: when its call was sent, where
+        their lease starts (glidemq/lease.py)."""
         if not flat:
             return
         if self._closing:
@@ -300,7 +304,10 @@ class Worker(WorkerLifecycle, Generic[D, R]):
         link, slots = self._link, self._slots
         emit_active = self.events.listens("active")
         tracing = self._tracing
-        held, running = self._held, slots.executing
+        holding, running = self._hold is not None, slots.executing
+        # A reply read after its lease ran out (the process was frozen, the server stalled):
+        # every job of it waits until the server says which are still this worker's.
+        fresh = self._lease.alive(sent)
         for i in range(0, len(flat), 3):
             entry_id = flat[i].decode()
             fields = _pairs(flat[i + 2])
@@ -315,12 +322,12 @@ class Worker(WorkerLifecycle, Generic[D, R]):
                 error = UnrecoverableError(f"cannot decode job: {type(exc).__name__}: {exc}")
                 slots.hold(entry_id, job, loop.create_task(self._fail_undecodable(job, error)))
                 continue
+            if not fresh or (holding and slots.executing > slots.capacity):
+                slots.hold_back(entry_id, job, sent)  # starts when it may (_resume_held)
+                continue
             if self._batches is not None:
                 slots.hold(entry_id, job, None)
                 self._batches.add(job)
-            elif held is not None and slots.executing > slots.capacity:
-                slots.hold_back(entry_id, job)  # starts when a running job ends
-                continue
             else:
                 run = self._run(job) if tracing is None else self._traced_run(tracing, job)
                 slots.hold(entry_id, job, loop.create_task(run))
@@ -328,27 +335,54 @@ class Worker(WorkerLifecycle, Generic[D, R]):
                 self.events.emit("active", job)
         if self._batches is not None:
             self._batches.dispatch()
-        if held is not None:
-            held.fetched(slots.executing > running)
+        if not fresh:
+            self._revalidation.request()
+        self._held.fetched(slots.executing > running)
 
     def pause(self) -> None:
         """Stop taking new jobs; running jobs go on, held ones go back to the queue."""
         super().pause()
-        if self._held is not None and self._slots.held_count and self._started:
+        if self._slots.held_count and self._started:
             self._spawn(self._held.give_back())
 
-    def _launch(self, entry_id: str, job: Job[D, R]) -> None:
+    def _resume_held(self) -> None:
+        """Start held jobs in the free slots, oldest first, while their lease is alive; one
+        whose lease ran out asks the server first (glidemq/lease.py)."""
+        slots, lease = self._slots, self._lease
+        holding = self._hold is not None
+        now = time.monotonic()
+        started = False
+        while slots.held_count and not (holding and slots.executing >= slots.capacity):
+            leased = slots.first_leased()
+            if leased is not None and not lease.alive(leased, now):
+                self._revalidation.request()
+                break
+            held = slots.next_held()
+            if held is None:
+                break
+            self._begin(*held)
+            started = True
+        if started:
+            if self._batches is not None:
+                self._batches.dispatch()
+            self._held.started()
+
+    def _begin(self, entry_id: str, job: Job[D, R]) -> None:
         """Start the run of a job that was held."""
-        run = self._run(job) if self._tracing is None else self._traced_run(self._tracing, job)
-        self._slots.hold(entry_id, job, asyncio.get_running_loop().create_task(run))
+        if self._batches is not None:
+            self._slots.hold(entry_id, job, None)
+            self._batches.add(job)
+        else:
+            run = self._run(job) if self._tracing is None else self._traced_run(self._tracing, job)
+            self._slots.hold(entry_id, job, asyncio.get_running_loop().create_task(run))
         if self.events.listens("active"):
             self.events.emit("active", job)
 
     def _job_ended(self) -> None:
         """A job's outcome is known: its slot frees, and the oldest held job starts in it."""
         self._slots.end()
-        if self._held is not None and not (self._closing or self._paused):
-            self._held.next()
+        if self._slots.held_count and not (self._closing or self._paused):
+            self._resume_held()
 
     def _spawn(self, call: Awaitable[None]) -> None:
         """Run a call to the server in the background; close waits for it."""
@@ -388,7 +422,7 @@ class Worker(WorkerLifecycle, Generic[D, R]):
                 await worker_limits.pace(self._link)
             if job.expire_at is not None and now_ms() > job.expire_at:
                 raise expired_error()
-            if hold is not None and self._slots.take_revoked(job.id):
+            if self._slots.take_revoked(job.id):
                 raise UnrecoverableError(_REASON_REVOKED)  # revoked while it was held
             # A sandbox times out by killing the child.
             timeout = job.opts.get("timeout") if self.sandbox_pool is None else None
@@ -458,6 +492,7 @@ class Worker(WorkerLifecycle, Generic[D, R]):
         reply: Any = None
         ticket = self._order.ticket() if fetch else -1
         fetched: list[Any] = []
+        sent = time.monotonic()
         try:
             try:
                 # Transient faults are retried inside fcall, within the connection's budget.
@@ -500,7 +535,7 @@ class Worker(WorkerLifecycle, Generic[D, R]):
                 asyncio.get_running_loop().call_soon(self._kick_flush)
             self._slots.wake()
             if ticket >= 0:  # its reserved slots are released once its jobs started
-                self._order.deliver(ticket, fetched, fetch)
+                self._order.deliver(ticket, fetched, fetch, sent)
 
     async def _defer(self, jobs: list[Job[D, R]]) -> None:
         """Put jobs this worker holds back in the queue unrun, without using an attempt."""

@@ -16,6 +16,9 @@ from glide import (
     ClusterBatch,
     ClusterBatchOptions,
     GlideClusterClient,
+    MaxId,
+    MinId,
+    StreamPendingOptions,
     StreamReadGroupOptions,
 )
 
@@ -39,6 +42,7 @@ __all__ = [
     "Completion",
     "activate_woken",
     "activate_woken_call",
+    "any_stalled",
     "complete_and_fetch_next",
     "complete_and_fetch_next_call",
     "defer_active",
@@ -267,6 +271,17 @@ def reclaim_stalled_call(
     if owner is not None:
         args.append(owner)
     return RECLAIM_STALLED.call(_fail_keys(keys), args)
+
+
+async def any_stalled(ctx: QueueContext, lock_ms: int) -> bool:
+    """Whether the stream's pending list has an entry idle for `lock_ms` or longer (a plain
+    XPENDING; the stall scan looks before it reclaims)."""
+    stream = ctx.keys.stream
+    idle = StreamPendingOptions(min_idle_time_ms=lock_ms)
+    pending = await ctx.command(
+        lambda c: c.xpending_range(stream, GROUP, MinId(), MaxId(), 1, idle)
+    )
+    return bool(pending)
 
 
 async def reclaim_stalled(

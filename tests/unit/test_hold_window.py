@@ -80,26 +80,33 @@ def test_runs_timed_as_zero_or_denormal_keep_the_depth() -> None:
 def test_in_order_starts_replies_in_the_order_their_fetches_were_sent() -> None:
     started: list[list[str]] = []
     slots: Slots[Any] = Slots(capacity=10, prefetch=10)
-    order = InOrder(started.append, slots)
+    sent: list[float] = []
+
+    def start(flat: list[str], at: float) -> None:
+        started.append(flat)
+        sent.append(at)
+
+    order = InOrder(start, slots)
     tickets = [order.ticket() for _ in range(3)]
     for _ in tickets:
         assert slots.reserve(2) == 2
-    order.deliver(tickets[2], ["c"], 2)
-    order.deliver(tickets[1], ["b"], 2)
+    order.deliver(tickets[2], ["c"], 2, 3.0)
+    order.deliver(tickets[1], ["b"], 2, 2.0)
     assert started == [] and slots.reserved == 6  # waiting for the first fetch
-    order.deliver(tickets[0], ["a"], 2)
+    order.deliver(tickets[0], ["a"], 2, 1.0)
     assert started == [["a"], ["b"], ["c"]] and slots.reserved == 0
+    assert sent == [1.0, 2.0, 3.0]  # each reply keeps its own send time (its jobs' lease)
 
 
 def test_in_order_releases_the_slots_of_a_reply_whose_start_failed() -> None:
     slots: Slots[Any] = Slots(capacity=4, prefetch=4)
 
-    def explode(flat: list[Any]) -> None:
+    def explode(flat: list[Any], sent: float) -> None:
         raise RuntimeError("boom")
 
     order = InOrder(explode, slots)
     ticket = order.ticket()
     slots.reserve(3)
     with pytest.raises(RuntimeError):
-        order.deliver(ticket, ["x"], 3)
+        order.deliver(ticket, ["x"], 3, 0.0)
     assert slots.reserved == 0
