@@ -20,10 +20,15 @@ from ..errors import GlideMQError, ValidationError
 from ..keys import DEFAULT_PREFIX
 from ..web.auth import AuthHook, BasicAuth, check_auth
 from ..web.errors import SecurityHeaders, status_for
+from ..web.hosts import HostGuard, allowed_hosts_of
 from . import actions, live, pages
 from .state import HERE, Dashboard
 
-__all__ = ["Dashboard", "create_app"]
+__all__ = ["MAX_REFRESH", "MIN_REFRESH", "Dashboard", "create_app"]
+
+MIN_REFRESH = 0.1
+"""Fewest seconds between live updates: faster polling would keep a core busy per page."""
+MAX_REFRESH = 3600.0
 
 
 class _Guard:
@@ -54,6 +59,7 @@ def create_app(
     names_ttl: float = 30.0,
     refresh: float = 2.0,
     title: str = "glidemq",
+    allowed_hosts: Sequence[str] | None = None,
 ) -> Starlette:
     """The dashboard as an ASGI app, to serve alone or mount in another service.
 
@@ -62,10 +68,20 @@ def create_app(
     them with 403. `auth` is called with each request and must return True (or an awaitable
     of True) to let it through; `basic_auth` asks the browser for a user and password.
     `queues` names the queues to show instead of scanning for them; the scanned list is
-    cached `names_ttl` seconds. Live views poll the server every `refresh` seconds.
+    cached `names_ttl` seconds. Live views poll the server every `refresh` seconds (0.1 to
+    3600). `allowed_hosts`: the `Host` names it answers besides the loopback ones (a name,
+    an address, `*.example.com`, or `*` for any), the defence against DNS rebinding; a
+    request naming another host gets 400 (docs/DASHBOARD.md).
     """
-    if isinstance(refresh, bool) or not isinstance(refresh, int | float) or refresh <= 0:
-        raise ValidationError("refresh", "must be a positive number of seconds")
+    if (
+        isinstance(refresh, bool)
+        or not isinstance(refresh, int | float)
+        or not MIN_REFRESH <= refresh <= MAX_REFRESH  # also refuses nan
+    ):
+        raise ValidationError(
+            "refresh", f"must be a number of seconds from {MIN_REFRESH:g} to {MAX_REFRESH:g}"
+        )
+    hosts = allowed_hosts_of(allowed_hosts)
     owned = not isinstance(connection, Admin)
     admin = connection if isinstance(connection, Admin) else Admin(connection, prefix=prefix)
     dash = Dashboard(
@@ -104,6 +120,7 @@ def create_app(
         routes=routes,
         middleware=[
             Middleware(SecurityHeaders),
+            Middleware(HostGuard, hosts=hosts),
             Middleware(_Guard, basic=basic_auth, hook=auth),
         ],
         exception_handlers={GlideMQError: on_error},

@@ -52,6 +52,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--bind", default="127.0.0.1", help="address to listen on (default 127.0.0.1 only)"
     )
+    p.add_argument(
+        "--allow-host",
+        action="append",
+        metavar="HOST",
+        help="also answer requests for this Host: a name, an address, *.example.com or * "
+        "(repeatable; default: the loopback names and the --bind address)",
+    )
     p.add_argument("--read-only", action="store_true", help="show, never act (actions get 403)")
     p.add_argument(
         "--basic-auth-file", metavar="FILE", help="ask for a user and password from FILE"
@@ -81,6 +88,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         import jinja2  # noqa: F401  # the pages; imported here so --help works without it
 
         from ..web.auth import BasicAuth, hash_password
+        from ..web.hosts import allowed_hosts_of
+        from .app import MAX_REFRESH, MIN_REFRESH
     except ImportError:
         print(
             f"{prog}: error: install the dashboard extra: pip install 'glidemq[dashboard]'",
@@ -101,8 +110,14 @@ def main(argv: Sequence[str] | None = None) -> int:
             raise ValidationError("--url", exc.reason) from None
         prefix = validate_prefix(args.prefix)
         basic = BasicAuth.from_file(args.basic_auth_file) if args.basic_auth_file else None
-        if args.refresh <= 0:
-            raise ValidationError("--refresh", "must be a positive number of seconds")
+        if not MIN_REFRESH <= args.refresh <= MAX_REFRESH:  # also refuses nan
+            raise ValidationError(
+                "--refresh", f"must be a number of seconds from {MIN_REFRESH:g} to {MAX_REFRESH:g}"
+            )
+        try:
+            allowed_hosts_of(_allowed(args))
+        except ValidationError as exc:
+            raise ValidationError("--allow-host", exc.reason) from None
     except ValidationError as exc:
         print(f"{prog}: error: {exc}", file=sys.stderr)
         return USAGE
@@ -121,6 +136,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             basic_auth=basic,
             queues=args.queue,
             refresh=args.refresh,
+            allowed_hosts=_allowed(args),
         )
     except ValidationError as exc:
         print(f"{prog}: error: {exc}", file=sys.stderr)
@@ -139,6 +155,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         when_down="pages",
     )
     return OK
+
+
+def _allowed(args: argparse.Namespace) -> list[str]:
+    """--allow-host, and the --bind address unless it is every address (0.0.0.0, ::)."""
+    hosts = list(args.allow_host or ())
+    if args.bind not in ("0.0.0.0", "::", ""):
+        hosts.append(args.bind)
+    return hosts
 
 
 if __name__ == "__main__":

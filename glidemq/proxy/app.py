@@ -18,6 +18,7 @@ from ..connection import ConnectionLike
 from ..keys import DEFAULT_PREFIX
 from ..web.auth import AuthHook, BasicAuth, check_auth
 from ..web.errors import SecurityHeaders
+from ..web.hosts import HostGuard, allowed_hosts_of
 from . import flows, output, queues, streams, suspend
 from .http import error_response, json_response
 from .state import Proxy, proxy_of
@@ -88,6 +89,7 @@ def create_app(
     auth: AuthHook | None = None,
     basic_auth: BasicAuth | None = None,
     max_wait: float = 300.0,
+    allowed_hosts: Sequence[str] | None = None,
 ) -> Starlette:
     """The HTTP proxy as an ASGI app, to serve alone or mount in another service.
 
@@ -96,7 +98,11 @@ def create_app(
     request, False refuses it (403); `basic_auth`: users and passwords. `max_wait`: the
     longest add-and-wait timeout a caller may ask. Connections open on first use and close
     with the app's lifespan (mounted elsewhere: `await app.state.proxy.close()`).
+    `allowed_hosts`: the `Host` names it answers besides the loopback ones (a name, an
+    address, `*.example.com`, or `*` for any), the defence against DNS rebinding; a request
+    naming another host gets 400, one from another allowed `Origin` 403 (docs/PROXY.md).
     """
+    hosts = allowed_hosts_of(allowed_hosts)
     proxy = Proxy(connection, prefix=prefix, queues=queues, max_wait=max_wait)
 
     @contextlib.asynccontextmanager
@@ -110,7 +116,11 @@ def create_app(
     ]
     app = Starlette(
         routes=routes,
-        middleware=[Middleware(SecurityHeaders), Middleware(_Guard, basic=basic_auth, hook=auth)],
+        middleware=[
+            Middleware(SecurityHeaders),
+            Middleware(HostGuard, hosts=hosts),
+            Middleware(_Guard, basic=basic_auth, hook=auth),
+        ],
         lifespan=lifespan,
     )
     app.state.proxy = proxy

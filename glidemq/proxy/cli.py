@@ -57,6 +57,13 @@ def build_parser() -> argparse.ArgumentParser:
         "--bind", default="127.0.0.1", help="address to listen on (default 127.0.0.1 only)"
     )
     p.add_argument(
+        "--allow-host",
+        action="append",
+        metavar="HOST",
+        help="also answer requests for this Host: a name, an address, *.example.com or * "
+        "(repeatable; default: the loopback names and the --bind address)",
+    )
+    p.add_argument(
         "--queue",
         action="append",
         metavar="NAME",
@@ -91,6 +98,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(sys.argv[1:] if argv is None else list(argv))
     try:
         from ..web.auth import BasicAuth
+        from ..web.hosts import allowed_hosts_of
     except ImportError:
         print(
             f"{PROG}: error: install the proxy extra: pip install 'glidemq[proxy]'", file=sys.stderr
@@ -110,8 +118,12 @@ def main(argv: Sequence[str] | None = None) -> int:
                 validate_queue_name(name)
             except ValidationError as exc:
                 raise ValidationError("--queue", exc.reason) from None
-        if not args.max_wait > 0:
+        if not 0 < args.max_wait < float("inf"):
             raise ValidationError("--max-wait", "must be a positive number of seconds")
+        try:
+            allowed_hosts_of(_allowed(args))
+        except ValidationError as exc:
+            raise ValidationError("--allow-host", exc.reason) from None
     except ValidationError as exc:
         print(f"{PROG}: error: {exc}", file=sys.stderr)
         return USAGE
@@ -123,7 +135,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     from .app import create_app
 
     app = create_app(
-        conn, prefix=prefix, queues=args.queue, basic_auth=basic, max_wait=args.max_wait
+        conn,
+        prefix=prefix,
+        queues=args.queue,
+        basic_auth=basic,
+        max_wait=args.max_wait,
+        allowed_hosts=_allowed(args),
     )
     if args.url and has_password(args.url):
         print(
@@ -144,6 +161,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         when_down="requests",
     )
     return OK
+
+
+def _allowed(args: argparse.Namespace) -> list[str]:
+    """--allow-host, and the --bind address unless it is every address (0.0.0.0, ::)."""
+    hosts = list(args.allow_host or ())
+    if args.bind not in ("0.0.0.0", "::", ""):
+        hosts.append(args.bind)
+    return hosts
 
 
 if __name__ == "__main__":

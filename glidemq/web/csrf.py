@@ -12,6 +12,8 @@ from urllib.parse import urlsplit
 from starlette.requests import Request
 from starlette.responses import Response
 
+from .hosts import origin_allowed
+
 __all__ = ["COOKIE", "FIELD", "HEADER", "ensure_token", "origin_ok", "set_cookie", "token_ok"]
 
 COOKIE = "glidemq_csrf"
@@ -48,12 +50,17 @@ def set_cookie(request: Request, response: Response) -> None:
 
 
 def origin_ok(request: Request) -> bool:
-    """False when the browser says the request comes from another origin."""
+    """False when the browser says the request comes from another origin: one that is not
+    this request's host, or names a host the face does not allow (glidemq.web.hosts)."""
     origin = request.headers.get("origin")
     if origin is None or origin == "null":
         return origin is None
     host = request.headers.get("host", "")
-    return urlsplit(origin).netloc == host
+    try:
+        same = urlsplit(origin).netloc == host
+    except ValueError:
+        return False
+    return same and origin_allowed(request.scope, origin)
 
 
 def token_ok(request: Request, submitted: str | None) -> bool:

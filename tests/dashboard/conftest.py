@@ -116,7 +116,7 @@ async def client_for(
         app = create_app(p.url, prefix=p.prefix, **options)
         apps.append(app)
         client = httpx.AsyncClient(
-            transport=httpx.ASGITransport(app=app), base_url="http://testserver"
+            transport=httpx.ASGITransport(app=app), base_url="http://localhost"
         )
         clients.append(client)
         return client

@@ -209,7 +209,7 @@ async def test_mounted_under_a_path_every_link_asset_and_action_stays_under_it(
     host = Starlette(routes=[Mount("/ops/queues", app=dashboard)])
     transport = httpx.ASGITransport(app=host)
     try:
-        async with httpx.AsyncClient(transport=transport, base_url="http://svc") as client:
+        async with httpx.AsyncClient(transport=transport, base_url="http://localhost") as client:
             home = await client.get("/ops/queues/")
             assert home.status_code == 200
             links = re.findall(r'(?:href|src|action)="([^"#]+)"', home.text)

@@ -44,7 +44,7 @@ async def proxy_for(valkey_server: ValkeyAddress, prefix: str) -> AsyncIterator[
         app = create_app(valkey_server.url, **options)
         apps.append(app)
         client = httpx.AsyncClient(
-            transport=httpx.ASGITransport(app=app), base_url="http://proxy", timeout=60
+            transport=httpx.ASGITransport(app=app), base_url="http://localhost", timeout=60
         )
         clients.append(client)
         return client

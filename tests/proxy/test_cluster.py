@@ -30,7 +30,7 @@ async def test_the_proxy_on_a_cluster(valkey_cluster: Any) -> None:
     transport = httpx.ASGITransport(app=app)
     try:
         async with (
-            httpx.AsyncClient(transport=transport, base_url="http://p", timeout=60) as http,
+            httpx.AsyncClient(transport=transport, base_url="http://localhost", timeout=60) as http,
             Worker("c1", echo, connection=conn, prefix=prefix, **FAST),
         ):
             r = await http.post("/queues/c1/jobs", json={"name": "a", "data": 1}, headers=JSON)

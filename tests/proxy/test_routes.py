@@ -245,7 +245,7 @@ async def test_mounted_in_another_starlette_app(valkey_server: ValkeyAddress, pr
     proxy = create_app(valkey_server.url, prefix=prefix, queues=["mounted"])
     host = Starlette(routes=[Mount("/glidemq", app=proxy)])
     transport = httpx.ASGITransport(app=host)
-    async with httpx.AsyncClient(transport=transport, base_url="http://svc") as http:
+    async with httpx.AsyncClient(transport=transport, base_url="http://localhost") as http:
         r = await post(http, "/glidemq/queues/mounted/jobs", {"name": "a", "data": [1]})
         assert r.status_code == 201
         r = await http.get("/glidemq/queues/mounted/counts")
