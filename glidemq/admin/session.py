@@ -30,6 +30,8 @@ from .view import QueueView
 __all__ = ["Admin"]
 
 _SUMMARY_AT_ONCE = 16  # queues summarized concurrently by `queues()`
+# Views kept for reuse; callers of a web face choose the names, so the table is bounded.
+_VIEWS_KEPT = 1024
 
 
 class Admin:
@@ -79,6 +81,8 @@ class Admin:
             client = await self._connect()
             keys = QueueKeys(name, self.prefix)
             view = QueueView(QueueContext(client, keys, retry=self.connection.retry))
+            if len(self._views) >= _VIEWS_KEPT:
+                del self._views[next(iter(self._views))]  # the oldest: views hold no resource
             self._views[name] = view
         if must_exist and not await view.exists():
             raise QueueNotFoundError(name, self.prefix)

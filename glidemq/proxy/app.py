@@ -21,7 +21,7 @@ from ..web.errors import SecurityHeaders
 from ..web.hosts import HostGuard, allowed_hosts_of
 from . import flows, output, queues, streams, suspend
 from .http import error_response, json_response
-from .state import Proxy, proxy_of
+from .state import DEFAULT_MAX_QUEUES, Proxy, proxy_of
 from .table import Handler, Spec, openapi
 
 __all__ = ["SPECS", "create_app"]
@@ -90,6 +90,7 @@ def create_app(
     basic_auth: BasicAuth | None = None,
     max_wait: float = 300.0,
     allowed_hosts: Sequence[str] | None = None,
+    max_queues: int = DEFAULT_MAX_QUEUES,
 ) -> Starlette:
     """The HTTP proxy as an ASGI app, to serve alone or mount in another service.
 
@@ -101,9 +102,13 @@ def create_app(
     `allowed_hosts`: the `Host` names it answers besides the loopback ones (a name, an
     address, `*.example.com`, or `*` for any), the defence against DNS rebinding; a request
     naming another host gets 400, one from another allowed `Origin` 403 (docs/PROXY.md).
+    `max_queues`: queues kept open at once for adds, schedulers, streams and signals (the
+    least recently used idle one is closed to make room; 503 while all are in use).
     """
     hosts = allowed_hosts_of(allowed_hosts)
-    proxy = Proxy(connection, prefix=prefix, queues=queues, max_wait=max_wait)
+    proxy = Proxy(
+        connection, prefix=prefix, queues=queues, max_wait=max_wait, max_queues=max_queues
+    )
 
     @contextlib.asynccontextmanager
     async def lifespan(_: Starlette) -> AsyncIterator[None]:

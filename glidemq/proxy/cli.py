@@ -8,11 +8,14 @@ import sys
 from collections.abc import Sequence
 from typing import NoReturn
 
-from ..argtypes import port
+from ..argtypes import port, positive_int
 from ..connection import has_password, resolve_connection
 from ..errors import ValidationError
 from ..keys import validate_prefix, validate_queue_name
 from ..web.serve import port_problem, serve
+
+# glidemq.proxy.state.DEFAULT_MAX_QUEUES: that module needs the web extra, -h must not
+MAX_QUEUES = 16
 
 __all__ = ["build_parser", "main"]
 
@@ -71,6 +74,13 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument(
         "--basic-auth-file", metavar="FILE", help="ask for a user and password from FILE"
+    )
+    p.add_argument(
+        "--max-queues",
+        type=positive_int,
+        default=MAX_QUEUES,
+        help="queues kept open at once for adds, schedulers and streams; the least recently "
+        f"used idle one is closed to make room (default {MAX_QUEUES})",
     )
     p.add_argument(
         "--max-wait",
@@ -141,6 +151,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         basic_auth=basic,
         max_wait=args.max_wait,
         allowed_hosts=_allowed(args),
+        max_queues=args.max_queues,
     )
     if args.url and has_password(args.url):
         print(

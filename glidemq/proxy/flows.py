@@ -227,7 +227,8 @@ async def upsert_scheduler(request: Request) -> Response:
     unknown = sorted(set(body) - set(_SCHEDULER_FIELDS))
     if unknown:
         raise ValidationError(unknown[0], f"unknown; one of {', '.join(_SCHEDULER_FIELDS)}")
-    return json_response(await proxy.queue(queue).upsert_job_scheduler(name, **body))
+    async with proxy.using(queue) as q:
+        return json_response(await q.upsert_job_scheduler(name, **body))
 
 
 async def remove_scheduler(request: Request) -> Response:

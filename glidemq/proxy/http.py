@@ -16,7 +16,7 @@ from starlette.responses import Response
 from .. import errors
 from ..admin.model import to_jsonable
 from ..web.errors import status_for
-from .state import Forbidden
+from .state import Busy, Forbidden
 
 __all__ = ["MAX_BODY_BYTES", "error_response", "field", "json_response", "read_json"]
 
@@ -91,6 +91,10 @@ def error_response(exc: Exception) -> Response:
         return json_response({"error": "unsupported_media_type", "message": str(exc)}, 415)
     if isinstance(exc, Forbidden):
         return json_response({"error": "forbidden", "message": str(exc)}, 403)
+    if isinstance(exc, Busy):
+        answer = json_response({"error": "busy", "message": str(exc)}, 503)
+        answer.headers["retry-after"] = "1"
+        return answer
     if isinstance(exc, errors.ValidationError):
         return json_response(
             {"error": "validation", "field": exc.field, "message": exc.reason}, 400

@@ -40,16 +40,17 @@ def _last_id(request: Request) -> str | None:
 
 
 async def _chunks(proxy: Proxy, queue: str, job_id: str, last: str | None) -> AsyncIterator[Event]:
-    follow = proxy.queue(queue).follow_stream(job_id, last_id=last)
-    try:
-        yield Event("ready", dump({"queue": queue, "job_id": job_id, "last_id": last}))
-        async for chunk in follow:
-            yield Event("chunk", dump(chunk.data), chunk.id)
-        view = await proxy.admin.view(queue, must_exist=False)
-        job = await view.get_job(job_id)
-        yield Event("end", dump({"state": None if job is None else job.state}))
-    finally:
-        close_later(follow.aclose())
+    async with proxy.using(queue) as q:
+        follow = q.follow_stream(job_id, last_id=last)
+        try:
+            yield Event("ready", dump({"queue": queue, "job_id": job_id, "last_id": last}))
+            async for chunk in follow:
+                yield Event("chunk", dump(chunk.data), chunk.id)
+            view = await proxy.admin.view(queue, must_exist=False)
+            job = await view.get_job(job_id)
+            yield Event("end", dump({"state": None if job is None else job.state}))
+        finally:
+            close_later(follow.aclose())
 
 
 async def follow_output(request: Request) -> Response:
@@ -72,7 +73,8 @@ async def read_output(request: Request) -> Response:
     job_id = validate_job_id(request.path_params["job_id"], "job_id")
     last = _last_id(request)
     state = await _job_state(proxy, queue, job_id)
-    chunks = await proxy.queue(queue).read_stream(job_id, last)
+    async with proxy.using(queue) as q:
+        chunks = await q.read_stream(job_id, last)
     body: dict[str, Any] = {
         "chunks": [{"id": c.id, "data": c.data} for c in chunks],
         "last_id": chunks[-1].id if chunks else last,

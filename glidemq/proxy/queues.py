@@ -51,11 +51,8 @@ async def add_job(request: Request) -> Response:
     queue = _queue(request)
     body = await read_json(request)
     name = field(body, "name", str)
-    job = (
-        await proxy_of(request)
-        .queue(queue)
-        .add(name, body.get("data"), field(body, "opts", dict, None))
-    )
+    async with proxy_of(request).using(queue) as q:
+        job = await q.add(name, body.get("data"), field(body, "opts", dict, None))
     return json_response({"job": _job_json(job)}, 201)
 
 
@@ -74,7 +71,8 @@ async def add_bulk(request: Request) -> Response:
             )
         except ValidationError as exc:
             raise ValidationError(f"jobs[{i}].{exc.field}", exc.reason) from None
-    added = await proxy_of(request).queue(queue).add_bulk(jobs)
+    async with proxy_of(request).using(queue) as q:
+        added = await q.add_bulk(jobs)
     return json_response({"jobs": [_job_json(j) for j in added]}, 201)
 
 
@@ -89,7 +87,8 @@ async def add_and_wait(request: Request) -> Response:
     if not 0 < timeout <= proxy.max_wait:
         raise ValidationError("timeout", f"must be > 0 and <= {proxy.max_wait:g} seconds")
     opts = field(body, "opts", dict, None)
-    result = await proxy.queue(queue).add_and_wait(name, body.get("data"), opts, timeout=timeout)
+    async with proxy.using(queue) as q:
+        result = await q.add_and_wait(name, body.get("data"), opts, timeout=timeout)
     return json_response({"result": result})
 
 

@@ -45,7 +45,8 @@ async def list_suspended(request: Request) -> Response:
     if offset < 0:
         raise ValidationError("offset", "must be >= 0")
     view = await proxy.admin.view(queue)  # 404 for an unknown queue
-    jobs = await proxy.queue(queue).get_suspended(offset, offset + limit - 1)
+    async with proxy.using(queue) as q:
+        jobs = await q.get_suspended(offset, offset + limit - 1)
     out = []
     for job in jobs:
         reason, until = await _suspension(view.ctx, view.keys.job(job.id))
@@ -61,7 +62,8 @@ async def list_suspended(request: Request) -> Response:
                 "signals": job.signals,
             }
         )
-    total = await proxy.queue(queue).get_suspended_count()
+    async with proxy.using(queue) as q:
+        total = await q.get_suspended_count()
     return json_response({"jobs": out, "total": total, "more": offset + len(out) < total})
 
 
@@ -80,7 +82,8 @@ async def signal(request: Request) -> Response:
     encode_signal(name, data)  # ValidationError("name" / "data") before any server call
     await proxy.admin.view(queue)  # 404 for an unknown queue
     try:
-        state = await proxy.queue(queue).signal(job_id, name, data)
+        async with proxy.using(queue) as q:
+            state = await q.signal(job_id, name, data)
     except JobStateError:
         job = await (await proxy.admin.view(queue)).get_job(job_id)
         if job is None:
