@@ -204,9 +204,18 @@ class QueueContext:
         return h or None
 
     async def get_state(self, job_id: str) -> str | None:
+        """The job's state, `dead_letter` for a failed job parked in the dead-letter set;
+        None when the job does not exist."""
         key = self.keys.job(job_id)
         state = await self.command(lambda c: c.hget(key, "state"))
-        return None if state is None else _s(state)
+        if state is None:
+            return None
+        text = _s(state)
+        if text == "failed":
+            dlq = self.keys.dlq
+            if await self.command(lambda c: c.zscore(dlq, job_id)) is not None:
+                return "dead_letter"
+        return text
 
 
 def _library_missing(reply: Any) -> bool:

@@ -30,7 +30,7 @@ JobState = str
 """One of: waiting, active, delayed, prioritized, completed, failed, waiting-children,
 group-waiting, rate-limited (the wire protocol's states)."""
 
-FINISHED = ("completed", "failed")
+FINISHED = ("completed", "failed", "dead_letter")
 
 
 def _int(value: bytes | None, default: int = 0) -> int:
@@ -47,7 +47,20 @@ def _opt_int(value: bytes | None) -> int | None:
 
 
 def _str(value: bytes | None) -> str | None:
-    return None if value is None else value.decode()
+    return None if value is None else value.decode(errors="replace")
+
+
+def _stored_text(raw: bytes | str | None) -> str | None:
+    """A field's stored bytes as text, for a reader to show when they cannot be decoded."""
+    if raw is None or isinstance(raw, str):
+        return raw
+    return raw.decode(errors="replace")
+
+
+def _problem(before: str | None, field: str, exc: BaseException) -> str:
+    """`decode_error` with one more field that could not be decoded."""
+    text = f"{field}: {type(exc).__name__}: {exc}"
+    return text if before is None else f"{before}; {text}"
 
 
 # The checks and rules below hold for a job of either engine (glidemq.testing too).
@@ -114,6 +127,7 @@ class Job(Generic[D, R]):
         "attempts_made",
         "cost",
         "data",
+        "decode_error",
         "delay",
         "entry_id",
         "expire_at",
@@ -153,17 +167,32 @@ class Job(Generic[D, R]):
         self._discarded = False
         self._moved = False
         g = fields.get
-        self.id: str = g(b"id", b"").decode()
-        self.name: str = g(b"name", b"").decode()
-        self.data: D = decode_data(g(b"data"))
+        self.id: str = g(b"id", b"").decode(errors="replace")
+        self.name: str = g(b"name", b"").decode(errors="replace")
+        self.decode_error: str | None = None
+        """Why the stored data or options could not be decoded (then `data` is the stored
+        text as a string and `opts` is {}); None for a well-formed job."""
+        raw = g(b"data")
+        try:
+            self.data: D = decode_data(raw)
+        except Exception as exc:  # any producer can store anything: readers must not fail
+            self.data = _stored_text(raw)  # type: ignore[assignment]
+            self.decode_error = _problem(None, "data", exc)
         raw_opts = g(b"opts")
-        self.opts: dict[str, Any] = orjson.loads(raw_opts) if raw_opts and raw_opts != b"{}" else {}
+        try:
+            opts = orjson.loads(raw_opts) if raw_opts and raw_opts != b"{}" else {}
+            if not isinstance(opts, dict):
+                raise TypeError(f"a JSON object was expected, not {type(opts).__name__}")
+        except Exception as exc:
+            opts = {}
+            self.decode_error = _problem(self.decode_error, "opts", exc)
+        self.opts: dict[str, Any] = opts
         self.timestamp: int = _int(g(b"timestamp"))
         self.attempts_made: int = _int(g(b"attemptsMade"))
         self.max_attempts: int = _int(g(b"maxAttempts"))
         self.delay: int = _int(g(b"delay"))
         self.priority: int = _int(g(b"priority"))
-        self.state: JobState = g(b"state", b"unknown").decode()
+        self.state: JobState = g(b"state", b"unknown").decode(errors="replace")
         self.processed_on: int | None = _opt_int(g(b"processedOn"))
         self.finished_on: int | None = _opt_int(g(b"finishedOn"))
         rv = g(b"returnvalue")
@@ -183,8 +212,16 @@ class Job(Generic[D, R]):
         self.cost: float | None = _int(cost) / 1000 if cost is not None else None
         self.step: str | None = _str(g(b"step"))
         self.entry_id: str | None = entry_id or _str(g(b"sid"))
-        self.usage: Usage | None = parse_usage(g(b"usage"))
-        self.signals: list[Signal] = parse_signals(g(b"signals"))
+        try:
+            self.usage: Usage | None = parse_usage(g(b"usage"))
+        except (TypeError, ValueError, AttributeError) as exc:
+            self.usage = None
+            self.decode_error = _problem(self.decode_error, "usage", exc)
+        try:
+            self.signals: list[Signal] = parse_signals(g(b"signals"))
+        except (TypeError, ValueError, AttributeError) as exc:
+            self.signals = []
+            self.decode_error = _problem(self.decode_error, "signals", exc)
 
     @property
     def queue_keys(self) -> QueueKeys:
@@ -462,7 +499,8 @@ class Job(Generic[D, R]):
     # -- queries ---------------------------------------------------------------------------
 
     async def get_state(self) -> JobState:
-        """The job's current state on the server."""
+        """The job's current state on the server: a failed job parked in the dead-letter set
+        answers `dead_letter`, as `get_jobs` and `get_job_counts` count it."""
         state = await self._ctx.get_state(self.id)
         if state is None:
             raise JobNotFoundError(self._ctx.name, self.id)
@@ -478,7 +516,7 @@ class Job(Generic[D, R]):
 
     async def is_failed(self) -> bool:
         """Whether the job failed for good (dead letters included)."""
-        return await self.get_state() == "failed"
+        return await self.get_state() in ("failed", "dead_letter")
 
     async def is_delayed(self) -> bool:
         """Whether the job waits for a time: delayed, or rate-limited by its group."""

@@ -312,14 +312,10 @@ class Worker(WorkerLifecycle, Generic[D, R]):
             entry_id = flat[i].decode()
             fields = _pairs(flat[i + 2])
             slots.start()
-            try:
-                job: Job[D, R] = Job(ctx, fields, entry_id=entry_id, worker=link)
-            except Exception as exc:
+            job: Job[D, R] = Job(ctx, fields, entry_id=entry_id, worker=link)
+            if job.decode_error is not None:
                 # Data or options no producer should have written: fail the job, keep going.
-                fields.pop(b"data", None)
-                fields.pop(b"opts", None)
-                job = Job(ctx, fields, entry_id=entry_id, worker=link)
-                error = UnrecoverableError(f"cannot decode job: {type(exc).__name__}: {exc}")
+                error = UnrecoverableError(f"cannot decode job: {job.decode_error}")
                 slots.hold(entry_id, job, loop.create_task(self._fail_undecodable(job, error)))
                 continue
             if not fresh or (holding and slots.executing > slots.capacity):

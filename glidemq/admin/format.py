@@ -225,6 +225,8 @@ def job_detail(d: JobDetail, now: int) -> str:
         ("returnvalue", _json(d.returnvalue)),
         ("failed reason", d.failed_reason or "-"),
     ]
+    if d.decode_error:
+        rows.append(("decode error", f"stored data cannot be decoded: {d.decode_error}"))
     width = max(len(k) for k, _ in rows)
     out = [f"{k.ljust(width)}  {v}" for k, v in rows]
     if d.parents:

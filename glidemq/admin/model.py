@@ -81,6 +81,8 @@ class JobRow:
     priority: int
     delay: int
     parent_id: str | None
+    decode_error: str | None = None
+    """Why the stored data or options could not be decoded (None: they could)."""
 
     @classmethod
     def of(cls, job: Job[Any, Any]) -> JobRow:
@@ -99,6 +101,7 @@ class JobRow:
             priority=job.priority,
             delay=job.delay,
             parent_id=job.parent_id,
+            decode_error=job.decode_error,
         )
 
 
@@ -161,6 +164,9 @@ class JobDetail:
     logs: list[str]
     log_count: int
     fields: dict[str, str] = field(default_factory=dict)
+    decode_error: str | None = None
+    """Why the stored data or options could not be decoded: then `data` is the stored text
+    (a string) and `opts` is {}. None for a well-formed job."""
 
 
 @dataclass(frozen=True, slots=True)

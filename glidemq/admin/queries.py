@@ -33,6 +33,7 @@ from .model import (
 from .view import QueueView
 
 __all__ = [
+    "MAX_LOG_LINES",
     "job_detail",
     "job_page",
     "queue_names",
@@ -43,6 +44,8 @@ __all__ = [
     "state_sizes",
 ]
 
+MAX_LOG_LINES = 10_000
+"""Most log lines one job detail reads (a job's log may be far longer)."""
 _SCAN_COUNT = 1000
 # Key kinds every queue that holds anything has at least one of (id, meta, stream,
 # scheduled, schedulers, metrics, completed, failed); no per-job key starts with c/f/i/m/s.
@@ -214,8 +217,12 @@ def _raw_fields(fields: dict[bytes, bytes]) -> dict[str, str]:
 async def job_detail(view: QueueView, job_id: str, *, log_lines: int = 100) -> JobDetail | None:
     """Everything about one job (None if it does not exist); the last `log_lines` lines of
     its log."""
-    if isinstance(log_lines, bool) or not isinstance(log_lines, int) or log_lines < 0:
-        raise ValidationError("log_lines", "must be an integer >= 0")
+    if (
+        isinstance(log_lines, bool)
+        or not isinstance(log_lines, int)
+        or not 0 <= log_lines <= MAX_LOG_LINES
+    ):
+        raise ValidationError("log_lines", f"must be an integer from 0 to {MAX_LOG_LINES}")
     ctx = view.ctx
     fields = await ctx.get_fields(job_id)
     if fields is None:
@@ -266,6 +273,7 @@ async def job_detail(view: QueueView, job_id: str, *, log_lines: int = 100) -> J
         logs=logs,
         log_count=log_count,
         fields=_raw_fields(fields),
+        decode_error=job.decode_error,
     )
 
 

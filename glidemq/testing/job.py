@@ -308,7 +308,9 @@ class TestJob(Job[D, R]):
 
     async def get_state(self) -> JobState:
         """The job's current state."""
-        self.state = self._record().state
+        rec = self._record()
+        dead = rec.state == "failed" and rec.id in self._store.finished["dlq"]
+        self.state = "dead_letter" if dead else rec.state
         return self.state
 
     async def is_revoked(self) -> bool:

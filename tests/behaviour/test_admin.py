@@ -204,7 +204,11 @@ async def test_dead_letter_worker_parks_final_failures(backend: Backend) -> None
     assert parked[0].failed_reason == "poison" and parked[0].attempts_made == 2
     counts = await backend.queue.get_job_counts()
     assert (counts.dead_letter, counts.failed) == (1, 0)
+    # get_state agrees with get_jobs and get_job_counts: the job is a dead letter
+    assert await job.get_state() == "dead_letter"
+    assert await job.is_failed()
     assert await backend.queue.retry_jobs(state="dead_letter") == 1
+    assert await job.get_state() == "waiting"
     assert await job_state(backend.queue, job.id) == "waiting"
 
 
