@@ -264,6 +264,14 @@ async def _refused(addresses: tuple[tuple[str, int], ...]) -> str | None:
     return ", ".join(refused)
 
 
+def client_name_of(name: str | None) -> str | None:
+    """`name` as the server takes a client name (CLIENT SETNAME: printable ASCII, no
+    spaces): any other character percent-encoded, so a queue named "队列" connects too."""
+    if name is None:
+        return None
+    return quote(name, safe="".join(chr(c) for c in range(0x21, 0x7F) if chr(c) != "%"))
+
+
 async def create_client(opts: ConnectionOptions, *, name: str | None = None) -> Client:
     """Connect a new valkey-glide client. Blocking readers must get a client of their own.
     Raises glidemq.ConnectionError (saying "connection refused" when that is the cause)."""
@@ -277,7 +285,7 @@ async def create_client(opts: ConnectionOptions, *, name: str | None = None) -> 
         if opts.password is not None
         else None
     )
-    client_name = name or opts.client_name
+    client_name = client_name_of(name or opts.client_name)
     # Reconnect forever with capped backoff: a server restart must not kill a worker.
     reconnect = BackoffStrategy(num_of_retries=12, factor=50, exponent_base=2)
     settings = {**opts.extra, **glide_tls_settings(opts)}
