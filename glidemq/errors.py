@@ -16,6 +16,7 @@ __all__ = [
     "ForeignLibraryError",
     "GlideMQError",
     "JobFailedError",
+    "JobIdsExhaustedError",
     "JobNotFoundError",
     "JobStateError",
     "JobTimeoutError",
@@ -275,3 +276,15 @@ class DuplicateJobError(GlideMQError):
         super().__init__(f"job {job_id!r} exists in queue {queue!r}; the flow was not added")
         self.queue = queue
         self.job_id = job_id
+
+
+class JobIdsExhaustedError(GlideMQError):
+    """An add found 10,000 generated ids in a row already taken by custom numeric ids; the
+    queue's id counter moved past them, so adding again goes on from there."""
+
+    def __init__(self, queue: str) -> None:
+        super().__init__(
+            f"queue {queue!r}: 10000 generated job ids in a row are taken by custom ids; "
+            "add again (the counter moved past them), or use non-numeric custom ids"
+        )
+        self.queue = queue

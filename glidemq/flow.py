@@ -29,6 +29,7 @@ from .errors import (
     CycleError,
     DuplicateJobError,
     GlideMQError,
+    JobIdsExhaustedError,
     JobNotFoundError,
     JobStateError,
     PayloadTooLargeError,
@@ -350,6 +351,8 @@ class FlowProducer:
             raise ValidationError("timestamp", "rejected by the server (is the clock right?)")
         if code == "ERR:PAYLOAD_TOO_LARGE":
             raise ValidationError("data", "larger than the server accepts")
+        if code == "ERR:ID_EXHAUSTED":
+            raise JobIdsExhaustedError(p.order[0].queue_name)
         raise ServerError(f"flow: {code}")
 
     def _jobs(

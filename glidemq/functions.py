@@ -37,8 +37,8 @@ __all__ = [
 ]
 
 LIBRARY_NAME = "glidemq"
-LIBRARY_VERSION = 21
-LIBRARY_SOURCE_SHA256 = "08905303090f4f4b573093307e7842a78c21c5dba94178863c41c87259c63be6"
+LIBRARY_VERSION = 22
+LIBRARY_SOURCE_SHA256 = "f6868459f55b33469801e68c9113917015e121b3fe13748e02289b82621dd351"
 LIBRARY_FILES = (
     "00_prelude.lua",  # shebang, version placeholder, constants, input checks, shared helpers
     "10_limits.lua",  # queue-wide limits, groups, token buckets, ordering keys, LIFO

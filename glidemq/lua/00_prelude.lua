@@ -25,7 +25,10 @@ local MAX_GZ_DATA = 1400000 -- 'gz:' data: what 1 MiB of JSON becomes at worst i
 
 -- Input checks, all before the first write. A numeric argument is a number whose value is an
 -- integer within lo..hi (nan, inf, '1.5', 'abc' and a missing argument give nil).
+-- An integer from lo to hi, given as a number or as decimal digits (an optional '-'): nil
+-- for anything else, hex ('0x10'), exponents ('1e3'), fractions and blanks included.
 local function int(v, lo, hi)
+  if type(v) == 'string' and not string.find(v, '^%-?%d+$') then return nil end
   local n = tonumber(v)
   if n and n >= lo and n <= hi and n == math.floor(n) then return n end
   return nil
@@ -144,6 +147,22 @@ end
 
 -- A finished job's keys: its hash, its log, and the set of children a flow parent still
 -- waited for (a parent failed by a child keeps the others listed there).
+-- The next generated job id of a queue: its counter's next value that no job (and no id in
+-- `reserved`, prefix .. id -> true, when given) already has, since custom ids may be numbers.
+-- Every skipped id is skipped once: the counter moves past it. Nil after ID_PROBES taken ids
+-- in a row (the caller answers ERR:ID_EXHAUSTED; a later call goes on from there).
+local ID_PROBES = 10000
+local function generatedId(prefix, idKey, reserved)
+  for _ = 1, ID_PROBES do
+    local c = tostring(redis.call('INCR', idKey))
+    if not (reserved and reserved[prefix .. c])
+        and redis.call('EXISTS', prefix .. 'job:' .. c) == 0 then
+      return c
+    end
+  end
+  return nil
+end
+
 local function deleteJob(prefix, jobId)
   redis.call('DEL', prefix .. 'job:' .. jobId, prefix .. 'log:' .. jobId, prefix .. 'deps:' .. jobId)
 end

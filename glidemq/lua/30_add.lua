@@ -60,13 +60,7 @@ local function addJobCore(idKey, events, a, o, v)
     -- With a result cache, the id stays taken while the outcome of its last job is kept.
     if rttl and redis.call('EXISTS', prefix .. 'result:' .. jobId) == 1 then return 'duplicate' end
   else
-    for _ = 1, 10 do
-      local candidate = tostring(redis.call('INCR', idKey))
-      if redis.call('EXISTS', prefix .. 'job:' .. candidate) == 0 then
-        jobId = candidate
-        break
-      end
-    end
+    jobId = generatedId(prefix, idKey, nil)
     if jobId == nil then return 'ERR:ID_EXHAUSTED' end
   end
   if group and keyFull(prefix, orderingKey) then return KEY_FULL end

@@ -5,13 +5,7 @@
 -- job nor reserved by a custom id of the same call.
 local function flowJobId(prefix, idKey, customId, reserved)
   if customId ~= '' then return customId end
-  for _ = 1, 1000 do
-    local c = tostring(redis.call('INCR', idKey))
-    if not reserved[prefix .. c] and redis.call('EXISTS', prefix .. 'job:' .. c) == 0 then
-      return c
-    end
-  end
-  return nil
+  return generatedId(prefix, idKey, reserved)
 end
 
 -- Parses and checks one job of a flow; returns the job table, or nil and an error reply.

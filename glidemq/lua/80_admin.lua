@@ -35,6 +35,8 @@ local function unlinkWaiting(prefix, stream, scheduled, jobId, state, sid)
     redis.call('ZREM', scheduled, jobId)
   elseif state == 'waiting-children' then
     redis.call('ZREM', prefix .. 'waiting-children', jobId)
+  elseif state == 'suspended' then
+    redis.call('ZREM', prefix .. 'suspended', jobId)
   end
 end
 

@@ -106,6 +106,8 @@ def error_response(exc: Exception) -> Response:
         return json_response({"error": "timeout", "message": str(exc)}, 504)
     if isinstance(exc, errors.QueueFullError):
         return json_response({"error": "queue_full", "message": str(exc)}, 429)
+    if isinstance(exc, errors.JobIdsExhaustedError):
+        return json_response({"error": "conflict", "message": str(exc)}, 409)
     if isinstance(exc, errors.DuplicateJobError):
         return json_response({"error": "conflict", "message": str(exc)}, 409)
     if isinstance(exc, errors.CrossSlotError):

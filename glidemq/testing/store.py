@@ -160,7 +160,8 @@ class QueueStore:
         return rec.state
 
     def unlink_waiting(self, rec: JobRecord) -> None:
-        """Take a job not yet running out of the stream or the scheduled set."""
+        """Take a job not yet running out of the stream, the scheduled set, the set of
+        parents waiting for children or the suspended index."""
         if rec.state == "waiting":
             if rec.sid is not None:
                 self.waiting.pop(rec.sid, None)
@@ -168,6 +169,8 @@ class QueueStore:
             self.scheduled.remove(rec.id)
         elif rec.state == "waiting-children":
             self.waiting_children.remove(rec.id)
+        elif rec.state == "suspended":
+            self.suspended.pop(rec.id, None)
 
     def forget(self, rec: JobRecord, outcome: str, reason: str | None) -> None:
         """A job that is not running leaves the queue (removed, revoked, drained, cleaned):

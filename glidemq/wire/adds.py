@@ -15,6 +15,7 @@ from typing import Any
 from .. import queue_limits
 from ..errors import (
     CostExceedsCapacityError,
+    JobIdsExhaustedError,
     QueueFullError,
     ServerError,
     UnsupportedOptionError,
@@ -161,6 +162,8 @@ def added_id(reply: Any, queue: str, opts: JobOptions) -> str | None:
         raise ValidationError("timestamp", "rejected by the server (is the clock right?)")
     if job_id == "ERR:PAYLOAD_TOO_LARGE":
         raise ValidationError("data", "larger than the server accepts")
+    if job_id == "ERR:ID_EXHAUSTED":
+        raise JobIdsExhaustedError(queue)
     raise ServerError(f"add: {job_id}")
 
 

@@ -58,3 +58,29 @@ async def test_an_expired_suspension_fails_the_job(backend: Backend) -> None:
         assert await job.wait_until_finished(timeout=20) == "failed"
     assert job.failed_reason == "suspension timed out: awaiting review"
     assert (await q.get_job_counts()).suspended == 0
+
+
+async def test_a_removed_suspended_job_leaves_the_suspended_index(backend: Backend) -> None:
+    q = backend.queue
+    jobs = [await q.add("review", None) for _ in range(2)]
+    async with backend.worker(_review, concurrency=2):
+
+        async def parked() -> bool:
+            return await q.get_suspended_count() == 2
+
+        await wait_for(parked, timeout=20)
+    for job in jobs:
+        await q.remove(job.id)
+    assert await q.get_suspended() == []
+    assert await q.get_suspended_count() == 0
+    assert (await q.get_job_counts()).suspended == 0
+
+
+async def test_a_revoked_suspended_job_leaves_the_suspended_index(backend: Backend) -> None:
+    q = backend.queue
+    job = await q.add("review", None)
+    async with backend.worker(_review):
+        await wait_for(lambda: q.get_suspended_count(), timeout=20)
+    assert await q.revoke(job.id) == "revoked"
+    assert await q.get_suspended_count() == 0
+    assert await _state(q, job.id) == "failed"

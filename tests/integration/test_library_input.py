@@ -23,7 +23,7 @@ from valkey.cluster import ValkeyCluster
 from glidemq import ConnectionOptions, Queue
 from glidemq.functions import library_source
 
-GARBAGE = ("nan", "inf", "-inf", "abc", "1.5", "-3", "1e400", "0x", " ")
+GARBAGE = ("nan", "inf", "-inf", "abc", "1.5", "-3", "1e400", "0x", " ", "0x10", "1e3", " 5")
 TS, OPT, ARGS, FLOW = "ERR:BAD_TIMESTAMP", "ERR:BAD_OPTION", "ERR:BAD_ARGS", "ERR:BAD_FLOW"
 
 

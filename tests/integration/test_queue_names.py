@@ -43,3 +43,28 @@ def test_client_names_are_printable_ascii() -> None:
         assert all("!" <= c <= "~" for c in name), name
     assert client_name_of("glidemq-queue-emails") == "glidemq-queue-emails"
     assert client_name_of(None) is None
+
+
+async def test_generated_ids_skip_a_block_of_custom_numeric_ids(
+    conn: ConnectionOptions, queue_name: str
+) -> None:
+    from glidemq import JobIdsExhaustedError
+
+    async with Queue(queue_name, connection=conn) as queue:
+        first = await queue.add("a", {})
+        assert first is not None
+        n = int(first.id)
+        for i in range(n + 1, n + 40):
+            await queue.add("custom", {}, {"job_id": str(i)})
+        nxt = await queue.add("b", {})
+        assert nxt is not None and nxt.id == str(n + 40)
+        # A block longer than one add may skip: a typed error, and the next add goes on.
+        base = n + 41
+        await queue.add_bulk(
+            [("custom", {}, {"job_id": str(i)}) for i in range(base, base + 10_001)]
+        )
+        with pytest.raises(JobIdsExhaustedError):
+            await queue.add("c", {})
+        later = await queue.add("d", {})
+        assert later is not None and int(later.id) == base + 10_001
+        await queue.obliterate(force=True)
