@@ -53,9 +53,7 @@ async def test_loopback_names_and_their_ports_are_allowed(
         assert r.status_code == 200, host
 
 
-async def test_allowed_hosts_adds_names_and_patterns(
-    populated: Populated, client_for: Any
-) -> None:
+async def test_allowed_hosts_adds_names_and_patterns(populated: Populated, client_for: Any) -> None:
     client = await client_for(populated, allowed_hosts=["dash.example.com", "*.corp.example"])
     for host, status in [
         ("dash.example.com", 200),

@@ -34,6 +34,14 @@ def _status(path: Path) -> tuple[int, int]:
     return int(tick), int(held)
 
 
+def _spawn(url: str, queue_name: str, ledger: Path, status: Path, log: Path) -> Any:
+    with open(log, "wb") as out:
+        return subprocess.Popen(
+            [sys.executable, str(FROZEN_WORKER), url, queue_name, str(ledger), str(status)],
+            cwd=ROOT, stdout=out, stderr=subprocess.STDOUT,
+        )  # fmt: skip
+
+
 async def test_a_frozen_worker_does_not_start_jobs_taken_over_while_it_was_stopped(
     standalone_conn: ConnectionOptions, queue_name: str, tmp_path: Path
 ) -> None:
@@ -46,12 +54,7 @@ async def test_a_frozen_worker_does_not_start_jobs_taken_over_while_it_was_stopp
 
     async with Queue(queue_name, connection=standalone_conn) as queue:
         await queue.add_bulk([{"name": "j", "data": {}} for _ in range(3000)])
-        with open(tmp_path / "worker.log", "wb") as out:
-            proc = subprocess.Popen(
-                [sys.executable, str(FROZEN_WORKER), standalone_conn.url, queue_name,
-                 str(ledger), str(status)],
-                cwd=ROOT, stdout=out, stderr=subprocess.STDOUT,
-            )  # fmt: skip
+        proc = _spawn(standalone_conn.url, queue_name, ledger, status, tmp_path / "worker.log")
         try:
             # A runs alone until it holds jobs beyond its concurrency of 1, then is frozen.
             await wait_for(lambda: ledger.exists() and len(ledger.read_text().split()) >= 200,

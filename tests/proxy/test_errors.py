@@ -128,7 +128,8 @@ async def test_an_unreachable_server_is_503_without_details(proxy_for: Any) -> N
     from glidemq.proxy import create_app
 
     app = create_app("valkey://127.0.0.1:1", prefix="nowhere")
-    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://localhost") as c:
+    transport = httpx.ASGITransport(app=app)
+    async with httpx.AsyncClient(transport=transport, base_url="http://localhost") as c:
         r = await c.get("/health")
     await app.state.proxy.close()
     assert r.status_code == 503 and set(r.json()) == {"error", "error_id"}
