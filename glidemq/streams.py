@@ -16,12 +16,11 @@ from collections.abc import AsyncGenerator, AsyncIterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-import orjson
 from glide import StreamReadOptions
 
 from .connection import Client, close_client, create_client
 from .errors import PayloadTooLargeError, ValidationError
-from .serialize import decode_json
+from .serialize import decode_json, encode_json
 
 if TYPE_CHECKING:
     from .connection import ConnectionOptions
@@ -54,10 +53,10 @@ class StreamChunk:
 
 
 def encode_chunk(chunk: object) -> bytes:
-    """A chunk as stored: JSON. ValidationError if it is not serializable, PayloadTooLargeError
-    past 1 MiB."""
+    """A chunk as stored: JSON. ValidationError if it is not serializable or holds NaN or
+    Infinity, PayloadTooLargeError past 1 MiB."""
     try:
-        raw = orjson.dumps(chunk)
+        raw = encode_json(chunk, "chunk")  # NaN and Infinity refused, as in job data
     except TypeError as exc:
         raise ValidationError("chunk", f"not JSON-serializable: {exc}") from exc
     if len(raw) > MAX_CHUNK_BYTES:

@@ -10,8 +10,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-import orjson
-
 from .context import now_ms
 from .errors import (
     JobNotFoundError,
@@ -21,7 +19,7 @@ from .errors import (
     SuspendedError,
     ValidationError,
 )
-from .serialize import decode_json
+from .serialize import decode_json, encode_json
 from .wire import features
 
 if TYPE_CHECKING:
@@ -67,8 +65,11 @@ def check_suspend(reason: object, timeout_ms: object) -> tuple[str, int]:
     """`suspend`'s arguments, checked: (reason, timeout in ms, 0 for none)."""
     if reason is not None and not isinstance(reason, str):
         raise ValidationError("reason", "must be a string or None")
-    t = 0 if timeout_ms is None else timeout_ms
-    if isinstance(t, bool) or not isinstance(t, int) or (not 0 < t <= _MAX_TIMEOUT and t != 0):
+    if timeout_ms is None:
+        return reason or "", 0  # on the wire, 0: no deadline
+    t = timeout_ms
+    # 0 is refused, not read as "forever": None says that
+    if isinstance(t, bool) or not isinstance(t, int) or not 0 < t <= _MAX_TIMEOUT:
         raise ValidationError("timeout_ms", f"must be an integer from 1 to {_MAX_TIMEOUT} or None")
     return reason or "", t
 
@@ -78,7 +79,7 @@ def encode_signal(name: object, data: object) -> bytes:
     if not isinstance(name, str) or not name:
         raise ValidationError("name", "must be a non-empty string")
     try:
-        raw = orjson.dumps(data)
+        raw = encode_json(data, "data")  # NaN and Infinity refused, as in job data
     except TypeError as exc:
         raise ValidationError("data", f"not JSON-serializable: {exc}") from exc
     if len(raw) > _MAX_DATA:
