@@ -552,12 +552,31 @@ async def children_values(ctx: QueueContext, job_id: str) -> dict[str, Any]:
     return {_child_key(k[3:]): decode_json(v) for k, v in fields.items() if k.startswith(b"cv:")}
 
 
-async def ignored_failures(ctx: QueueContext, job_id: str) -> dict[str, str]:
-    """Failure reasons of children whose failure the job ignored, by `"<queue>:<id>"`."""
+async def children_failures(ctx: QueueContext, job_id: str) -> dict[str, str]:
+    """Failure reasons recorded for the job's children, by `"<queue>:<id>"`: those whose
+    failure it ignored or continued after, and the one that failed it (if one did)."""
     fields = await ctx.get_fields(job_id)
     if fields is None:
         raise JobNotFoundError(ctx.name, job_id)
-    return {_child_key(k[3:]): v.decode() for k, v in fields.items() if k.startswith(b"cf:")}
+    return _failures(fields, with_culprit=True)
+
+
+async def ignored_failures(ctx: QueueContext, job_id: str) -> dict[str, str]:
+    """Failure reasons of children whose failure the job ignored (or continued after), by
+    `"<queue>:<id>"`: not the one that failed it."""
+    fields = await ctx.get_fields(job_id)
+    if fields is None:
+        raise JobNotFoundError(ctx.name, job_id)
+    return _failures(fields, with_culprit=False)
+
+
+def _failures(fields: dict[bytes, bytes], with_culprit: bool) -> dict[str, str]:
+    culprit = None if with_culprit else fields.get(b"failedBy")
+    return {
+        _child_key(k[3:]): v.decode(errors="replace")
+        for k, v in fields.items()
+        if k.startswith(b"cf:") and k[3:] != culprit
+    }
 
 
 async def move_to_waiting_children(job: Job[Any, Any], ctx: QueueContext, running: bool) -> None:

@@ -38,7 +38,7 @@ __all__ = [
 
 LIBRARY_NAME = "glidemq"
 LIBRARY_VERSION = 22
-LIBRARY_SOURCE_SHA256 = "f6868459f55b33469801e68c9113917015e121b3fe13748e02289b82621dd351"
+LIBRARY_SOURCE_SHA256 = "825b7d0461f0a9512366c438f48993be06cbcf6e34ed4b4fa2010f3812d592c0"
 LIBRARY_FILES = (
     "00_prelude.lua",  # shebang, version placeholder, constants, input checks, shared helpers
     "10_limits.lua",  # queue-wide limits, groups, token buckets, ordering keys, LIFO

@@ -439,12 +439,12 @@ class Job(Generic[D, R]):
         return await ignored_failures(self._ctx, self.id)
 
     async def get_children_failures(self) -> dict[str, str]:
-        """Failure reasons recorded for this job's children (those failed with
-        `ignore_dependency_on_failure` or `continue_parent_on_failure`), by
-        `"<queue>:<id>"`."""
-        from .flow import ignored_failures
+        """Failure reasons recorded for this job's children, by `"<queue>:<id>"`: those
+        failed with `ignore_dependency_on_failure` or `continue_parent_on_failure`, and the
+        child whose failure failed this job."""
+        from .flow import children_failures
 
-        return await ignored_failures(self._ctx, self.id)
+        return await children_failures(self._ctx, self.id)
 
     async def get_dependencies(
         self, *, processed: bool = True, unprocessed: bool = True

@@ -15,7 +15,7 @@ from ..connection import Client
 from ..context import now_ms
 from ..errors import ValidationError
 from ..events import QueueEvent, parse_event
-from ..flow import children_values, ignored_failures, parse_ref
+from ..flow import children_failures, children_values, parse_ref
 from ..job import Job
 from ..keys import validate_queue_name
 from ..queries import SEARCH_STATES
@@ -232,7 +232,7 @@ async def job_detail(view: QueueView, job_id: str, *, log_lines: int = 100) -> J
     pending, values, failures, (logs, log_count) = await asyncio.gather(
         ctx.command(lambda c: c.smembers(deps_key)),
         children_values(ctx, job_id),
-        ignored_failures(ctx, job_id),
+        children_failures(ctx, job_id),
         view.get_job_logs(job_id, -log_lines, -1) if log_lines else _no_logs(view, job_id),
     )
     parents = []

@@ -105,6 +105,9 @@ local function settleChild(pPrefix, pid, ref, outcome, value, policy, now)
       return nil
     elseif policy == 'fail' then
       local reason = 'child ' .. ref .. ' failed: ' .. tostring(value or '')
+      -- readers list the child that failed the parent with its reason (failedBy: which)
+      redis.call('HSET', pKey, 'cf:' .. ref, value or '')
+      redis.call('HSETNX', pKey, 'failedBy', ref)
       if pstate == 'waiting-children' then
         redis.call('ZREM', pPrefix .. 'waiting-children', pid)
         redis.call('HSET', pKey, 'state', 'failed', 'failedReason', reason, 'finishedOn', now)

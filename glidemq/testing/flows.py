@@ -90,6 +90,9 @@ def _settle(
             return None
         elif policy == "fail":
             reason = f"child {_full_ref(child_store, ref)} failed: {text}"
+            parent.ignored_failures[child_key(ref)] = text  # listed as the failed child
+            if parent.failed_by is None:
+                parent.failed_by = child_key(ref)
             if parent.state == "waiting-children":
                 pstore.waiting_children.remove(pid)
                 parent.state, parent.failed_reason, parent.finished_on = "failed", reason, now

@@ -252,7 +252,8 @@ class TestJob(Job[D, R]):
         """Failure reasons of children failed with `ignore_dependency_on_failure`, by
         `"<queue>:<id>"`."""
         await asyncio.sleep(0)
-        return dict(self._record().ignored_failures)
+        rec = self._record()
+        return {k: v for k, v in rec.ignored_failures.items() if k != rec.failed_by}
 
     async def get_children_failures(self) -> dict[str, str]:
         """Failure reasons recorded for this job's children (those failed with

@@ -77,6 +77,7 @@ class JobRecord:
     children_values: dict[str, bytes] = field(default_factory=dict)
     ignored_failures: dict[str, str] = field(default_factory=dict)
     child_failed: str | None = None
+    failed_by: str | None = None  # "queue:id" of the child that failed this job
     usage: Usage | None = None  # summed model usage (glidemq/usage.py)
     signals: list[Signal] = field(default_factory=list)  # glidemq/suspend.py
     suspend_reason: str = ""

@@ -172,3 +172,27 @@ async def test_child_failure_policies_are_exclusive(backend: Backend) -> None:
             {"ignore_dependency_on_failure": True, "continue_parent_on_failure": True},
         )
     assert info.value.field == "continue_parent_on_failure"
+
+
+async def test_a_parent_failed_by_a_child_lists_that_child_everywhere(backend: Backend) -> None:
+    q = backend.queue
+    node = await backend.flow_producer().add(
+        FlowJob(
+            "report", q.name, children=[FlowJob("count", q.name, "a b"), FlowJob("flaky", q.name)]
+        )  # fmt: skip
+    )
+    ok, bad = (f"{q.name}:{c.job.id}" for c in node.children)
+    async with backend.worker(_count, concurrency=2):
+        await wait_state(q, node.job.id, "failed")
+    parent = await q.get_job(node.job.id)
+    assert parent is not None
+    deps = await parent.get_dependencies()
+    assert deps.processed == {ok: 2}
+    assert deps.failed == {bad: "upstream down"} and deps.failed_count == 1
+    assert await parent.get_children_failures() == {bad: "upstream down"}
+    assert await parent.get_ignored_children_failures() == {}  # it was not ignored
+    flow = await q.get_flow(node.job.id)
+    assert flow is not None
+    kids = {c.key: c for c in flow.root.children}
+    assert set(kids) == {ok, bad}
+    assert kids[bad].state == "failed" and kids[bad].failed_reason == "upstream down"
