@@ -179,7 +179,7 @@ async def test_a_parent_failed_by_a_child_lists_that_child_everywhere(backend: B
     node = await backend.flow_producer().add(
         FlowJob(
             "report", q.name, children=[FlowJob("count", q.name, "a b"), FlowJob("flaky", q.name)]
-        )  # fmt: skip
+        )
     )
     ok, bad = (f"{q.name}:{c.job.id}" for c in node.children)
     async with backend.worker(_count, concurrency=2):

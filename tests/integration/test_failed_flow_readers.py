@@ -37,7 +37,7 @@ async def test_every_reader_shows_the_child_that_failed_the_parent(
                 "report",
                 queue_name,
                 children=[FlowJob("ok", queue_name), FlowJob("flaky", queue_name)],
-            )  # fmt: skip
+            )
         )
         bad_id = node.children[1].job.id
         async with Worker(queue_name, _work, connection=url, concurrency=2, **FAST):
@@ -57,9 +57,13 @@ async def test_every_reader_shows_the_child_that_failed_the_parent(
         done = await asyncio.to_thread(
             subprocess.run,
             [sys.executable, "-m", "glidemq.admin.cli", "job", queue_name, node.job.id],
-            cwd=REPO_ROOT, env=cli_env({"GLIDEMQ_URL": url}),
-            capture_output=True, text=True, timeout=60, check=False,
-        )  # fmt: skip
+            cwd=REPO_ROOT,
+            env=cli_env({"GLIDEMQ_URL": url}),
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+        )
         assert done.returncode == 0, done.stderr
         assert f"{queue_name}:{bad_id}" in done.stdout and "upstream down" in done.stdout
         await queue.obliterate(force=True)
