@@ -262,7 +262,7 @@ class Job(Generic[D, R]):
         key = opts.get("orderingKey", opts.get("groupKey"))
         job.group_key, job.cost = key, opts.get("cost")
         job.ordering_key = key if opts.get("groupConcurrency", 1) == 1 else None
-        job.step = job.usage = None
+        job.step = job.usage = job.decode_error = None
         job.signals = []
         return job
 

@@ -71,6 +71,8 @@ async def retry_state(view: QueueView, state: str, limit: int | None = None) -> 
     or completed) back to waiting, oldest first, in calls of 1000."""
     if state not in RETRY_STATES:
         raise ValidationError("state", f"must be one of {', '.join(RETRY_STATES)}")
+    if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit < 1):
+        raise ValidationError("limit", "must be an integer >= 1")  # as clean says
     counts = await view.get_job_counts()
     there = {"failed": counts.failed, "dead_letter": counts.dead_letter}.get(
         state, counts.completed

@@ -21,7 +21,7 @@ from typing import Any, NoReturn
 import orjson
 
 from ..argtypes import duration_ms, positive_int
-from ..connection import ConnectionOptions, resolve_connection
+from ..connection import ConnectionOptions, has_password, resolve_connection
 from ..context import now_ms
 from ..errors import (
     ConnectionError,
@@ -292,11 +292,19 @@ async def _run(args: argparse.Namespace, conn: ConnectionOptions) -> int:
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of `glidemq`; returns the exit code."""
     args = build_parser().parse_args(sys.argv[1:] if argv is None else list(argv))
+    url = getattr(args, "url", None)
     try:
-        conn = resolve_connection(getattr(args, "url", None))
+        conn = resolve_connection(url)
     except ValidationError as exc:
         print(f"glidemq: error: --url: {exc}", file=sys.stderr)
         return USAGE
+    if url and has_password(url):
+        print(
+            "glidemq: warning: the password in --url can be read by every local user in the "
+            "process list; pass the URL in GLIDEMQ_URL instead",
+            file=sys.stderr,
+            flush=True,
+        )
     problem = _reachable(conn)
     if problem is not None:
         print(f"glidemq: error: {problem}", file=sys.stderr)

@@ -90,6 +90,15 @@ def _operation(spec: Spec) -> dict[str, Any]:
             "500": _error("server fault; only an error id"),
         },
     }
+    answers = op["responses"]
+    answers["503"] = _error("Valkey cannot be reached, or every open queue is in use (busy)")
+    if spec.method != "GET":
+        answers["409"] = _error("the job's state refuses the action, or an id is taken")
+    if spec.handler.__name__.startswith("add"):
+        answers["429"] = _error("the queue is full (its max_waiting is reached)")
+    if spec.handler.__name__ == "add_and_wait":
+        answers["422"] = _error("the job failed; `reason` says why")
+        answers["504"] = _error("the job did not finish within `timeout`")
     if spec.body is not None:
         op["responses"]["415"] = _error("the body is not application/json")
         schema: dict[str, Any] = {
