@@ -6,7 +6,6 @@ by glidemq.wire), pipelines of them, and plain commands, all retried as glidemq.
 
 from __future__ import annotations
 
-import time
 from collections.abc import Awaitable, Callable, Sequence
 from functools import partial
 from typing import TYPE_CHECKING, Any
@@ -14,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 from glide import Batch, ClusterBatch, GlideClusterClient
 from glide import GlideError as _GlideError
 
+from .clock import now_ms
 from .connection import Client
 from .functions import ensure_library
 from .keys import QueueKeys
@@ -31,11 +31,6 @@ if TYPE_CHECKING:
     from .serializers import Serializer
 
 __all__ = ["ClientSender", "QueueContext", "now_ms"]
-
-
-def now_ms() -> int:
-    """Wall-clock time in ms: job timestamps are shared with other processes and languages."""
-    return int(time.time() * 1000)
 
 
 def _s(value: bytes | str | int | None) -> str:
@@ -92,11 +87,10 @@ class QueueContext:
         keys: Sequence[str],
         args: Sequence[str | bytes],
         *,
-        safe: bool | None = None,
+        safe: bool = False,
     ) -> Any:
-        """Call a library function on this queue's slot. `safe` (default: from
-        `glidemq.wire.RETRY_SAFE_FUNCTIONS`) allows a retry after a failure that may have
-        run it."""
+        """Call a library function on this queue's slot. `safe` allows a retry after a
+        failure that may have run it (the wire layouts say which functions are)."""
         key_list, arg_list = list(keys), list(args)
 
         async def send(client: Client) -> Any:
@@ -106,7 +100,7 @@ class QueueContext:
             send,
             self._client,
             what=function,
-            safe=_retry_safe(function) if safe is None else safe,
+            safe=safe,
             policy=self.retry,
             reload_library=ensure_library,
             on_transport_failure=self.on_transport_failure,
@@ -242,7 +236,7 @@ class ClientSender:
         keys: Sequence[str],
         args: Sequence[str | bytes],
         *,
-        safe: bool | None = None,
+        safe: bool = False,
     ) -> Any:
         """FCALL `function`; `safe` as in `QueueContext.fcall`."""
         key_list, arg_list = list(keys), list(args)
@@ -254,14 +248,7 @@ class ClientSender:
             send,
             lambda: self.client,
             what=function,
-            safe=_retry_safe(function) if safe is None else safe,
+            safe=safe,
             policy=self.retry,
             reload_library=ensure_library,
         )
-
-
-def _retry_safe(function: str) -> bool:
-    """Whether `function` may run twice, for calls made without glidemq.wire."""
-    from .wire import RETRY_SAFE_FUNCTIONS  # late: glidemq.wire builds on this module
-
-    return function in RETRY_SAFE_FUNCTIONS

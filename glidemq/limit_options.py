@@ -11,12 +11,9 @@ import math
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from .errors import CostExceedsCapacityError, ValidationError
-
-if TYPE_CHECKING:
-    from .types import JobOptions
 
 __all__ = [
     "MAX_KEY_BYTES",
@@ -29,6 +26,30 @@ __all__ = [
     "millitokens",
     "rate_guard",
 ]
+
+
+class LimitedJob(Protocol):
+    """The options of a job these limits read (`glidemq.JobOptions` has them)."""
+
+    @property
+    def ordering_key(self) -> str | None: ...
+    @property
+    def group_key(self) -> str | None: ...
+    @property
+    def group_concurrency(self) -> int | None: ...
+    @property
+    def group_rate_limit(self) -> RateLimit | None: ...
+    @property
+    def token_bucket(self) -> TokenBucket | None: ...
+    @property
+    def cost(self) -> float | None: ...
+    @property
+    def lifo(self) -> bool: ...
+    @property
+    def delay(self) -> int: ...
+    @property
+    def priority(self) -> int: ...
+
 
 MAX_KEY_BYTES = 256
 # Rate limits with max up to this keep a log of start times (a sliding window, exact); larger
@@ -120,7 +141,7 @@ def _check_key(field: str, key: object) -> None:
         raise ValidationError(field, f"{key!r} contains control characters")
 
 
-def check_job_limits(o: JobOptions) -> None:
+def check_job_limits(o: LimitedJob) -> None:
     """Validate the limit options of a job (called by JobOptions on construction)."""
     key = o.ordering_key if o.ordering_key is not None else o.group_key
     if o.ordering_key is not None:
@@ -165,7 +186,7 @@ def check_job_limits(o: JobOptions) -> None:
             raise ValidationError("lifo", "applies to jobs without delay and priority")
 
 
-def limits_to_wire(o: JobOptions, out: dict[str, Any]) -> None:
+def limits_to_wire(o: LimitedJob, out: dict[str, Any]) -> None:
     """Add the limit options to a job's `opts` JSON (informational: the server reads the
     addJob arguments)."""
     if o.ordering_key is not None:
@@ -186,7 +207,7 @@ def limits_to_wire(o: JobOptions, out: dict[str, Any]) -> None:
         out["lifo"] = True
 
 
-def compact_limit_args(o: JobOptions) -> tuple[str, ...]:
+def compact_limit_args(o: LimitedJob) -> tuple[str, ...]:
     """The tail of a job in `wire.adds.add_bulk_call`: ('',) for a plain job, else '1' and the eight
     extension arguments (addJob's 9-15 and the LIFO flag)."""
     key = o.ordering_key if o.ordering_key is not None else o.group_key
@@ -195,7 +216,7 @@ def compact_limit_args(o: JobOptions) -> tuple[str, ...]:
     return ("1", *addjob_limit_args(o))
 
 
-def addjob_limit_args(o: JobOptions) -> tuple[str, ...]:
+def addjob_limit_args(o: LimitedJob) -> tuple[str, ...]:
     """addJob's arguments 9-15 (orderingKey .. jobCost) and the 18th (lifo) for a job."""
     key = o.ordering_key if o.ordering_key is not None else o.group_key
     if key is None:

@@ -29,13 +29,14 @@ from .queue_limits import QueueLimits
 from .request import ResultWaiter, default_result_ttl, validate_result_ttl
 from .scheduler import JobScheduler, JobTemplate
 from .serialize import encode_data
-from .serializers import DEFAULT_SERIALIZER, claim_serializer, get_serializer
+from .serializers import DEFAULT_SERIALIZER, get_serializer
 from .streams import QueueStreams
 from .suspend import QueueSuspend
 from .types import JobOptions, bulk_item, wire_opts
-from .usage import QueueUsage
+from .usage_reads import QueueUsage
 from .watchdog import queue_renewal
 from .wire import Call, adds, send
+from .wire.features import claim_serializer
 
 __all__ = ["JobCounts", "Queue"]
 

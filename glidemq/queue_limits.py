@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any
 from .context import QueueContext
 from .errors import ValidationError
 from .limit_options import RateLimit
+from .wire.codes import KEY_FULL, QUEUE_FULL, is_full, is_queue_full
 
 if TYPE_CHECKING:
     from .keys import QueueKeys
@@ -42,8 +43,6 @@ __all__ = [
     "set_max_waiting_per_key",
 ]
 
-QUEUE_FULL = "ERR:QUEUE_FULL"
-KEY_FULL = "ERR:KEY_FULL"  # one ordering / group key is full; other keys still take jobs
 _FIELD = "maxWaiting"
 _PER_KEY_FIELD = "maxWaitingPerKey"
 RATE_FIELDS = ["rateLimitMax", "rateLimitDuration"]
@@ -144,16 +143,6 @@ async def get_max_waiting_per_key(ctx: QueueContext) -> int | None:
     """The stored per-key limit, or None."""
     raw = await ctx.command(lambda c: c.hget(ctx.keys.meta, _PER_KEY_FIELD))
     return None if raw is None else int(raw)
-
-
-def is_queue_full(reply: Any) -> bool:
-    """Whether one add reply is a refusal by the queue-wide limit."""
-    return bool(reply == b"ERR:QUEUE_FULL" or reply == QUEUE_FULL)
-
-
-def is_full(reply: Any) -> bool:
-    """Whether one add reply is a refusal by the queue-wide or the per-key limit."""
-    return is_queue_full(reply) or reply == b"ERR:KEY_FULL" or reply == KEY_FULL
 
 
 def refused_items(replies: Sequence[Any]) -> list[int]:

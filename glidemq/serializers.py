@@ -15,20 +15,20 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from .context import QueueContext
-from .errors import SerializerMismatchError, ValidationError
+from .errors import ValidationError
 
 __all__ = [
     "DEFAULT_SERIALIZER",
+    "SERIALIZER_FIELD",
     "Serializer",
-    "claim_serializer",
     "get_serializer",
     "register_serializer",
     "untag",
 ]
 
 DEFAULT_SERIALIZER = "json"
-_FIELD = "serializer"  # in the queue's meta hash; absent means json
+SERIALIZER_FIELD = "serializer"
+"""Field of the queue's meta hash naming its serializer; absent means json."""
 _NAME = re.compile(r"^[a-z][a-z0-9_]{0,15}$")
 _RESERVED = frozenset({"json", "gz"})
 
@@ -111,15 +111,3 @@ def untag(raw: bytes) -> tuple[Serializer, bytes] | None:
     except ValidationError:
         return None
     return None if found is None else (found, raw[i + 1 :])
-
-
-async def claim_serializer(ctx: QueueContext, name: str, who: str) -> None:
-    """Check `name` against the serializer recorded for the queue, recording it first when
-    none is and it is not JSON. Raises SerializerMismatchError when they differ."""
-    meta = ctx.keys.meta
-    if name != DEFAULT_SERIALIZER:
-        await ctx.command(lambda c: c.hsetnx(meta, _FIELD, name))
-    raw = await ctx.command(lambda c: c.hget(meta, _FIELD))
-    recorded = DEFAULT_SERIALIZER if raw is None else raw.decode()
-    if recorded != name:
-        raise SerializerMismatchError(ctx.name, recorded, name, who)

@@ -11,16 +11,33 @@ from __future__ import annotations
 import contextlib
 import socket
 import ssl
-from typing import TYPE_CHECKING, Any
+from collections.abc import Mapping, Sequence
+from typing import Any, Protocol
 
 from glide import TlsAdvancedConfiguration
 
 from .errors import ValidationError
 
-if TYPE_CHECKING:
-    from .connection import ConnectionOptions
+__all__ = ["TlsOptions", "diagnose", "glide_tls_settings"]
 
-__all__ = ["diagnose", "glide_tls_settings"]
+
+class TlsOptions(Protocol):
+    """What TLS reads of the connection options (`glidemq.ConnectionOptions` has it all)."""
+
+    @property
+    def addresses(self) -> Sequence[tuple[str, int]]: ...
+    @property
+    def cluster(self) -> bool: ...
+    @property
+    def ca_file(self) -> str | None: ...
+    @property
+    def cert_file(self) -> str | None: ...
+    @property
+    def key_file(self) -> str | None: ...
+    @property
+    def tls_insecure(self) -> bool: ...
+    @property
+    def extra(self) -> Mapping[str, Any]: ...
 
 
 def _readable(field: str, path: str) -> bytes:
@@ -34,7 +51,7 @@ def _readable(field: str, path: str) -> bytes:
     return data
 
 
-def glide_tls_settings(opts: ConnectionOptions) -> dict[str, Any]:
+def glide_tls_settings(opts: TlsOptions) -> dict[str, Any]:
     """Keyword arguments for a valkey-glide client configuration (empty without TLS
     files or the insecure switch). Raises ValidationError for a file it cannot read."""
     if not (opts.ca_file or opts.cert_file or opts.tls_insecure):
@@ -63,13 +80,13 @@ def glide_tls_settings(opts: ConnectionOptions) -> dict[str, Any]:
     return {"advanced_config": advanced}
 
 
-def _trust(opts: ConnectionOptions) -> str:
+def _trust(opts: TlsOptions) -> str:
     if opts.tls_insecure:
         return "tls_insecure: no verification"
     return f"trusting ca_file={opts.ca_file}" if opts.ca_file else "trusting the system CAs"
 
 
-def diagnose(opts: ConnectionOptions, timeout: float = 3.0) -> str | None:
+def diagnose(opts: TlsOptions, timeout: float = 3.0) -> str | None:
     """Why a TLS handshake with the first address fails, in words; None if it succeeds or
     the address cannot be reached at all (then the client's own error says enough)."""
     host, port = opts.addresses[0]

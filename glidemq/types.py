@@ -10,18 +10,18 @@ import difflib
 import functools
 from collections.abc import Callable, Mapping
 from dataclasses import MISSING, dataclass, field, fields, replace
-from typing import TYPE_CHECKING, Any, Literal, TypeAlias, TypeVar
+from typing import Any, Literal, TypeAlias, TypeVar
 
 import orjson
 
+from .checks import check_int as _int
 from .errors import ValidationError
 from .fallbacks import Fallback, check_fallbacks
 from .keys import validate_job_id
 from .limit_options import RateLimit, TokenBucket, check_job_limits, limits_to_wire
+from .sandbox_options import SandboxOptions
+from .serializers import get_serializer
 from .usage import TokenLimiter
-
-if TYPE_CHECKING:
-    from .sandbox.types import SandboxOptions
 
 __all__ = [
     "MAX_DELAY",
@@ -55,15 +55,6 @@ def from_mapping(cls: type[T], values: Mapping[str, Any]) -> T:
             extra = f" (did you mean {hint[0]!r}?)" if hint else ""
             raise ValidationError(key, f"unknown option for {cls.__name__}{extra}")
     return cls(**values)
-
-
-def _int(name: str, value: object, *, low: int = 0, high: int | None = None) -> int:
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise ValidationError(name, f"must be an integer, got {value!r}")
-    if value < low or (high is not None and value > high):
-        bound = f"between {low} and {high}" if high is not None else f">= {low}"
-        raise ValidationError(name, f"must be {bound}, got {value}")
-    return value
 
 
 @dataclass(frozen=True, slots=True)
@@ -463,14 +454,9 @@ class WorkerOptions:
                 raise ValidationError(f"backoff_strategies.{name}", "must be callable")
         if self.batch is not None and not isinstance(self.batch, BatchOptions):
             raise ValidationError("batch", "must be BatchOptions(size, timeout_ms)")
-        if self.sandbox is not None:
-            from .sandbox.types import SandboxOptions  # here: the sandbox imports this module
-
-            if not isinstance(self.sandbox, SandboxOptions):
-                raise ValidationError("sandbox", "must be SandboxOptions(...)")
+        if self.sandbox is not None and not isinstance(self.sandbox, SandboxOptions):
+            raise ValidationError("sandbox", "must be SandboxOptions(...)")
         if self.serializer != "json":
-            from .serializers import get_serializer  # here: it imports the connection layer
-
             get_serializer(self.serializer)  # unknown names, msgpack not installed
             if self.sandbox is not None:
                 raise ValidationError("serializer", "sandboxed processors return JSON only")

@@ -34,10 +34,11 @@ from .maintenance import Maintenance
 from .processor import ProcessorCall, check_processor
 from .sandbox.errors import SandboxHandBack
 from .serialize import encode_result
-from .serializers import claim_serializer, get_serializer
+from .serializers import get_serializer
 from .slots import Slots
 from .types import WorkerOptions, job_retention, retention_args, worker_options
 from .watchdog import Watchdog
+from .wire.features import claim_serializer
 
 if TYPE_CHECKING:
     from .sandbox.pool import SandboxPool
@@ -96,7 +97,7 @@ class Worker(WorkerLifecycle, Generic[D, R]):
         if base.sandbox is not None:
             # The pool's run() becomes the processor: every code path below stays the same.
             from .sandbox.pool import SandboxPool
-            from .sandbox.types import processor_target
+            from .sandbox_options import processor_target
 
             self.sandbox_pool = SandboxPool(
                 processor_target(processor),

@@ -15,13 +15,33 @@ import contextlib
 import selectors
 import socket
 import time
+from collections.abc import Mapping
 from functools import partial
-from typing import TYPE_CHECKING
+from typing import Any, Protocol
 
-if TYPE_CHECKING:
-    from .supervisor import Supervisor
+__all__ = ["MAX_CONNECTIONS", "REQUEST_TIMEOUT", "MetricsServer", "Observed", "render_metrics"]
 
-__all__ = ["MAX_CONNECTIONS", "REQUEST_TIMEOUT", "MetricsServer", "render_metrics"]
+
+class _Child(Protocol):
+    slot: int
+    pid: int
+    stats: dict[str, Any]
+    ready: bool
+    stopping: bool
+
+
+class Observed(Protocol):
+    """What the metrics read of the supervisor (`glidemq.runtime.supervisor.Supervisor`)."""
+
+    target: int
+    state: str
+    queue_counts: dict[str, dict[str, int]]
+
+    @property
+    def children(self) -> Mapping[int, _Child]: ...
+
+    def totals(self) -> dict[str, int]: ...
+
 
 MAX_CONNECTIONS = 256
 REQUEST_TIMEOUT = 2.0  # seconds for a client to send its request and read the answer
@@ -37,7 +57,7 @@ def _line(name: str, value: float, labels: dict[str, object] | None = None) -> s
     return f"{name} {value}"
 
 
-def render_metrics(sup: Supervisor) -> str:
+def render_metrics(sup: Observed) -> str:
     """The supervisor's counters in the Prometheus text format."""
     t = sup.totals()
     out: list[str] = []
@@ -133,7 +153,7 @@ class MetricsServer:
     the registered callbacks when a socket is ready and `expire()` on every turn."""
 
     def __init__(
-        self, host: str, port: int, sup: Supervisor, selector: selectors.BaseSelector
+        self, host: str, port: int, sup: Observed, selector: selectors.BaseSelector
     ) -> None:
         self.sup = sup
         self.selector = selector

@@ -93,7 +93,7 @@ class QueueStore:
         self._entry_seq = 0
 
     def claim_serializer(self, name: str, who: str) -> None:
-        """As glidemq.serializers.claim_serializer: record a non-JSON serializer first come,
+        """As glidemq.wire.features.claim_serializer: record a non-JSON serializer first come,
         refuse a different one with SerializerMismatchError."""
         if name != "json" and self.serializer is None:
             self.serializer = name

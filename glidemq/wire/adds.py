@@ -12,7 +12,6 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from .. import queue_limits
 from ..errors import (
     CostExceedsCapacityError,
     JobIdsExhaustedError,
@@ -24,6 +23,7 @@ from ..errors import (
 from ..keys import QueueKeys
 from ..limit_options import addjob_limit_args, compact_limit_args
 from ..types import JobOptions
+from . import codes
 from .layout import Call, layout
 
 __all__ = [
@@ -154,7 +154,7 @@ def added_id(reply: Any, queue: str, opts: JobOptions) -> str | None:
     if job_id == "ERR:COST_EXCEEDS_CAPACITY":
         bucket = opts.token_bucket
         raise CostExceedsCapacityError(opts.cost or 1.0, bucket.capacity if bucket else 0)
-    if job_id in (queue_limits.QUEUE_FULL, queue_limits.KEY_FULL):
+    if job_id in (codes.QUEUE_FULL, codes.KEY_FULL):
         raise QueueFullError(queue)
     if job_id == "ERR:BAD_OPTION":
         raise ValidationError("opts", "delay, priority or attempts rejected by the server")

@@ -1,5 +1,5 @@
 """Job features beyond the queue core: usage reports and summaries, job streams,
-suspend / signal."""
+suspend / signal; the queue's recorded serializer."""
 
 from __future__ import annotations
 
@@ -7,7 +7,9 @@ from collections.abc import Mapping
 from typing import Any
 
 from ..context import QueueContext
+from ..errors import SerializerMismatchError
 from ..keys import QueueKeys
+from ..serializers import DEFAULT_SERIALIZER, SERIALIZER_FIELD
 from .layout import Call, layout, send
 
 __all__ = [
@@ -17,6 +19,7 @@ __all__ = [
     "STREAM_CHUNK",
     "SUSPEND",
     "USAGE_SUMMARY",
+    "claim_serializer",
     "expire_suspended",
     "expire_suspended_call",
     "report_usage",
@@ -178,3 +181,15 @@ def expire_suspended_call(keys: QueueKeys, suspended: str, now: int, count: int)
 async def expire_suspended(ctx: QueueContext, suspended: str, now: int, count: int) -> int:
     """How many failed."""
     return int(await send(ctx, expire_suspended_call(ctx.keys, suspended, now, count)))
+
+
+async def claim_serializer(ctx: QueueContext, name: str, who: str) -> None:
+    """Check `name` against the serializer recorded for the queue, recording it first when
+    none is and it is not JSON. Raises SerializerMismatchError when they differ."""
+    meta = ctx.keys.meta
+    if name != DEFAULT_SERIALIZER:
+        await ctx.command(lambda c: c.hsetnx(meta, SERIALIZER_FIELD, name))
+    raw = await ctx.command(lambda c: c.hget(meta, SERIALIZER_FIELD))
+    recorded = DEFAULT_SERIALIZER if raw is None else raw.decode()
+    if recorded != name:
+        raise SerializerMismatchError(ctx.name, recorded, name, who)

@@ -40,7 +40,7 @@ class Sender(Protocol):
         keys: Sequence[str],
         args: Sequence[str | bytes],
         *,
-        safe: bool | None = None,
+        safe: bool = False,
     ) -> Any: ...
 
 
