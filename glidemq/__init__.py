@@ -58,10 +58,9 @@ from .streams import StreamChunk
 from .suspend import Signal
 from .types import Backoff, BatchOptions, Deduplication, JobOptions, KeepJobs, WorkerOptions
 from .usage import FlowUsage, ModelUsage, TokenLimiter, Usage, UsageSummary, UsageTotals
+from .version import __version__
 from .worker import Processor, Worker
 from .workflows import Dag, DagNode, chain, chord, dag, group
-
-__version__ = "0.1.0"
 
 __all__ = [
     "Backoff",

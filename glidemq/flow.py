@@ -34,15 +34,13 @@ from .errors import (
     JobStateError,
     PayloadTooLargeError,
     ServerError,
-    UnrecoverableError,
     UnsupportedOptionError,
     ValidationError,
-    WaitingChildrenError,
 )
 from .functions import connect_with_library
 from .job import Job
 from .keys import DEFAULT_PREFIX, QueueKeys, queue_slot, validate_job_id, validate_prefix
-from .serialize import decode_json, encode_data
+from .serialize import encode_data
 from .types import JobOptions, wire_opts
 from .wire import Call, flows, send
 
@@ -526,73 +524,3 @@ class FlowProducer:
         if reply == "ERR:TOO_LARGE":
             raise ValidationError("child", "too many dependencies to check for a cycle")
         raise ServerError(f"add_dependency: {reply}")
-
-
-# -- the job side: used by Job's flow methods ------------------------------------------------
-
-
-def parse_ref(ref: str) -> tuple[str, str] | None:
-    """A job reference 'glide:{images}:42' as (queue, id); None if it is not one."""
-    m = _REF.search(ref)
-    return (m.group(1), m.group(2)) if m else None
-
-
-def _child_key(ref: bytes) -> str:
-    """'glide:{images}:42' -> 'images:42'."""
-    text = ref.decode()
-    parsed = parse_ref(text)
-    return f"{parsed[0]}:{parsed[1]}" if parsed else text
-
-
-async def children_values(ctx: QueueContext, job_id: str) -> dict[str, Any]:
-    """Return values of the job's completed children, by `"<queue>:<id>"`."""
-    fields = await ctx.get_fields(job_id)
-    if fields is None:
-        raise JobNotFoundError(ctx.name, job_id)
-    return {_child_key(k[3:]): decode_json(v) for k, v in fields.items() if k.startswith(b"cv:")}
-
-
-async def children_failures(ctx: QueueContext, job_id: str) -> dict[str, str]:
-    """Failure reasons recorded for the job's children, by `"<queue>:<id>"`: those whose
-    failure it ignored or continued after, and the one that failed it (if one did)."""
-    fields = await ctx.get_fields(job_id)
-    if fields is None:
-        raise JobNotFoundError(ctx.name, job_id)
-    return _failures(fields, with_culprit=True)
-
-
-async def ignored_failures(ctx: QueueContext, job_id: str) -> dict[str, str]:
-    """Failure reasons of children whose failure the job ignored (or continued after), by
-    `"<queue>:<id>"`: not the one that failed it."""
-    fields = await ctx.get_fields(job_id)
-    if fields is None:
-        raise JobNotFoundError(ctx.name, job_id)
-    return _failures(fields, with_culprit=False)
-
-
-def _failures(fields: dict[bytes, bytes], with_culprit: bool) -> dict[str, str]:
-    culprit = None if with_culprit else fields.get(b"failedBy")
-    return {
-        _child_key(k[3:]): v.decode(errors="replace")
-        for k, v in fields.items()
-        if k.startswith(b"cf:") and k[3:] != culprit
-    }
-
-
-async def move_to_waiting_children(job: Job[Any, Any], ctx: QueueContext, running: bool) -> None:
-    """See `Job.move_to_waiting_children` (`running`: a worker runs the job; the job records
-    the move when this raises WaitingChildrenError)."""
-    if job.entry_id is None or not running:
-        raise JobStateError(
-            job.id, "move to waiting-children", "only a running job can wait for children"
-        )
-    status, detail = await flows.move_to_waiting_children(
-        ctx, ctx.keys, job.id, job.entry_id, now_ms()
-    )
-    if status == "continue":
-        return
-    if status == "failed":
-        raise UnrecoverableError(detail)
-    if status != "waiting-children":
-        raise JobStateError(job.id, "move to waiting-children", "the worker no longer owns it")
-    raise WaitingChildrenError(f"job {job.id} waits for its children")

@@ -9,10 +9,19 @@ from typing import TYPE_CHECKING, Any, Generic, NoReturn, TypeVar
 
 import orjson
 
+from . import children, signals
 from .context import QueueContext, now_ms
-from .errors import DelayedError, JobNotFoundError, JobStateError, JobTimeoutError, ValidationError
+from .errors import (
+    DelayedError,
+    JobNotFoundError,
+    JobStateError,
+    JobTimeoutError,
+    SuspendedError,
+    ValidationError,
+    WaitingChildrenError,
+)
 from .serialize import decode_data, decode_json, encode_data, encode_progress
-from .suspend import Signal, parse_signals
+from .signals import Signal, parse_signals
 from .usage import TokenLimiter, Usage, check_usage, parse_usage
 from .wire import features, fetch, ops
 
@@ -366,13 +375,11 @@ class Job(Generic[D, R]):
         `Queue.signal` wakes the job (it runs again, the signal in `job.signals`) or
         `timeout_ms` passes (it fails). Raises SuspendedError, which the processor should
         let propagate."""
-        from .errors import SuspendedError
-        from .suspend import suspend
 
         runner = self._worker
         emit_flag = runner.emit_flag if runner is not None else None
         try:
-            await suspend(self, self._ctx, emit_flag, reason, timeout_ms)
+            await signals.suspend(self.id, self.entry_id, self._ctx, emit_flag, reason, timeout_ms)
         except SuspendedError:
             self._moved, self.state = True, "suspended"
             raise
@@ -416,35 +423,28 @@ class Job(Generic[D, R]):
         """From inside a processor: stop running until this job's pending children finished;
         it runs again after the last one. Returns when none is pending (go on); otherwise
         raises WaitingChildrenError, which the processor should let propagate."""
-        from .errors import WaitingChildrenError
-        from .flow import move_to_waiting_children
-
         try:
-            await move_to_waiting_children(self, self._ctx, self._worker is not None)
+            await children.move_to_waiting_children(
+                self._ctx, self.id, self.entry_id, self._worker is not None
+            )
         except WaitingChildrenError:
             self._moved, self.state = True, "waiting-children"
             raise
 
     async def get_children_values(self) -> dict[str, Any]:
         """Return values of this job's completed children, by `"<queue>:<id>"`."""
-        from .flow import children_values
-
-        return await children_values(self._ctx, self.id)
+        return await children.children_values(self._ctx, self.id)
 
     async def get_ignored_children_failures(self) -> dict[str, str]:
         """Failure reasons of children failed with `ignore_dependency_on_failure`, by
         `"<queue>:<id>"`."""
-        from .flow import ignored_failures
-
-        return await ignored_failures(self._ctx, self.id)
+        return await children.ignored_failures(self._ctx, self.id)
 
     async def get_children_failures(self) -> dict[str, str]:
         """Failure reasons recorded for this job's children, by `"<queue>:<id>"`: those
         failed with `ignore_dependency_on_failure` or `continue_parent_on_failure`, and the
         child whose failure failed this job."""
-        from .flow import children_failures
-
-        return await children_failures(self._ctx, self.id)
+        return await children.children_failures(self._ctx, self.id)
 
     async def get_dependencies(
         self, *, processed: bool = True, unprocessed: bool = True

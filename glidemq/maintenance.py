@@ -8,7 +8,7 @@ import asyncio
 import time
 from typing import TYPE_CHECKING
 
-from . import suspend, worker_limits
+from . import signals, worker_limits
 from .context import now_ms
 from .errors import GlideMQError
 from .queries import WorkerRegistration
@@ -68,7 +68,7 @@ class Maintenance:
                     delay = 0
                 elif next_due >= 0:
                     delay = max(0.0, min(interval, (next_due - now_ms()) / 1000))
-                await suspend.sweep(w.ctx, now)  # expired suspensions fail
+                await signals.sweep(w.ctx, now)  # expired suspensions fail
                 next_run = await self.job_schedulers.fire_due(w.ctx, now_ms())
                 if next_run is not None:
                     delay = max(0.0, min(delay, (next_run - now_ms()) / 1000))

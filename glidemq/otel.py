@@ -15,6 +15,8 @@ import time
 from collections.abc import Awaitable, Callable, Iterator
 from typing import TYPE_CHECKING, Any
 
+from .version import __version__
+
 if TYPE_CHECKING:
     from opentelemetry.trace import Span, Tracer
 
@@ -66,8 +68,6 @@ class JobTracing:
     def __init__(self, tracer: Tracer) -> None:
         from opentelemetry import metrics, trace
         from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
-
-        from . import __version__
 
         self._trace = trace
         self._tracer = tracer
@@ -189,6 +189,4 @@ def job_tracing() -> JobTracing | None:
     provider = _provider if _provider is not None else trace.get_tracer_provider()
     if isinstance(provider, trace.ProxyTracerProvider | trace.NoOpTracerProvider):
         return None  # nobody set a provider: every span would be dropped
-    from . import __version__
-
     return JobTracing(provider.get_tracer("glidemq", __version__))

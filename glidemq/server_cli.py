@@ -39,7 +39,7 @@ exit codes: 0 stopped by Ctrl-C / SIGTERM, 1 the server failed, 2 bad flags or p
 
 def build_parser() -> argparse.ArgumentParser:
     """The glidemq-server argument parser."""
-    from . import __version__
+    from .version import __version__
 
     p = argparse.ArgumentParser(
         prog="glidemq-server",

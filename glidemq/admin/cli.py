@@ -78,7 +78,7 @@ def _common() -> _Parser:
 
 def build_parser() -> argparse.ArgumentParser:
     """The `glidemq` argument parser."""
-    from .. import __version__
+    from ..version import __version__
 
     common = _common()
     p = _Parser(

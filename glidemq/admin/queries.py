@@ -11,11 +11,12 @@ from typing import Any
 
 from glide import ClusterScanCursor, GlideClusterClient, MaxId, MinId
 
+from ..children import children_failures, children_values
 from ..connection import Client
 from ..context import now_ms
 from ..errors import ValidationError
 from ..events import QueueEvent, parse_event
-from ..flow import children_failures, children_values, parse_ref
+from ..flowview import parse_ref
 from ..job import Job
 from ..keys import validate_queue_name
 from ..queries import SEARCH_STATES

@@ -191,7 +191,7 @@ async def run_scenario(o: argparse.Namespace) -> dict[str, Any]:
         else:
             raise SystemExit(f"unknown scenario {o.scenario!r}; one of {SCENARIOS}")
         await q.obliterate(force=True)
-    from .. import __version__
+    from ..version import __version__
 
     result.update(system="glidemq", scenario=o.scenario, pid=os.getpid(), version=__version__)
     return result

@@ -123,7 +123,7 @@ def add_common_arguments(p: argparse.ArgumentParser) -> None:
 
 def build_parser() -> argparse.ArgumentParser:
     """The glidemq-chaos parser: one subcommand per registered scenario, plus `all`."""
-    from .. import __version__
+    from ..version import __version__
 
     p = argparse.ArgumentParser(
         prog="glidemq-chaos",

@@ -36,7 +36,7 @@ class _Parser(argparse.ArgumentParser):
 
 def build_parser() -> argparse.ArgumentParser:
     """The `glidemq-dashboard` argument parser."""
-    from .. import __version__
+    from ..version import __version__
 
     p = _Parser(
         prog="glidemq-dashboard",

@@ -36,7 +36,7 @@ async def health(request: Request) -> Response:
 
 async def schema(request: Request) -> Response:
     """This document."""
-    from .. import __version__
+    from ..version import __version__
 
     return json_response(openapi(SPECS, title="glidemq proxy", version=__version__))
 

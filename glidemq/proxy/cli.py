@@ -41,7 +41,7 @@ class _Parser(argparse.ArgumentParser):
 
 def build_parser() -> argparse.ArgumentParser:
     """The `glidemq-proxy` argument parser."""
-    from .. import __version__
+    from ..version import __version__
 
     p = _Parser(
         prog=PROG,

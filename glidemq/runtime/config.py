@@ -87,7 +87,7 @@ GLIDEMQ_MAX_JOBS_PER_CHILD=1000."""
 
 def build_parser() -> argparse.ArgumentParser:
     """The glidemq-run argument parser."""
-    from .. import __version__
+    from ..version import __version__
 
     p = argparse.ArgumentParser(
         prog="glidemq-run",

@@ -15,8 +15,8 @@ from ..errors import DelayedError, SuspendedError, ValidationError
 from ..flowview import Dependencies
 from ..job import Job, JobState
 from ..serialize import encode_json
+from ..signals import Signal, check_suspend
 from ..streams import encode_chunk
-from ..suspend import Signal, check_suspend
 from ..usage import Usage, check_usage
 from .protocol import error_to_wire
 

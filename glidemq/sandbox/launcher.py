@@ -69,9 +69,8 @@ def child_environ(secrets: Iterable[str | None] = ()) -> dict[str, str]:
 def _boot_argv(module: str, entry: str, *args: str) -> list[str]:
     """The command line of an exec'd sandbox process: interpreter, bootstrap, `args`, and
     last the import set-up (where glidemq is, the worker's sys.path)."""
-    import glidemq
-
-    root = os.path.dirname(os.path.dirname(os.path.abspath(glidemq.__file__ or "")))
+    # this file is glidemq/sandbox/launcher.py: the folder that holds glidemq is 3 up
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     setup = orjson.dumps({"root": root, "path": sys.path}).decode()
     return [sys.executable, "-P", "-c", _BOOT.format(module=module, entry=entry), *args, setup]
 
