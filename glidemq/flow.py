@@ -15,7 +15,7 @@ import re
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from types import TracebackType
-from typing import TYPE_CHECKING, Any, Literal, Self, TypeAlias
+from typing import Any, Literal, Self, TypeAlias
 
 import orjson
 from glide import GlideClusterClient
@@ -25,7 +25,6 @@ from .budget import wire_budget
 from .connection import Client, ConnectionLike, close_client, resolve_connection
 from .context import QueueContext, now_ms
 from .errors import (
-    CrossSlotError,
     CycleError,
     DuplicateJobError,
     GlideMQError,
@@ -37,15 +36,15 @@ from .errors import (
     UnsupportedOptionError,
     ValidationError,
 )
+from .flow_plan import MAX_FLOW_JOBS, FlowJob, check_same_slot, flow_label, plan_flow
 from .functions import connect_with_library
 from .job import Job
-from .keys import DEFAULT_PREFIX, QueueKeys, queue_slot, validate_job_id, validate_prefix
+from .keys import DEFAULT_PREFIX, QueueKeys, validate_job_id, validate_prefix
 from .serialize import encode_data
 from .types import JobOptions, wire_opts
 from .wire import Call, flows, send
-
-if TYPE_CHECKING:
-    from .workflows import Dag, DagNode
+from .workflows import Dag, DagNode
+from .workflows import dag as build_dag
 
 __all__ = [
     "MAX_FLOW_JOBS",
@@ -56,9 +55,6 @@ __all__ = [
     "check_same_slot",
     "plan_flow",
 ]
-
-MAX_FLOW_JOBS = 10_000
-"""Most jobs in one flow: one server call writes them all, and it should stay short."""
 
 _PIPELINE_CALLS = 16  # flows per pipelined round trip in add_bulk
 # Refused on flow jobs: a flow's server call writes no group state, and passing it through is not
@@ -80,93 +76,12 @@ JobRef: TypeAlias = Job[Any, Any] | tuple[str, str]
 
 
 @dataclass(eq=False)
-class FlowJob:
-    """One job of a flow; it runs once every job in `children` finished.
-
-    `opts` are the job's JobOptions (or a dict of the same names); a parent's `delay` counts
-    from the moment its last child finished. The same FlowJob object under several parents is
-    one job that all of them wait for.
-    """
-
-    name: str
-    queue_name: str
-    data: Any = None
-    opts: JobOptions | Mapping[str, Any] | None = None
-    children: list[FlowJob] = field(default_factory=list)
-
-
-@dataclass(eq=False)
 class JobNode:
     """A job a flow created, with the nodes of its children (a child shared by several
     parents is the same node under each of them)."""
 
     job: Job[Any, Any]
     children: list[JobNode] = field(default_factory=list)
-
-
-def _label(node: FlowJob) -> str:
-    return f"{node.queue_name}:{node.name}"
-
-
-def _check_node(node: object) -> FlowJob:
-    if not isinstance(node, FlowJob):
-        raise ValidationError("flow", f"expected a FlowJob, got {type(node).__name__}")
-    if not isinstance(node.children, list):
-        raise ValidationError(f"{_label(node)}.children", "must be a list of FlowJob")
-    return node
-
-
-def plan_flow(
-    starts: Iterable[FlowJob], label: Callable[[FlowJob], str] = _label
-) -> list[tuple[FlowJob, list[int]]]:
-    """Every job reachable from `starts`, parents before children, each with the indices of
-    its parents in that list. Raises CycleError naming a cycle (labels from `label`), or
-    ValidationError for more than MAX_FLOW_JOBS jobs. Writes nothing."""
-    color: dict[int, int] = {}  # 1: on the current path, 2: done
-    finished: list[FlowJob] = []
-    for start in starts:
-        _check_node(start)
-        if color.get(id(start)):
-            continue
-        color[id(start)] = 1
-        path = [start]
-        stack = [iter(start.children)]
-        while stack:  # depth-first, without recursion: chains may be thousands of jobs long
-            child = next(stack[-1], None)
-            if child is None:
-                stack.pop()
-                node = path.pop()
-                color[id(node)] = 2
-                finished.append(node)
-                continue
-            _check_node(child)
-            seen = color.get(id(child))
-            if seen == 1:
-                at = next(i for i, n in enumerate(path) if n is child)
-                raise CycleError([label(n) for n in path[at:]] + [label(child)])
-            if seen is None:
-                if len(color) >= MAX_FLOW_JOBS:
-                    raise ValidationError("flow", f"more than {MAX_FLOW_JOBS} jobs in one flow")
-                color[id(child)] = 1
-                path.append(child)
-                stack.append(iter(child.children))
-    order = finished[::-1]  # reversed post-order: every parent before its children
-    index = {id(n): i for i, n in enumerate(order)}
-    parents: list[list[int]] = [[] for _ in order]
-    for i, node in enumerate(order):
-        listed: set[int] = set()
-        for child in node.children:
-            if id(child) not in listed:
-                listed.add(id(child))
-                parents[index[id(child)]].append(i)
-    return list(zip(order, parents, strict=True))
-
-
-def check_same_slot(queues: Iterable[str]) -> None:
-    """Raise CrossSlotError unless all these queues live in one cluster slot."""
-    slots = {q: queue_slot(q) for q in queues}
-    if len(set(slots.values())) > 1:
-        raise CrossSlotError(slots)
 
 
 @dataclass(slots=True)
@@ -253,7 +168,7 @@ class FlowProducer:
     def _prepare(
         self,
         starts: Iterable[FlowJob],
-        label: Callable[[FlowJob], str] = _label,
+        label: Callable[[FlowJob], str] = flow_label,
         traceparent: str | None = None,
     ) -> _Prepared:
         planned = plan_flow(starts, label)
@@ -438,14 +353,12 @@ class FlowProducer:
     ) -> dict[str, Job[Any, Any]]:
         """Add a DAG (see `glidemq.workflows.dag`) in one atomic call; returns its jobs by
         node key. `parent` as in `add`: the DAG's final jobs become children of it."""
-        from .workflows import Dag
-        from .workflows import dag as build
 
-        graph = dag if isinstance(dag, Dag) else build(dag)
+        graph = dag if isinstance(dag, Dag) else build_dag(dag)
         keys = {id(job): key for key, job in graph.jobs.items()}
         first = graph.roots[0].queue_name if graph.roots else ""
         with self._traced("add_flow", first) as tp:
-            p = self._prepare(graph.roots, lambda n: keys.get(id(n), _label(n)), tp)
+            p = self._prepare(graph.roots, lambda n: keys.get(id(n), flow_label(n)), tp)
             jobs = await self._add(p, parent)
         by_node = {id(n): j for n, j in zip(p.order, jobs, strict=True)}
         return {key: by_node[id(job)] for key, job in graph.jobs.items()}

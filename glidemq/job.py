@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any, Generic, NoReturn, TypeVar
+from collections.abc import Awaitable, Callable, Mapping
+from typing import TYPE_CHECKING, Any, Generic, NoReturn, Protocol, TypeVar
 
 import orjson
 
@@ -28,9 +28,27 @@ from .wire import features, fetch, ops
 if TYPE_CHECKING:
     from .flowview import Dependencies
     from .keys import QueueKeys
-    from .link import WorkerLink
 
-__all__ = ["Job", "JobState"]
+__all__ = ["Job", "JobRunner", "JobState"]
+
+
+class _Events(Protocol):
+    def emit(self, event: str, *args: Any) -> None: ...
+
+
+class JobRunner(Protocol):
+    """What a job reads of the worker running it (`glidemq.link.WorkerLink` is one)."""
+
+    @property
+    def events(self) -> _Events: ...
+    @property
+    def emit_flag(self) -> str: ...
+    @property
+    def token_limiter(self) -> TokenLimiter | None: ...
+
+    @property
+    def fail_now(self) -> Callable[[Job[Any, Any], BaseException], Awaitable[None]]: ...
+
 
 D = TypeVar("D")
 R = TypeVar("R")
@@ -169,7 +187,7 @@ class Job(Generic[D, R]):
         fields: Mapping[bytes, bytes],
         *,
         entry_id: str | None = None,
-        worker: WorkerLink | None = None,
+        worker: JobRunner | None = None,
     ) -> None:
         self._ctx = ctx
         self._worker = worker
@@ -353,7 +371,7 @@ class Job(Generic[D, R]):
 
     def _token_limiter(self) -> TokenLimiter | None:
         worker = self._worker
-        return worker.opts.token_limiter if worker is not None else None
+        return worker.token_limiter if worker is not None else None
 
     async def stream(self, chunk: Any) -> str:
         """Append `chunk` (anything JSON-serializable, typically a piece of a model's output)

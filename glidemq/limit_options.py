@@ -22,6 +22,7 @@ __all__ = [
     "TokenBucket",
     "check_job_limits",
     "compact_limit_args",
+    "limiter_args",
     "limits_to_wire",
     "millitokens",
     "rate_guard",
@@ -232,3 +233,17 @@ def addjob_limit_args(o: LimitedJob) -> tuple[str, ...]:
         str(millitokens(o.cost)) if o.cost is not None else "0",
         "",
     )
+
+
+class LimitedWorker(Protocol):
+    """The worker option the limiter arguments read (`glidemq.WorkerOptions` has it)."""
+
+    @property
+    def limiter(self) -> RateLimit | None: ...
+
+
+def limiter_args(opts: LimitedWorker) -> list[str]:
+    """The worker limiter as the fetch functions take it: max, duration ('0' '0': none)."""
+    if opts.limiter is None:
+        return ["0", "0"]
+    return [str(opts.limiter.max), str(opts.limiter.duration)]

@@ -12,8 +12,8 @@ from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
 from .errors import GlideMQError
+from .limit_options import limiter_args
 from .types import retention_args
-from .worker_limits import limiter_args
 
 if TYPE_CHECKING:
     from .connection import Client, ConnectionOptions
@@ -22,9 +22,10 @@ if TYPE_CHECKING:
     from .job import Job
     from .keys import QueueKeys
     from .lifecycle import WorkerLifecycle
+    from .pacer import Pacer
     from .slots import Slots
     from .types import WorkerOptions
-    from .worker_limits import Pacer
+    from .usage import TokenLimiter
 
 __all__ = ["WorkerLink"]
 
@@ -86,6 +87,11 @@ class WorkerLink:
         self.client: Client | None = None
         self.blocking: Client | None = None
         self.ctx: QueueContext | None = None
+
+    @property
+    def token_limiter(self) -> TokenLimiter | None:
+        """The worker's `token_limiter` option (jobs read it when they report usage)."""
+        return self.opts.token_limiter
 
     @property
     def closing(self) -> bool:

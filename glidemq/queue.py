@@ -11,7 +11,6 @@ from types import TracebackType
 from typing import Any, Generic, Self, TypeVar, cast
 
 from . import otel, queue_limits, scheduler
-from .admin import JobCounts, QueueAdmin
 from .budget import QueueBudget
 from .connection import Client, ConnectionLike, close_client, resolve_connection
 from .context import QueueContext, now_ms
@@ -25,6 +24,7 @@ from .errors import (
 from .functions import connect_with_library
 from .job import Job
 from .keys import DEFAULT_PREFIX, QueueKeys
+from .queue_admin import JobCounts, QueueAdmin
 from .queue_limits import QueueLimits
 from .request import ResultWaiter, default_result_ttl, validate_result_ttl
 from .scheduler import JobScheduler, JobTemplate

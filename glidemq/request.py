@@ -20,7 +20,7 @@ import functools
 import itertools
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from glide import Batch, ClusterBatch, GlideClusterClient, MaxId, MinId, StreamReadOptions
 
@@ -37,7 +37,22 @@ from .serialize import decode_json
 from .types import JobOptions, OptionsKey, options_key
 
 if TYPE_CHECKING:
-    from .queue import Queue
+    from .connection import ConnectionOptions
+    from .job import Job
+    from .keys import QueueKeys
+
+
+class Adding(Protocol):
+    """What a ResultWaiter needs of its queue (`glidemq.Queue` is one)."""
+
+    name: str
+    keys: QueueKeys
+    connection: ConnectionOptions
+
+    async def add(
+        self, name: str, data: Any = None, opts: JobOptions | Mapping[str, Any] | None = None
+    ) -> Job[Any, Any] | None: ...
+
 
 __all__ = ["Outcome", "ResultWaiter", "default_result_ttl", "result_key", "validate_result_ttl"]
 
@@ -53,7 +68,7 @@ _RECENT_MAX = 2000
 _NOT_IN_EVENT: Any = object()  # a completed event without its (large) return value
 
 
-def result_key(queue: Queue[Any, Any] | QueueContext, job_id: str) -> str:
+def result_key(queue: Adding | QueueContext, job_id: str) -> str:
     """Key of a job's cached outcome (see `JobOptions.result_ttl`)."""
     return f"{queue.keys.base}result:{job_id}"
 
@@ -114,9 +129,7 @@ class _Waiter:
 class ResultWaiter:
     """Waits for the outcomes of many jobs of one queue on one connection."""
 
-    def __init__(
-        self, queue: Queue[Any, Any], context: Callable[[], Awaitable[QueueContext]]
-    ) -> None:
+    def __init__(self, queue: Adding, context: Callable[[], Awaitable[QueueContext]]) -> None:
         self.queue = queue
         self.context = context  # the queue's context (connects on first use)
         self._events_key = queue.keys.events

@@ -7,19 +7,18 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections import deque
 from typing import TYPE_CHECKING, Any
 
 from .context import now_ms
 from .errors import GlideMQError, RateLimitError, ValidationError
-from .limit_options import SLIDING_MAX, RateLimit
+from .limit_options import RateLimit, limiter_args
+from .pacer import Pacer
 from .queue_limits import RATE_FIELDS, optional_int
 from .wire import fetch
 
 if TYPE_CHECKING:
     from .job import Job
     from .link import WorkerLink
-    from .types import WorkerOptions
 
 __all__ = [
     "Pacer",
@@ -29,37 +28,6 @@ __all__ = [
     "rate_limit",
     "refresh_global_pacer",
 ]
-
-
-class Pacer:
-    """The worker limiter on the worker's own clock. The server admits starts by their stamps
-    at the fetch; a job runs a little later, and dispatch times vary. Before a processor
-    starts, the pacer waits (a few ms at most) so that no window of `duration` on this
-    process's monotonic clock sees more than `max` starts."""
-
-    __slots__ = ("_log", "_max", "_span", "limit")
-
-    def __init__(self, limit: RateLimit) -> None:
-        self.limit = limit
-        self._max, self._span = limit.max, limit.duration / 1000
-        self._log: deque[float] = deque(maxlen=limit.max)
-
-    @classmethod
-    def for_limit(cls, limit: RateLimit | None) -> Pacer | None:
-        """A pacer for a sliding limit; None without a limiter or for a fixed-window one."""
-        if limit is None or limit.max > SLIDING_MAX:
-            return None
-        return cls(limit)
-
-    def wait(self) -> float:
-        """Seconds until one more start fits in the window (0: now)."""
-        if len(self._log) < self._max:
-            return 0.0
-        return max(0.0, self._log[0] + self._span - time.monotonic())
-
-    def record(self, at: float) -> None:
-        """Count a start at monotonic time `at` (the latest so far)."""
-        self._log.append(at)
 
 
 async def pace(link: WorkerLink) -> None:
@@ -86,13 +54,6 @@ async def refresh_global_pacer(link: WorkerLink) -> None:
     current = link.global_pacer
     if limit is None or current is None or current.limit != limit:
         link.global_pacer = Pacer.for_limit(limit)
-
-
-def limiter_args(opts: WorkerOptions) -> list[str]:
-    """The worker limiter as the fetch functions take it: max, duration ('0' '0': none)."""
-    if opts.limiter is None:
-        return ["0", "0"]
-    return [str(opts.limiter.max), str(opts.limiter.duration)]
 
 
 async def rate_limit(link: WorkerLink, ms: int) -> None:

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .errors import ValidationError
-from .flow import FlowJob, plan_flow
+from .flow_plan import FlowJob, plan_flow
 from .types import JobOptions
 
 __all__ = ["Dag", "DagNode", "chain", "chord", "dag", "group"]

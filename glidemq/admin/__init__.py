@@ -1,6 +1,7 @@
 """Reading and acting on queues: the one typed layer every operator face is built on.
 
-- `glidemq.admin.base`: `QueueAdmin`, the reading and maintenance methods of every `Queue`.
+- `glidemq.queue_admin` (also `glidemq.admin.base`): `QueueAdmin`, the reading and
+  maintenance methods of every `Queue`.
 - `glidemq.admin.model`: the dataclasses the layer returns (queue summaries and status, job
   pages and details, action results).
 - `glidemq.admin.queries` and `glidemq.admin.actions`: the reads and the state changes, each

@@ -10,7 +10,6 @@ from collections.abc import Iterable, Mapping, Sequence
 from types import TracebackType
 from typing import Any, Generic, Self, TypeVar
 
-from ..admin import JOB_STATES
 from ..errors import (
     GlideMQError,
     JobFailedError,
@@ -26,6 +25,7 @@ from ..keys import DEFAULT_PREFIX, QueueKeys
 from ..limit_options import RateLimit
 from ..queries import Metrics, WorkerInfo, ascii_lower
 from ..queue import JobCounts, Queue
+from ..queue_admin import JOB_STATES
 from ..request import default_result_ttl, validate_result_ttl
 from ..serialize import decode_json, encode_data
 from ..serializers import DEFAULT_SERIALIZER, get_serializer
