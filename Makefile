@@ -22,6 +22,7 @@ run: $(STAMP)
 test: $(STAMP)
 	$(VENV)/bin/ruff check glidemq tests benchmarks
 	$(VENV)/bin/mypy
+	$(VENV)/bin/lint-imports --no-cache
 	$(PY) tools/luacheck_library.py --optional
 	$(PY) tools/run_tests.py $(PYTEST_ARGS)
 

@@ -14,8 +14,8 @@ from .connection import Client, ConnectionLike, close_client, create_client, res
 from .emitter import Emitter
 from .errors import GlideMQError
 from .keys import DEFAULT_PREFIX, QueueKeys
+from .renewal import Renewal
 from .retry import to_glidemq_error
-from .watchdog import Renewal
 
 __all__ = ["EventFeed", "QueueEvent", "QueueEvents", "parse_event"]
 

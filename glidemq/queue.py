@@ -26,6 +26,7 @@ from .job import Job
 from .keys import DEFAULT_PREFIX, QueueKeys
 from .queue_admin import JobCounts, QueueAdmin
 from .queue_limits import QueueLimits
+from .renewal import queue_renewal
 from .request import ResultWaiter, default_result_ttl, validate_result_ttl
 from .scheduler import JobScheduler, JobTemplate
 from .serialize import encode_data
@@ -34,7 +35,6 @@ from .streams import QueueStreams
 from .suspend import QueueSuspend
 from .types import JobOptions, bulk_item, wire_opts
 from .usage_reads import QueueUsage
-from .watchdog import queue_renewal
 from .wire import Call, adds, send
 from .wire.features import claim_serializer
 
