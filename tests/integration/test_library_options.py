@@ -181,8 +181,9 @@ def _fail_child_of_a_flow(r: Any, p: str, child_opts: str) -> tuple[str, str]:
         ('{"ignoreDependencyOnFailure": true}', "waiting", True),
         ('{"removeDependencyOnFailure": true}', "waiting", False),
         ('{"continueParentOnFailure": true}', "waiting", True),
-        ('{"meta":{"ignoreDependencyOnFailure":true}}', "failed", False),
-        ('{"ignoreDependencyOnFailure":false}', "failed", False),
+        # a parent failed by its child records that child too (it is listed, not ignored)
+        ('{"meta":{"ignoreDependencyOnFailure":true}}', "failed", True),
+        ('{"ignoreDependencyOnFailure":false}', "failed", True),
     ],
 )
 async def test_failure_policy_of_a_child_is_read_as_a_field(
@@ -193,3 +194,5 @@ async def test_failure_policy_of_a_child_is_read_as_a_field(
     assert _field(raw, p, parent, "state") == parent_state
     reason = _field(raw, p, parent, f"cf:{p}:{child}")
     assert (reason == "boom") if recorded else (reason is None)
+    culprit = _field(raw, p, parent, "failedBy")
+    assert culprit == (f"{p}:{child}" if parent_state == "failed" else None)
