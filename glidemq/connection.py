@@ -132,24 +132,7 @@ class ConnectionOptions:
         shown = redact_url(url)  # error messages never repeat the password
         if parts.scheme not in ("valkey", "valkeys", "redis", "rediss"):
             raise ValidationError("url", f"unsupported scheme {parts.scheme!r} in {shown!r}")
-        netloc = parts.netloc
-        username = password = None
-        if "@" in netloc:
-            cred, netloc = netloc.rsplit("@", 1)
-            user, _, pw = cred.partition(":")
-            username = unquote(user) or None
-            password = unquote(pw) if pw else None
-        addresses: list[tuple[str, int]] = []
-        for hostport in filter(None, netloc.split(",")):
-            host, _, port = hostport.rpartition(":")
-            if not host or hostport.endswith("]"):  # no port, or a bare [IPv6] address
-                host, port = hostport, "6379"
-            try:
-                addresses.append((host.strip("[]"), int(port)))
-            except ValueError:
-                raise ValidationError("url", f"bad port in {hostport!r}") from None
-        if not addresses:
-            raise ValidationError("url", f"no host in {shown!r}")
+        username, password, addresses = _url_netloc(parts.netloc, shown)
         query = parse_qs(parts.query)
         cluster = len(addresses) > 1 or query.get("cluster", ["0"])[0] in ("1", "true", "yes")
         path = parts.path.strip("/")
@@ -165,21 +148,7 @@ class ConnectionOptions:
             "password": password,
             "database": database,
         }
-        if "timeout_ms" in query:
-            try:
-                kwargs["request_timeout_ms"] = int(query["timeout_ms"][0])
-            except ValueError:
-                raise ValidationError("url", f"bad timeout_ms in {shown!r}") from None
-        for key in ("ca_file", "cert_file", "key_file", "server_name"):
-            if key in query:
-                kwargs[key] = query[key][0]
-        if "tls_insecure" in query:
-            flag = query["tls_insecure"][0].lower()
-            if flag not in ("1", "true", "yes", "0", "false", "no"):
-                raise ValidationError(
-                    "tls_insecure", f"expected 1/true/yes or 0/false/no in {shown!r}"
-                )
-            kwargs["tls_insecure"] = flag in ("1", "true", "yes")
+        kwargs.update(_url_query(query, shown))
         known = {f.name for f in fields(cls)}
         for key in overrides:
             if key not in known:
@@ -262,6 +231,47 @@ async def _refused(addresses: tuple[tuple[str, int], ...]) -> str | None:
             await writer.wait_closed()
         return None
     return ", ".join(refused)
+
+
+def _url_netloc(netloc: str, shown: str) -> tuple[str | None, str | None, list[tuple[str, int]]]:
+    """A URL's user, password and `host:port` addresses (several for a cluster)."""
+    username = password = None
+    if "@" in netloc:
+        cred, netloc = netloc.rsplit("@", 1)
+        user, _, pw = cred.partition(":")
+        username = unquote(user) or None
+        password = unquote(pw) if pw else None
+    addresses: list[tuple[str, int]] = []
+    for hostport in filter(None, netloc.split(",")):
+        host, _, port = hostport.rpartition(":")
+        if not host or hostport.endswith("]"):  # no port, or a bare [IPv6] address
+            host, port = hostport, "6379"
+        try:
+            addresses.append((host.strip("[]"), int(port)))
+        except ValueError:
+            raise ValidationError("url", f"bad port in {hostport!r}") from None
+    if not addresses:
+        raise ValidationError("url", f"no host in {shown!r}")
+    return username, password, addresses
+
+
+def _url_query(query: dict[str, list[str]], shown: str) -> dict[str, Any]:
+    """The connection options a URL's query sets (timeout_ms, the TLS files and flags)."""
+    out: dict[str, Any] = {}
+    if "timeout_ms" in query:
+        try:
+            out["request_timeout_ms"] = int(query["timeout_ms"][0])
+        except ValueError:
+            raise ValidationError("url", f"bad timeout_ms in {shown!r}") from None
+    for key in ("ca_file", "cert_file", "key_file", "server_name"):
+        if key in query:
+            out[key] = query[key][0]
+    if "tls_insecure" in query:
+        flag = query["tls_insecure"][0].lower()
+        if flag not in ("1", "true", "yes", "0", "false", "no"):
+            raise ValidationError("tls_insecure", f"expected 1/true/yes or 0/false/no in {shown!r}")
+        out["tls_insecure"] = flag in ("1", "true", "yes")
+    return out
 
 
 def client_name_of(name: str | None) -> str | None:

@@ -144,7 +144,22 @@ def _check_key(field: str, key: object) -> None:
 
 def check_job_limits(o: LimitedJob) -> None:
     """Validate the limit options of a job (called by JobOptions on construction)."""
-    key = o.ordering_key if o.ordering_key is not None else o.group_key
+    key = _check_keys(o)
+    for name, value in (
+        ("group_concurrency", o.group_concurrency),
+        ("group_rate_limit", o.group_rate_limit),
+        ("token_bucket", o.token_bucket),
+    ):
+        if value is not None and key is None:
+            raise ValidationError(name, "needs group_key or ordering_key")
+    if o.group_rate_limit is not None and not isinstance(o.group_rate_limit, RateLimit):
+        raise ValidationError("group_rate_limit", "must be RateLimit(max, duration)")
+    _check_tokens(o)
+    _check_lifo(o, key)
+
+
+def _check_keys(o: LimitedJob) -> str | None:
+    """The job's ordering or group key (at most one of them), checked with its concurrency."""
     if o.ordering_key is not None:
         _check_key("ordering_key", o.ordering_key)
         if o.group_key is not None:
@@ -157,15 +172,11 @@ def check_job_limits(o: LimitedJob) -> None:
         _check_key("group_key", o.group_key)
     if o.group_concurrency is not None:
         _positive_int("group_concurrency", o.group_concurrency, _MAX_CONCURRENCY)
-    for name, value in (
-        ("group_concurrency", o.group_concurrency),
-        ("group_rate_limit", o.group_rate_limit),
-        ("token_bucket", o.token_bucket),
-    ):
-        if value is not None and key is None:
-            raise ValidationError(name, "needs group_key or ordering_key")
-    if o.group_rate_limit is not None and not isinstance(o.group_rate_limit, RateLimit):
-        raise ValidationError("group_rate_limit", "must be RateLimit(max, duration)")
+    return o.ordering_key if o.ordering_key is not None else o.group_key
+
+
+def _check_tokens(o: LimitedJob) -> None:
+    """The token bucket and the job's cost in it."""
     if o.token_bucket is not None and not isinstance(o.token_bucket, TokenBucket):
         raise ValidationError("token_bucket", "must be TokenBucket(capacity, refill_rate)")
     if o.cost is not None:
@@ -178,6 +189,9 @@ def check_job_limits(o: LimitedJob) -> None:
         cost = o.cost if o.cost is not None else 1.0
         if millitokens(cost) > millitokens(o.token_bucket.capacity):
             raise CostExceedsCapacityError(cost, o.token_bucket.capacity)
+
+
+def _check_lifo(o: LimitedJob, key: str | None) -> None:
     if not isinstance(o.lifo, bool):
         raise ValidationError("lifo", f"must be a bool, got {o.lifo!r}")
     if o.lifo:

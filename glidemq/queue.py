@@ -302,9 +302,30 @@ class Queue(
         jobs: Iterable[Mapping[str, Any] | tuple[str, Any] | tuple[str, Any, Any]],
         traceparent: str | None,
     ) -> list[Job[D, R] | None]:
-        # each job with its bulk-add form, or its own call when it is deduplicated
-        items: list[tuple[str, Any, JobOptions, list[str | bytes] | Call]] = []
         now = now_ms()
+        items = self._bulk_items(jobs, now, traceparent)
+        ctx = await self._context()
+        replies = await _send_bulk(ctx, items, _bulk_calls(self.keys, items, now))
+        refused = queue_limits.refused_items(replies)
+        out: list[Job[D, R] | None] = []
+        for (name, data, options, _), reply in zip(items, replies, strict=True):
+            if refused and (reply is None or queue_limits.is_full(reply)):
+                out.append(None)
+            else:
+                out.append(self._added(reply, name, data, options, now))
+        if refused:
+            raise QueueFullError(self.name, out, refused)
+        return out
+
+    def _bulk_items(
+        self,
+        jobs: Iterable[Mapping[str, Any] | tuple[str, Any] | tuple[str, Any, Any]],
+        now: int,
+        traceparent: str | None,
+    ) -> list[_BulkItem]:
+        """Each job checked, with its bulk-add form, or its own call when it is deduplicated;
+        errors name the job (`jobs[3].delay`)."""
+        items: list[_BulkItem] = []
         for i, item in enumerate(jobs):
             name, data, raw_opts = bulk_item(i, item)
             try:
@@ -322,54 +343,7 @@ class Queue(
             except ValidationError as exc:
                 raise ValidationError(f"jobs[{i}].{exc.field}", exc.reason) from None
             items.append((name, data, options, payload))
-        ctx = await self._context()
-        out: list[Job[D, R] | None] = []
-        # Consecutive plain jobs share one bulk call; deduplicated jobs get their own. Up to
-        # _PIPELINE_CALLS calls go out in one ordered pipeline. Each call with its jobs.
-        calls: list[tuple[Call, list[int]]] = []
-        plain: list[int] = []
-
-        def close_plain() -> None:
-            if plain:
-                bulk = [cast("list[str | bytes]", items[j][3]) for j in plain]
-                calls.append((adds.add_bulk_call(self.keys, now, bulk), list(plain)))
-                plain.clear()
-
-        for j, (_, _, _, payload) in enumerate(items):
-            if isinstance(payload, Call):
-                close_plain()
-                calls.append((payload, [j]))
-            else:
-                plain.append(j)
-                if len(plain) >= _BULK_PER_CALL:
-                    close_plain()
-        close_plain()
-        replies_by_job: list[Any] = [None] * len(items)
-        for start in range(0, len(calls), _PIPELINE_CALLS):
-            chunk = calls[start : start + _PIPELINE_CALLS]
-            # Resent after a time-out only when every job has a custom or deduplication id.
-            safe = all(items[j][2].job_id or items[j][2].deduplication for c in chunk for j in c[1])
-            # A call answered MOVED / TRYAGAIN / CLUSTERDOWN did not run: it is sent again.
-            replies = await ctx.pipeline([c for c, _ in chunk], safe=safe)
-            for (call, idx), reply in zip(chunk, replies, strict=True):
-                if isinstance(reply, Exception):
-                    raise ServerError(f"add_bulk: {reply}")
-                if call.function == adds.ADD_BULK.name:
-                    for j, r in zip(idx, reply, strict=True):
-                        replies_by_job[j] = r
-                else:
-                    replies_by_job[idx[0]] = reply
-            if any(queue_limits.is_queue_full(replies_by_job[j]) for c in chunk for j in c[1]):
-                break  # the queue is full: send nothing more (a full key stops only its jobs)
-        refused = queue_limits.refused_items(replies_by_job)
-        for (name, data, options, _), reply in zip(items, replies_by_job, strict=True):
-            if refused and (reply is None or queue_limits.is_full(reply)):
-                out.append(None)
-            else:
-                out.append(self._added(reply, name, data, options, now))
-        if refused:
-            raise QueueFullError(self.name, out, refused)
-        return out
+        return items
 
     async def add_and_wait(
         self,
@@ -454,3 +428,56 @@ class Queue(
     async def remove_job_scheduler(self, name: str) -> bool:
         """Delete the scheduler `name` (jobs it already added stay); False if there was none."""
         return await scheduler.remove(await self._context(), name)
+
+
+_BulkItem = tuple[str, Any, JobOptions, "list[str | bytes] | Call"]
+"""One job of an add_bulk: name, data, options, and its compact form or its own call."""
+
+
+def _bulk_calls(keys: QueueKeys, items: list[_BulkItem], now: int) -> list[tuple[Call, list[int]]]:
+    """The calls of an add_bulk, each with the indexes of its jobs: consecutive plain jobs
+    share one bulk call (up to _BULK_PER_CALL), a deduplicated job gets its own."""
+    calls: list[tuple[Call, list[int]]] = []
+    plain: list[int] = []
+
+    def close_plain() -> None:
+        if plain:
+            bulk = [cast("list[str | bytes]", items[j][3]) for j in plain]
+            calls.append((adds.add_bulk_call(keys, now, bulk), list(plain)))
+            plain.clear()
+
+    for j, (_, _, _, payload) in enumerate(items):
+        if isinstance(payload, Call):
+            close_plain()
+            calls.append((payload, [j]))
+        else:
+            plain.append(j)
+            if len(plain) >= _BULK_PER_CALL:
+                close_plain()
+    close_plain()
+    return calls
+
+
+async def _send_bulk(
+    ctx: QueueContext, items: list[_BulkItem], calls: list[tuple[Call, list[int]]]
+) -> list[Any]:
+    """Send the calls, up to _PIPELINE_CALLS in one ordered pipeline; each job's reply (None
+    for the jobs never sent because the queue was full)."""
+    replies_by_job: list[Any] = [None] * len(items)
+    for start in range(0, len(calls), _PIPELINE_CALLS):
+        chunk = calls[start : start + _PIPELINE_CALLS]
+        # Resent after a time-out only when every job has a custom or deduplication id.
+        safe = all(items[j][2].job_id or items[j][2].deduplication for c in chunk for j in c[1])
+        # A call answered MOVED / TRYAGAIN / CLUSTERDOWN did not run: it is sent again.
+        replies = await ctx.pipeline([c for c, _ in chunk], safe=safe)
+        for (call, idx), reply in zip(chunk, replies, strict=True):
+            if isinstance(reply, Exception):
+                raise ServerError(f"add_bulk: {reply}")
+            if call.function == adds.ADD_BULK.name:
+                for j, r in zip(idx, reply, strict=True):
+                    replies_by_job[j] = r
+            else:
+                replies_by_job[idx[0]] = reply
+        if any(queue_limits.is_queue_full(replies_by_job[j]) for c in chunk for j in c[1]):
+            break  # the queue is full: send nothing more (a full key stops only its jobs)
+    return replies_by_job

@@ -275,53 +275,72 @@ class JobOptions:
         return from_mapping(cls, values)
 
     def to_wire(self) -> dict[str, Any]:
-        """The `opts` JSON stored in the job hash, in the protocol's camelCase names."""
+        """The `opts` JSON stored in the job hash, in the protocol's camelCase names: every
+        option that is set (`_WIRE_FIELDS`), then the limit options."""
         out: dict[str, Any] = {}
-        if self.delay:
-            out["delay"] = self.delay
-        if self.priority:
-            out["priority"] = self.priority
-        if self.attempts != 1:
-            out["attempts"] = self.attempts
-        if self.backoff is not None:
-            b: dict[str, Any] = {"type": self.backoff.type, "delay": self.backoff.delay}
-            if self.backoff.jitter:
-                b["jitter"] = self.backoff.jitter
-            out["backoff"] = b
-        if self.timeout is not None:
-            out["timeout"] = self.timeout
-        for key, value in (
-            ("removeOnComplete", self.remove_on_complete),
-            ("removeOnFail", self.remove_on_fail),
-        ):
-            if isinstance(value, KeepJobs):
-                pairs = (("count", value.count), ("age", value.age))
-                out[key] = {k: v for k, v in pairs if v is not None}  # count 0 = keep none
-            elif value is not None:
-                out[key] = value
-        if self.deduplication is not None:
-            d = self.deduplication
-            out["deduplication"] = {"id": d.id, "ttl": d.ttl, "mode": d.mode}
-        if self.ignore_dependency_on_failure:
-            out["ignoreDependencyOnFailure"] = True
-        if self.remove_dependency_on_failure:
-            out["removeDependencyOnFailure"] = True
-        if self.continue_parent_on_failure:
-            out["continueParentOnFailure"] = True
-        if self.job_id is not None:
-            out["jobId"] = self.job_id
-        if self.ttl:
-            out["ttl"] = self.ttl
-        if self.result_ttl:
-            out["resultTtl"] = self.result_ttl
-        if self.fallbacks:
-            out["fallbacks"] = [f.to_wire() for f in self.fallbacks]
-        if self.lock_duration is not None:
-            out["lockDuration"] = self.lock_duration
-        if self.at_most_once:
-            out["atMostOnce"] = True
+        for name, key, is_set, encode in _WIRE_FIELDS:
+            value = getattr(self, name)
+            if is_set(value):
+                out[key] = encode(value)
         limits_to_wire(self, out)
         return out
+
+
+def _given(value: Any) -> bool:
+    return value is not None
+
+
+def _as_is(value: Any) -> Any:
+    return value
+
+
+def _true(value: Any) -> bool:
+    return True
+
+
+def _backoff_wire(b: Backoff) -> dict[str, Any]:
+    out: dict[str, Any] = {"type": b.type, "delay": b.delay}
+    if b.jitter:
+        out["jitter"] = b.jitter
+    return out
+
+
+def _retention_wire(value: Retention) -> Any:
+    if isinstance(value, KeepJobs):
+        pairs = (("count", value.count), ("age", value.age))
+        return {k: v for k, v in pairs if v is not None}  # count 0 = keep none
+    return value
+
+
+def _dedup_wire(d: Deduplication) -> dict[str, Any]:
+    return {"id": d.id, "ttl": d.ttl, "mode": d.mode}
+
+
+def _fallbacks_wire(chain: tuple[Fallback, ...]) -> list[dict[str, Any]]:
+    return [f.to_wire() for f in chain]
+
+
+# JobOptions field -> (its name in the stored opts, whether it is set, its wire form); in the
+# order the opts JSON has always had. The limit options follow (limit_options.limits_to_wire).
+_WIRE_FIELDS: tuple[tuple[str, str, Callable[[Any], bool], Callable[[Any], Any]], ...] = (
+    ("delay", "delay", bool, _as_is),
+    ("priority", "priority", bool, _as_is),
+    ("attempts", "attempts", lambda v: v != 1, _as_is),
+    ("backoff", "backoff", _given, _backoff_wire),
+    ("timeout", "timeout", _given, _as_is),
+    ("remove_on_complete", "removeOnComplete", _given, _retention_wire),
+    ("remove_on_fail", "removeOnFail", _given, _retention_wire),
+    ("deduplication", "deduplication", _given, _dedup_wire),
+    ("ignore_dependency_on_failure", "ignoreDependencyOnFailure", bool, _true),
+    ("remove_dependency_on_failure", "removeDependencyOnFailure", bool, _true),
+    ("continue_parent_on_failure", "continueParentOnFailure", bool, _true),
+    ("job_id", "jobId", _given, _as_is),
+    ("ttl", "ttl", bool, _as_is),
+    ("result_ttl", "resultTtl", bool, _as_is),
+    ("fallbacks", "fallbacks", bool, _fallbacks_wire),
+    ("lock_duration", "lockDuration", _given, _as_is),
+    ("at_most_once", "atMostOnce", bool, _true),
+)
 
 
 _DEFAULT_JOB_OPTIONS = JobOptions()

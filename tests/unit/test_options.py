@@ -448,3 +448,46 @@ def test_retention_values_equal_in_python_are_not_confused_by_the_caches(
             assert type(orjson.loads(wire_opts(opts))[key]) is type(value)
             kept = getattr(default_result_ttl(opts, 60_000), field)
             assert kept is value or (kept == value and type(kept) is type(value))
+
+
+def test_every_set_option_reaches_the_stored_opts_in_its_wire_name_and_order() -> None:
+    from glidemq.types import Backoff, Deduplication, KeepJobs
+
+    o = JobOptions(
+        delay=5,
+        priority=3,
+        attempts=4,
+        backoff=Backoff("exponential", 100, jitter=0.5),
+        timeout=9,
+        remove_on_complete=KeepJobs(count=0),
+        remove_on_fail=True,
+        deduplication=Deduplication("d", ttl=10),
+        ignore_dependency_on_failure=True,
+        job_id="x",
+        ttl=7,
+        result_ttl=0,  # 0: no cache, not stored
+        lock_duration=1000,
+        at_most_once=True,
+    )
+    wire = o.to_wire()
+    expected = {
+        "delay": 5,
+        "priority": 3,
+        "attempts": 4,
+        "backoff": {"type": "exponential", "delay": 100, "jitter": 0.5},
+        "timeout": 9,
+        "removeOnComplete": {"count": 0},
+        "removeOnFail": True,
+        "deduplication": {"id": "d", "ttl": 10, "mode": "simple"},
+        "ignoreDependencyOnFailure": True,
+        "jobId": "x",
+        "ttl": 7,
+        "lockDuration": 1000,
+        "atMostOnce": True,
+    }
+    assert wire == expected
+    assert list(wire) == list(expected)  # the stored JSON keeps this order
+    assert JobOptions(result_ttl=60_000, remove_on_fail=KeepJobs(age=5)).to_wire() == {
+        "removeOnFail": {"age": 5},
+        "resultTtl": 60_000,
+    }
