@@ -15,8 +15,8 @@ import os
 import signal
 import socket
 import sys
-from collections.abc import Sequence
-from typing import Any, NoReturn
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Any, NoReturn, TypeAlias
 
 import orjson
 
@@ -218,75 +218,126 @@ async def _follow(admin: Admin, args: argparse.Namespace) -> int:
 async def _run(args: argparse.Namespace, conn: ConnectionOptions) -> int:
     prefix = getattr(args, "prefix", "glide")
     async with Admin(conn, prefix=prefix) as admin:
-        cmd, now = args.command, now_ms()
-        if cmd == "queues":
-            rows = await admin.queues()
-            _emit(args, rows, fmt.queues(rows))
-        elif cmd == "status":
-            status = await admin.status(args.queue)
-            _emit(args, status, fmt.queue_status(status))
-        elif cmd == "jobs":
-            if args.offset < 0:
-                raise _Usage("--offset: must be >= 0")
-            page = await admin.jobs(
-                args.queue, args.state or (), limit=args.limit, offset=args.offset,
-                search=args.search,
-            )  # fmt: skip
-            _emit(args, page, fmt.job_page(page, now))
-        elif cmd == "job":
-            detail = await admin.job(args.queue, args.id, log_lines=max(0, args.logs))
-            _emit(args, detail, fmt.job_detail(detail, now))
-        elif cmd == "retry":
-            if args.ids and args.state:
-                raise _Usage("retry: name job IDs or --state, not both")
-            if args.limit is not None and not args.state:
-                raise _Usage("retry: --limit goes with --state")
-            if args.state:
-                bulk = await admin.retry_state(args.queue, args.state, args.limit)
-                _emit(args, bulk, fmt.bulk_result(bulk))
-            elif args.ids:
-                return _results(args, await admin.retry(args.queue, args.ids))
-            else:
-                raise _Usage("retry: name job IDs or --state failed|dead_letter|completed")
-        elif cmd in ("remove", "promote"):
-            await admin.view(args.queue)
-            if cmd == "remove":
-                _confirm(args, f"remove {len(args.ids)} job(s) of {args.queue!r}")
-                return _results(args, await admin.remove(args.queue, args.ids))
-            return _results(args, await admin.promote(args.queue, args.ids))
-        elif cmd in ("pause", "resume"):
-            bulk = await (admin.pause if cmd == "pause" else admin.resume)(args.queue)
-            _emit(args, bulk, fmt.bulk_result(bulk))
-        elif cmd == "clean":
-            await admin.view(args.queue)
-            _confirm(args, f"remove {args.state} jobs of {args.queue!r} older than {args.grace} ms")
-            bulk = await admin.clean(args.queue, args.state, args.grace, args.limit)
-            _emit(args, bulk, fmt.bulk_result(bulk))
-        elif cmd == "drain":
-            counts = await (await admin.view(args.queue)).get_job_counts()
-            n = counts.waiting + counts.prioritized + (counts.delayed if args.delayed else 0)
-            _confirm(args, f"remove the {n} job(s) waiting in {args.queue!r}")
-            bulk = await admin.drain(args.queue, args.delayed)
-            _emit(args, bulk, fmt.bulk_result(bulk))
-        elif cmd == "obliterate":
-            counts = await (await admin.view(args.queue)).get_job_counts()
-            total = sum(counts.as_dict().values())
-            _confirm(args, f"delete queue {args.queue!r} and its {total} job(s)")
-            if counts.active and not args.force:
-                raise _Usage(f"queue {args.queue!r} has {counts.active} running job(s): stop "
-                             "its workers, or pass --force")  # fmt: skip
-            bulk = await admin.obliterate(args.queue, force=args.force)
-            _emit(args, bulk, fmt.bulk_result(bulk))
-        elif cmd == "events":
-            if args.follow:
-                return await _follow(admin, args)
-            events = await admin.events(args.queue, args.count)
-            text = "\n".join(fmt.event_line(e) for e in events) or "no events"
-            _emit(args, events, text)
-        elif cmd == "schedulers":
-            found = await admin.schedulers(args.queue)
-            _emit(args, found, fmt.schedulers(found, now))
-    return OK
+        code = await _COMMANDS[args.command](admin, args, now_ms())
+    return OK if code is None else code
+
+
+# One function per command: it prints what it found or did; an exit code when not OK.
+_Command: TypeAlias = Callable[[Admin, argparse.Namespace, int], Awaitable[int | None]]
+
+
+async def _queues(admin: Admin, args: argparse.Namespace, now: int) -> None:
+    rows = await admin.queues()
+    _emit(args, rows, fmt.queues(rows))
+
+
+async def _status(admin: Admin, args: argparse.Namespace, now: int) -> None:
+    status = await admin.status(args.queue)
+    _emit(args, status, fmt.queue_status(status))
+
+
+async def _jobs(admin: Admin, args: argparse.Namespace, now: int) -> None:
+    if args.offset < 0:
+        raise _Usage("--offset: must be >= 0")
+    page = await admin.jobs(
+        args.queue, args.state or (), limit=args.limit, offset=args.offset, search=args.search
+    )
+    _emit(args, page, fmt.job_page(page, now))
+
+
+async def _job(admin: Admin, args: argparse.Namespace, now: int) -> None:
+    detail = await admin.job(args.queue, args.id, log_lines=max(0, args.logs))
+    _emit(args, detail, fmt.job_detail(detail, now))
+
+
+async def _retry(admin: Admin, args: argparse.Namespace, now: int) -> int | None:
+    if args.ids and args.state:
+        raise _Usage("retry: name job IDs or --state, not both")
+    if args.limit is not None and not args.state:
+        raise _Usage("retry: --limit goes with --state")
+    if args.state:
+        bulk = await admin.retry_state(args.queue, args.state, args.limit)
+        _emit(args, bulk, fmt.bulk_result(bulk))
+        return None
+    if args.ids:
+        return _results(args, await admin.retry(args.queue, args.ids))
+    raise _Usage("retry: name job IDs or --state failed|dead_letter|completed")
+
+
+async def _remove(admin: Admin, args: argparse.Namespace, now: int) -> int:
+    await admin.view(args.queue)
+    _confirm(args, f"remove {len(args.ids)} job(s) of {args.queue!r}")
+    return _results(args, await admin.remove(args.queue, args.ids))
+
+
+async def _promote(admin: Admin, args: argparse.Namespace, now: int) -> int:
+    await admin.view(args.queue)
+    return _results(args, await admin.promote(args.queue, args.ids))
+
+
+async def _pause_or_resume(admin: Admin, args: argparse.Namespace, now: int) -> None:
+    bulk = await (admin.pause if args.command == "pause" else admin.resume)(args.queue)
+    _emit(args, bulk, fmt.bulk_result(bulk))
+
+
+async def _clean(admin: Admin, args: argparse.Namespace, now: int) -> None:
+    await admin.view(args.queue)
+    _confirm(args, f"remove {args.state} jobs of {args.queue!r} older than {args.grace} ms")
+    bulk = await admin.clean(args.queue, args.state, args.grace, args.limit)
+    _emit(args, bulk, fmt.bulk_result(bulk))
+
+
+async def _drain(admin: Admin, args: argparse.Namespace, now: int) -> None:
+    counts = await (await admin.view(args.queue)).get_job_counts()
+    n = counts.waiting + counts.prioritized + (counts.delayed if args.delayed else 0)
+    _confirm(args, f"remove the {n} job(s) waiting in {args.queue!r}")
+    bulk = await admin.drain(args.queue, args.delayed)
+    _emit(args, bulk, fmt.bulk_result(bulk))
+
+
+async def _obliterate(admin: Admin, args: argparse.Namespace, now: int) -> None:
+    counts = await (await admin.view(args.queue)).get_job_counts()
+    total = sum(counts.as_dict().values())
+    _confirm(args, f"delete queue {args.queue!r} and its {total} job(s)")
+    if counts.active and not args.force:
+        raise _Usage(
+            f"queue {args.queue!r} has {counts.active} running job(s): stop its workers, "
+            "or pass --force"
+        )
+    bulk = await admin.obliterate(args.queue, force=args.force)
+    _emit(args, bulk, fmt.bulk_result(bulk))
+
+
+async def _events(admin: Admin, args: argparse.Namespace, now: int) -> int | None:
+    if args.follow:
+        return await _follow(admin, args)
+    events = await admin.events(args.queue, args.count)
+    text = "\n".join(fmt.event_line(e) for e in events) or "no events"
+    _emit(args, events, text)
+    return None
+
+
+async def _schedulers(admin: Admin, args: argparse.Namespace, now: int) -> None:
+    found = await admin.schedulers(args.queue)
+    _emit(args, found, fmt.schedulers(found, now))
+
+
+_COMMANDS: dict[str, _Command] = {
+    "queues": _queues,
+    "status": _status,
+    "jobs": _jobs,
+    "job": _job,
+    "retry": _retry,
+    "remove": _remove,
+    "promote": _promote,
+    "pause": _pause_or_resume,
+    "resume": _pause_or_resume,
+    "clean": _clean,
+    "drain": _drain,
+    "obliterate": _obliterate,
+    "events": _events,
+    "schedulers": _schedulers,
+}
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -317,7 +317,15 @@ def parse_config(argv: Sequence[str], env: Mapping[str, str] | None = None) -> R
     """Flags over environment over defaults. Raises UsageError (or SystemExit from argparse)."""
     env = os.environ if env is None else env
     args = build_parser().parse_args(list(argv))
-    values = _from_env(env)
+    values = _merged(args, _from_env(env))
+    cfg = RuntimeConfig(target=args.target, **values)  # type: ignore[arg-type]
+    _check_numbers(cfg)
+    _check_names(cfg)
+    return cfg
+
+
+def _merged(args: argparse.Namespace, values: dict[str, object]) -> dict[str, object]:
+    """The environment's values with the flags over them; one way to name the server."""
     if any(getattr(args, a) not in (None, False) for a in _SERVER_FIELDS):
         for key in _SERVER_FIELDS:
             values.pop(key, None)  # a flag chooses the server; the environment does not mix in
@@ -334,7 +342,10 @@ def parse_config(argv: Sequence[str], env: Mapping[str, str] | None = None) -> R
         raise UsageError(f"choose one of --url, --url-file, --cluster, --embedded (got {got})")
     if values.get("embedded_port") is not None and not values.get("embedded"):
         raise UsageError("--embedded-port needs --embedded")
-    cfg = RuntimeConfig(target=args.target, **values)  # type: ignore[arg-type]
+    return values
+
+
+def _check_numbers(cfg: RuntimeConfig) -> None:
     if cfg.hold_window_ms is not None and cfg.hold_window_ms < 0:
         raise UsageError(f"--hold-window must be >= 0, got {cfg.hold_window_ms}")
     for name in (
@@ -356,6 +367,9 @@ def parse_config(argv: Sequence[str], env: Mapping[str, str] | None = None) -> R
         if v is not None and v < low:
             flag = name.removesuffix("_ms").replace("_", "-")
             raise UsageError(f"--{flag}: must be >= {low} ms, got {v}")
+
+
+def _check_names(cfg: RuntimeConfig) -> None:
     for name in cfg.queues:
         try:
             validate_queue_name(name)
@@ -369,4 +383,3 @@ def parse_config(argv: Sequence[str], env: Mapping[str, str] | None = None) -> R
         raise UsageError(f"--log-format: text or json, got {cfg.log_format!r}")
     if cfg.log_level.upper() not in ("DEBUG", "INFO", "WARNING", "ERROR"):
         raise UsageError(f"--log-level: DEBUG, INFO, WARNING or ERROR, got {cfg.log_level!r}")
-    return cfg

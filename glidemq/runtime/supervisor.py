@@ -555,35 +555,8 @@ class Supervisor:
                 "metrics on http://%s:%d/metrics", self.cfg.metrics_host, self.cfg.metrics_port
             )
         try:
-            while True:
-                wait = 0.2
-                due = self.metrics.wake_in() if self.metrics is not None else None
-                if due is not None:
-                    wait = min(wait, max(due, 0.005))  # a connection to cut or to let in
-                for key, mask in self.selector.select(wait):
-                    if key.data == "wakeup":
-                        try:
-                            while os.read(self._wakeup_r, 512):
-                                pass
-                        except BlockingIOError:
-                            pass
-                    elif callable(key.data):
-                        key.data(mask)  # a metrics server socket
-                    elif isinstance(key.data, ForkedProcess):
-                        self._read_child(key.data)
-                self._dispatch_signals()
-                self._reap()
-                self._check_deadlines()
-                if self.metrics is not None:
-                    self.metrics.expire()
-                if self.state == "running":
-                    self._maintain()
-                    self._status_line()
-                elif not self.children:
-                    if self.state == "stopping" and self.orphans and not self.reclaimed:
-                        self._spawn_reclaimer()  # a clean stop leaves no job active
-                        continue
-                    break
+            while self._turn():
+                pass
         finally:
             if self.metrics is not None:
                 self.metrics.close()
@@ -597,3 +570,40 @@ class Supervisor:
             t["restarts"],
         )
         return self.exit_code
+
+    def _turn(self) -> bool:
+        """One turn of the loop: I/O, signals, children; False once everything stopped."""
+        self._poll()
+        self._dispatch_signals()
+        self._reap()
+        self._check_deadlines()
+        if self.metrics is not None:
+            self.metrics.expire()
+        if self.state == "running":
+            self._maintain()
+            self._status_line()
+            return True
+        if self.children:
+            return True
+        if self.state == "stopping" and self.orphans and not self.reclaimed:
+            self._spawn_reclaimer()  # a clean stop leaves no job active
+            return True
+        return False
+
+    def _poll(self) -> None:
+        """Wait up to 0.2 s for a wake-up, a child's report or a metrics connection."""
+        wait = 0.2
+        due = self.metrics.wake_in() if self.metrics is not None else None
+        if due is not None:
+            wait = min(wait, max(due, 0.005))  # a connection to cut or to let in
+        for key, mask in self.selector.select(wait):
+            if key.data == "wakeup":
+                try:
+                    while os.read(self._wakeup_r, 512):
+                        pass
+                except BlockingIOError:
+                    pass
+            elif callable(key.data):
+                key.data(mask)  # a metrics server socket
+            elif isinstance(key.data, ForkedProcess):
+                self._read_child(key.data)

@@ -55,25 +55,44 @@ def _forkserver(ctrl_fd: int, config: dict[str, Any]) -> int:
         with contextlib.suppress(BaseException):
             load_processor(str(config["target"]))
     loop_factory()  # import uvloop here too, once
-    wake_r, wake_w = os.pipe()
-    os.set_blocking(wake_r, False)
-    os.set_blocking(wake_w, False)
-    signal.signal(signal.SIGCHLD, lambda *_: None)  # a handler is needed for the wakeup fd
-    signal.set_wakeup_fd(wake_w)
-    me = os.getpid()
-    children: set[int] = set()
+    server = _ForkServer(ctrl)
+    server.serve()
+    # The pool is gone or closing: take every child down with the server.
+    for pid in list(server.children):
+        _kill_group(pid, signal.SIGKILL)
+    signal.set_wakeup_fd(-1)
+    signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+    for pid in list(server.children):
+        with contextlib.suppress(ChildProcessError):
+            os.waitpid(pid, 0)
+    return EXIT_OK
 
-    def send(message: dict[str, Any], fds: list[int] | None = None) -> bool:
+
+class _ForkServer:
+    """The server's loop: fork on request, report exits, kill on request. Each verb returns
+    whether the control socket still works (False ends the loop)."""
+
+    def __init__(self, ctrl: socket.socket) -> None:
+        self.ctrl = ctrl
+        self.wake_r, self.wake_w = os.pipe()
+        os.set_blocking(self.wake_r, False)
+        os.set_blocking(self.wake_w, False)
+        signal.signal(signal.SIGCHLD, lambda *_: None)  # a handler is needed for the wakeup fd
+        signal.set_wakeup_fd(self.wake_w)
+        self.me = os.getpid()
+        self.children: set[int] = set()
+
+    def send(self, message: dict[str, Any], fds: list[int] | None = None) -> bool:
         try:
             if fds:
-                socket.send_fds(ctrl, [orjson.dumps(message)], fds)
+                socket.send_fds(self.ctrl, [orjson.dumps(message)], fds)
             else:
-                ctrl.send(orjson.dumps(message))
+                self.ctrl.send(orjson.dumps(message))
         except OSError:
             return False
         return True
 
-    def reap() -> bool:
+    def reap(self) -> bool:
         while True:
             try:
                 pid, status = os.waitpid(-1, os.WNOHANG)
@@ -81,69 +100,68 @@ def _forkserver(ctrl_fd: int, config: dict[str, Any]) -> int:
                 return True
             if pid == 0:
                 return True
-            children.discard(pid)
-            if not send({"t": "exit", "pid": pid, "code": os.waitstatus_to_exitcode(status)}):
+            self.children.discard(pid)
+            if not self.send({"t": "exit", "pid": pid, "code": os.waitstatus_to_exitcode(status)}):
                 return False
 
-    alive = send({"t": "ready", "pid": me, "v": PROTOCOL_VERSION})
-    while alive:
-        readable, _, _ = select.select([ctrl.fileno(), wake_r], [], [])
-        if wake_r in readable:
-            with contextlib.suppress(BlockingIOError):
-                while os.read(wake_r, 512):
-                    pass
-            alive = reap()
-        if ctrl.fileno() not in readable:
-            continue
-        try:
-            data = ctrl.recv(65536)
-        except OSError:
-            data = b""
-        if not data:
-            break
+    def serve(self) -> None:
+        alive = self.send({"t": "ready", "pid": self.me, "v": PROTOCOL_VERSION})
+        while alive:
+            readable, _, _ = select.select([self.ctrl.fileno(), self.wake_r], [], [])
+            if self.wake_r in readable:
+                with contextlib.suppress(BlockingIOError):
+                    while os.read(self.wake_r, 512):
+                        pass
+                alive = self.reap()
+            if self.ctrl.fileno() not in readable:
+                continue
+            try:
+                data = self.ctrl.recv(65536)
+            except OSError:
+                data = b""
+            if not data:
+                return  # the pool closed its end
+            alive = alive and self.handle(data)
+
+    def handle(self, data: bytes) -> bool:
+        """One request of the pool: `kill` a child's group, or `fork` a child."""
         try:
             msg = orjson.loads(data)
         except orjson.JSONDecodeError:
-            continue
+            return True
         if msg.get("t") == "kill":
             pid, sig = int(msg["pid"]), int(msg["sig"])
-            if pid in children:
+            if pid in self.children:
                 _kill_group(pid, sig)
-            continue
+            return True
         if msg.get("t") != "fork":
-            continue
+            return True
+        return self.fork(msg.get("n"))
+
+    def fork(self, n: Any) -> bool:
         parent_end, child_end = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
         try:
             pid = os.fork()
         except OSError as exc:
             parent_end.close()
             child_end.close()
-            alive = send({"t": "forked", "n": msg.get("n"), "error": str(exc)})
-            continue
+            return self.send({"t": "forked", "n": n, "error": str(exc)})
         if pid == 0:  # pragma: no cover - the child; measured by the sandbox tests
             run_as_child(
                 partial(child_main, child_end.detach()),
                 error_code=EXIT_INTERNAL,
-                close=(ctrl, parent_end, wake_r, wake_w),
+                close=(self.ctrl, parent_end, self.wake_r, self.wake_w),
                 new_group=True,  # its own group: a kill takes its subprocesses too
-                parent_pid=me,
+                parent_pid=self.me,
                 name=CHILD_NAME,
             )
         with contextlib.suppress(OSError):
             os.setpgid(pid, pid)  # also here, so a kill right after the fork finds the group
         child_end.close()
-        children.add(pid)
-        alive = send({"t": "forked", "n": msg.get("n"), "pid": pid}, [parent_end.fileno()])
+        self.children.add(pid)
+        alive = self.send({"t": "forked", "n": n, "pid": pid}, [parent_end.fileno()])
         parent_end.close()
-    # The pool is gone or closing: take every child down with the server.
-    for pid in list(children):
-        _kill_group(pid, signal.SIGKILL)
-    signal.set_wakeup_fd(-1)
-    signal.signal(signal.SIGCHLD, signal.SIG_DFL)
-    for pid in list(children):
-        with contextlib.suppress(ChildProcessError):
-            os.waitpid(pid, 0)
-    return EXIT_OK
+        return alive
 
 
 def _kill_group(pid: int, sig: int) -> None:

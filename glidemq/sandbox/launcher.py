@@ -271,21 +271,7 @@ class ForkServer:
                 msg = {}
             kind = msg.get("t")
             if kind == "forked":
-                fut = self._forks.get(msg.get("n", -1))
-                if "error" in msg or not fds:
-                    for fd in fds:
-                        os.close(fd)
-                    if fut is not None and not fut.done():
-                        fut.set_exception(SandboxError(f"fork failed: {msg.get('error')}"))
-                    continue
-                sock = socket.socket(fileno=fds[0])
-                for fd in fds[1:]:
-                    os.close(fd)
-                if fut is not None and not fut.done():
-                    fut.set_result((int(msg["pid"]), sock))
-                else:  # nobody waits any more (closing): do not leave the child behind
-                    sock.close()
-                    self.kill(int(msg["pid"]), signal.SIGKILL)
+                self._forked(msg, fds)
                 continue
             for fd in fds:
                 os.close(fd)
@@ -293,6 +279,24 @@ class ForkServer:
                 self._on_exit(int(msg["pid"]), msg.get("code"))
             elif kind == "ready" and self._ready is not None and not self._ready.done():
                 self._ready.set_result(None)
+
+    def _forked(self, msg: dict[str, Any], fds: list[int]) -> None:
+        """The server's answer to fork request `n`: the child's socket, or why it failed."""
+        fut = self._forks.get(msg.get("n", -1))
+        if "error" in msg or not fds:
+            for fd in fds:
+                os.close(fd)
+            if fut is not None and not fut.done():
+                fut.set_exception(SandboxError(f"fork failed: {msg.get('error')}"))
+            return
+        sock = socket.socket(fileno=fds[0])
+        for fd in fds[1:]:
+            os.close(fd)
+        if fut is not None and not fut.done():
+            fut.set_result((int(msg["pid"]), sock))
+        else:  # nobody waits any more (closing): do not leave the child behind
+            sock.close()
+            self.kill(int(msg["pid"]), signal.SIGKILL)
 
     def _lost(self, why: str) -> None:
         if not self._alive:

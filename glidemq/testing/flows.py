@@ -198,24 +198,10 @@ def add_tree(
     """Write a checked flow (parents before children, as `plan_flow` orders it): the ids,
     ('duplicate', index) when a custom id is taken, or 'ERR:PARENT_NOT_FOUND' /
     'ERR:PARENT_STATE' for `attach`. Nothing is written unless it succeeds."""
-    reserved: set[tuple[int, str]] = set()
-    for i, (store, opts) in enumerate(zip(stores, options, strict=True)):
-        if opts.job_id is not None:
-            if opts.job_id in store.jobs or (id(store), opts.job_id) in reserved:
-                return ("duplicate", i)
-            reserved.add((id(store), opts.job_id))
-    if attach is not None:
-        parent = attach[0].jobs.get(attach[1])
-        if parent is None:
-            return "ERR:PARENT_NOT_FOUND"
-        if not _can_hold(parent):
-            return "ERR:PARENT_STATE"
-    ids: list[str] = []
-    for store, opts in zip(stores, options, strict=True):
-        key = id(store)
-        job_id = opts.job_id or store.new_id(lambda c: (key, c) in reserved)  # noqa: B023
-        reserved.add((id(store), job_id))
-        ids.append(job_id)
+    refused = _refusal(stores, options, attach)
+    if refused is not None:
+        return refused
+    ids = _new_ids(stores, options)
     waits = {p for ps in parents for p in ps}
     shared = None
     if budget is not None:
@@ -224,27 +210,8 @@ def add_tree(
         )
         stores[0].budgets[ids[0]] = shared
     for i, store in enumerate(stores):
-        opts, wire = options[i], options[i].to_wire()
-        rec = JobRecord(
-            ids[i], names[i], datas[i], wire, now, opts.attempts, opts.delay, opts.priority, ""
-        )
-        if opts.ttl > 0:
-            rec.expire_at = now + opts.ttl
-        rec.parents = [(stores[p].name, ids[p]) for p in parents[i]]
-        if not rec.parents and attach is not None:
-            rec.parents = [(attach[0].name, attach[1])]
-        rec.parent_id = rec.parents[0][1] if rec.parents else None
-        rec.budget = shared
-        store.jobs[rec.id] = rec
-        if i in waits:
-            rec.state = "waiting-children"
-            store.waiting_children.add(rec.id, now)
-        else:
-            store.enqueue(rec, now + opts.delay, now)
-        if not wire.get("skipEvents"):
-            store.emit("added", rec.id, name=rec.name)
-        for pq, pid in rec.parents:
-            store.peer(pq).jobs[pid].deps.add((store.name, rec.id))
+        _write_job(store, i, ids, names, datas, options, [stores[p].name for p in parents[i]],
+                   parents[i], attach, shared, i in waits, now)  # fmt: skip
     if attach is not None:
         _hold(attach[0], attach[0].jobs[attach[1]], now)
     for store in stores:
@@ -328,3 +295,74 @@ def move_to_waiting_children(store: QueueStore, job_id: str, entry: str, now: in
     store.emit("waiting-children", job_id)
     store.notify()
     return ("waiting-children", "")
+
+
+def _refusal(
+    stores: Sequence[QueueStore],
+    options: Sequence[JobOptions],
+    attach: tuple[QueueStore, str] | None,
+) -> tuple[str, int] | str | None:
+    """Why the flow cannot be added (a custom id taken, a bad `attach`), or None."""
+    reserved: set[tuple[int, str]] = set()
+    for i, (store, opts) in enumerate(zip(stores, options, strict=True)):
+        if opts.job_id is not None:
+            if opts.job_id in store.jobs or (id(store), opts.job_id) in reserved:
+                return ("duplicate", i)
+            reserved.add((id(store), opts.job_id))
+    if attach is not None:
+        parent = attach[0].jobs.get(attach[1])
+        if parent is None:
+            return "ERR:PARENT_NOT_FOUND"
+        if not _can_hold(parent):
+            return "ERR:PARENT_STATE"
+    return None
+
+
+def _new_ids(stores: Sequence[QueueStore], options: Sequence[JobOptions]) -> list[str]:
+    """Each job's id: its custom one, else its queue's next free one."""
+    reserved = {(id(st), o.job_id) for st, o in zip(stores, options, strict=True) if o.job_id}
+    ids: list[str] = []
+    for store, opts in zip(stores, options, strict=True):
+        key = id(store)
+        job_id = opts.job_id or store.new_id(lambda c: (key, c) in reserved)  # noqa: B023
+        reserved.add((key, job_id))
+        ids.append(job_id)
+    return ids
+
+
+def _write_job(
+    store: QueueStore,
+    i: int,
+    ids: Sequence[str],
+    names: Sequence[str],
+    datas: Sequence[bytes],
+    options: Sequence[JobOptions],
+    parent_queues: Sequence[str],
+    parent_index: Sequence[int],
+    attach: tuple[QueueStore, str] | None,
+    shared: MemoryBudget | None,
+    waits: bool,
+    now: int,
+) -> None:
+    """Job `i` of a flow into its queue: waiting for its children, or enqueued."""
+    opts, wire = options[i], options[i].to_wire()
+    rec = JobRecord(
+        ids[i], names[i], datas[i], wire, now, opts.attempts, opts.delay, opts.priority, ""
+    )
+    if opts.ttl > 0:
+        rec.expire_at = now + opts.ttl
+    rec.parents = [(q, ids[p]) for q, p in zip(parent_queues, parent_index, strict=True)]
+    if not rec.parents and attach is not None:
+        rec.parents = [(attach[0].name, attach[1])]
+    rec.parent_id = rec.parents[0][1] if rec.parents else None
+    rec.budget = shared
+    store.jobs[rec.id] = rec
+    if waits:
+        rec.state = "waiting-children"
+        store.waiting_children.add(rec.id, now)
+    else:
+        store.enqueue(rec, now + opts.delay, now)
+    if not wire.get("skipEvents"):
+        store.emit("added", rec.id, name=rec.name)
+    for pq, pid in rec.parents:
+        store.peer(pq).jobs[pid].deps.add((store.name, rec.id))

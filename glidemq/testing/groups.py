@@ -229,28 +229,8 @@ def admit(store: QueueStore, rec: JobRecord, entry: str, now: int, emit: bool) -
         if left <= 0:
             _park_rate_limited(store, rec, now + wait)
             return False
-    if g.tb_capacity > 0:
-        cost = rec.cost or 1000
-        if cost > g.tb_capacity:
-            _dead_letter(store, rec, g, now, emit)
-            return False
-        tokens, last, rem = min(g.tb_capacity, g.tb_tokens), g.tb_last, g.tb_remainder
-        if now > last:
-            if g.tb_refill_rate > 0 and tokens < g.tb_capacity:
-                elapsed = min(now - last, math.ceil(g.tb_capacity * 1000 / g.tb_refill_rate) + 1)
-                raw = elapsed * g.tb_refill_rate + rem
-                tokens, rem = min(g.tb_capacity, tokens + raw // 1000), raw % 1000
-            if tokens >= g.tb_capacity:
-                rem = 0
-            last = now
-        if tokens < cost:
-            wait = _NO_REFILL_WAIT_MS
-            if g.tb_refill_rate > 0:
-                wait = max(1, math.ceil(((cost - tokens) * 1000 - rem) / g.tb_refill_rate))
-            g.tb_tokens, g.tb_last, g.tb_remainder = tokens, last, rem
-            _park_rate_limited(store, rec, now + wait)
-            return False
-        g.tb_tokens, g.tb_last, g.tb_remainder = tokens - cost, last, rem
+    if g.tb_capacity > 0 and not _take_tokens(store, rec, g, now, emit):
+        return False
     if g.rate_max > 0:
         g.rate.charge(g.rate_max, g.rate_duration, now, 1)
     if not rec.ordering and not rec.group_slot:
@@ -258,6 +238,33 @@ def admit(store: QueueStore, rec: JobRecord, entry: str, now: int, emit: bool) -
         rec.group_slot = True
     elif rec.group_slot and not rec.ordering:  # a reservation: the job runs on it
         g.reserved = max(0, g.reserved - 1)
+    return True
+
+
+def _take_tokens(store: QueueStore, rec: JobRecord, g: GroupState, now: int, emit: bool) -> bool:
+    """Pay the job's cost from its group's token bucket (refilled up to now); if the bucket
+    cannot pay it yet, park the job until it can (a cost above capacity: dead-letter it)."""
+    cost = rec.cost or 1000
+    if cost > g.tb_capacity:
+        _dead_letter(store, rec, g, now, emit)
+        return False
+    tokens, last, rem = min(g.tb_capacity, g.tb_tokens), g.tb_last, g.tb_remainder
+    if now > last:
+        if g.tb_refill_rate > 0 and tokens < g.tb_capacity:
+            elapsed = min(now - last, math.ceil(g.tb_capacity * 1000 / g.tb_refill_rate) + 1)
+            raw = elapsed * g.tb_refill_rate + rem
+            tokens, rem = min(g.tb_capacity, tokens + raw // 1000), raw % 1000
+        if tokens >= g.tb_capacity:
+            rem = 0
+        last = now
+    if tokens < cost:
+        wait = _NO_REFILL_WAIT_MS
+        if g.tb_refill_rate > 0:
+            wait = max(1, math.ceil(((cost - tokens) * 1000 - rem) / g.tb_refill_rate))
+        g.tb_tokens, g.tb_last, g.tb_remainder = tokens, last, rem
+        _park_rate_limited(store, rec, now + wait)
+        return False
+    g.tb_tokens, g.tb_last, g.tb_remainder = tokens - cost, last, rem
     return True
 
 
