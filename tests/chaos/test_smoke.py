@@ -63,9 +63,12 @@ def test_hang_worker_resumed_late_completions_are_dropped(chaos: Runner) -> None
     r = out.result
     assert out.code == 0 and r["lost"] == 0 and r["completed"] == 300, out.summary()
     assert r["hung_killed_after_s"] == []
-    # every job the frozen process held ran again elsewhere; its own results came too
-    # late and were refused, one log line each, and none counted as a second completion
-    assert r["stale_completions_logged"] >= 1, out.summary()
+    # every job the frozen process held ran again elsewhere. Resumed, it learns of the
+    # takeover from its heartbeat (it aborts those runs: nothing to report) or from its
+    # completion (refused, one log line each), whichever reaches the server first: never
+    # more refusals than re-run jobs, and none counted as a second completion
+    assert r["stale_completions_logged"] <= r["reexecutions"]["count"], out.summary()
+    assert r["completed_twice"] == [] and r["outcomes"]["completed_twice"] == 0
     assert r["events"]["completed"] <= 300
 
 
