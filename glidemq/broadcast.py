@@ -43,7 +43,7 @@ from .queue_limits import is_full
 from .serialize import encode_data
 from .subjects import SubjectFilter, check_subject
 from .types import JobOptions, wire_opts
-from .wire import Call, adds, ops
+from .wire import Call, adds, codes, ops
 from .worker import Processor, Worker
 
 __all__ = ["Broadcast", "BroadcastWorker", "broadcast_key", "subjects_key", "subscription_queue"]
@@ -501,7 +501,7 @@ class BroadcastWorker(Generic[D, R]):
                     full = True  # stays pending: taken over again later
                     continue
                 text = _s(reply)
-                if text.startswith("ERR:"):
+                if codes.is_error(text):
                     self.events.emit(
                         "error",
                         ServerError(f"broadcast message {_s(entry_id)} not forwarded: {text}"),

@@ -28,7 +28,6 @@ from .errors import (
     CycleError,
     DuplicateJobError,
     GlideMQError,
-    JobIdsExhaustedError,
     JobNotFoundError,
     JobStateError,
     PayloadTooLargeError,
@@ -42,7 +41,7 @@ from .job import Job
 from .keys import DEFAULT_PREFIX, QueueKeys, validate_job_id, validate_prefix
 from .serialize import encode_data
 from .types import JobOptions, wire_opts
-from .wire import Call, flows, send
+from .wire import Call, codes, flows, send
 from .workflows import Dag, DagNode
 from .workflows import dag as build_dag
 
@@ -250,22 +249,15 @@ class FlowProducer:
         if isinstance(code, tuple):
             i = code[1] - 1
             raise DuplicateJobError(p.order[i].queue_name, p.options[i].job_id or "")
-        if code == "ERR:PARENT_NOT_FOUND" and parent is not None:
+        if code == codes.PARENT_NOT_FOUND and parent is not None:
             raise JobNotFoundError(*parent)
-        if code == "ERR:PARENT_STATE" and parent is not None:
+        if code == codes.PARENT_STATE and parent is not None:
             raise JobStateError(
                 parent[1], "add children to", "it finished, or a worker is just taking it"
             )
-        if code == "ERR:INVALID_JOB_ID":
-            raise ValidationError("job_id", "rejected by the server")
-        if code == "ERR:BAD_OPTION":
-            raise ValidationError("opts", "delay or priority rejected by the server")
-        if code == "ERR:BAD_TIMESTAMP":
-            raise ValidationError("timestamp", "rejected by the server (is the clock right?)")
-        if code == "ERR:PAYLOAD_TOO_LARGE":
-            raise ValidationError("data", "larger than the server accepts")
-        if code == "ERR:ID_EXHAUSTED":
-            raise JobIdsExhaustedError(p.order[0].queue_name)
+        refusal = codes.input_refusal(code, p.order[0].queue_name)
+        if refusal is not None:
+            raise refusal
         raise ServerError(f"flow: {code}")
 
     def _jobs(
@@ -423,17 +415,17 @@ class FlowProducer:
             return "exists"
         if reply == "completed":
             return "completed"
-        if reply == "ERR:CHILD_NOT_FOUND":
+        if reply == codes.CHILD_NOT_FOUND:
             raise JobNotFoundError(cq, cid)
-        if reply == "ERR:PARENT_NOT_FOUND":
+        if reply == codes.PARENT_NOT_FOUND:
             raise JobNotFoundError(pq, pid)
-        if reply == "ERR:PARENT_STATE":
+        if reply == codes.PARENT_STATE:
             raise JobStateError(pid, "add a dependency to", "it finished, or a worker is taking it")
-        if reply == "ERR:CHILD_FAILED":
+        if reply == codes.CHILD_FAILED:
             raise JobStateError(cid, "depend on", "it failed")
-        if reply == "ERR:CYCLE":
+        if reply == codes.CYCLE:
             middle = [] if (pq, pid) == (cq, cid) else [f"{cq}:{cid}", "..."]
             raise CycleError([f"{pq}:{pid}", *middle, f"{pq}:{pid}"])
-        if reply == "ERR:TOO_LARGE":
+        if reply == codes.TOO_LARGE:
             raise ValidationError("child", "too many dependencies to check for a cycle")
         raise ServerError(f"add_dependency: {reply}")

@@ -23,7 +23,7 @@ from .errors import (
 from .serialize import decode_data, decode_json, encode_data, encode_progress
 from .signals import Signal, parse_signals
 from .usage import TokenLimiter, Usage, check_usage, parse_usage
-from .wire import features, fetch, ops
+from .wire import codes, features, fetch, ops
 
 if TYPE_CHECKING:
     from .flowview import Dependencies
@@ -427,7 +427,7 @@ class Job(Generic[D, R]):
         raise DelayedError for the processor to let propagate."""
         if state in ("stale", "missing"):
             raise JobStateError(self.id, "move to delayed", "the worker no longer owns it")
-        if state == "ERR:BAD_OPTION":
+        if state == codes.BAD_OPTION:
             raise ValidationError("timestamp_ms", "beyond the longest delay the server accepts")
         self._moved = True
         self.state = state

@@ -16,7 +16,7 @@ from .flowview import DEFAULT_MAX_FLOW_NODES, Flow, read_flow
 from .job import Job, retry_source
 from .queries import Metrics, WorkerInfo
 from .request import fetch_outcomes
-from .wire import ops
+from .wire import codes, ops
 
 if TYPE_CHECKING:
     from .keys import QueueKeys
@@ -279,7 +279,7 @@ class QueueAdmin(Generic[D, R]):
         first = True
         while first or cursor != "0":
             reply = await ops.obliterate(ctx, cursor, force or not first)
-            if reply == "ERR:ACTIVE":
+            if reply == codes.ACTIVE:
                 raise GlideMQError(
                     f"queue {self.name!r} has running jobs; close the workers or pass force=True"
                 )

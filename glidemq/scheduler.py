@@ -34,7 +34,7 @@ from .errors import GlideMQError, PayloadTooLargeError, ServerError, ValidationE
 from .keys import validate_job_id
 from .serialize import encode_data
 from .types import Backoff, JobOptions, from_mapping, retention_from_wire
-from .wire import adds, send
+from .wire import adds, codes, send
 
 __all__ = ["JobScheduler", "JobTemplate", "SchedulerRunner"]
 
@@ -521,7 +521,7 @@ class SchedulerRunner:
                 call = adds.fire_scheduler_call(key, k, name, _sha1(value), entry, args)
                 status, reply = await send(ctx, call)
                 reply_s = reply.decode() if isinstance(reply, bytes) else str(reply)
-                if status == b"fired" and reply_s.startswith("ERR:"):
+                if status == b"fired" and codes.is_error(reply_s):
                     self.on_error(ServerError(f"scheduler {name!r}: adding its job: {reply_s}"))
                 elif status != b"fired":
                     nxt = None  # another worker fired it; the next read has the new entry

@@ -16,7 +16,7 @@ from .signals import (
     suspended_key,
     sweep,
 )
-from .wire import features
+from .wire import codes, features
 
 if TYPE_CHECKING:
     from .context import QueueContext
@@ -51,7 +51,7 @@ class QueueSuspend:
         state = await features.signal(ctx, suspended_key(keys), now_ms(), job_id, name, raw)
         if state == "0":
             raise JobNotFoundError(keys.name, job_id)
-        if state == "ERR:STATE":
+        if state == codes.STATE:
             raise JobStateError(job_id, "signal", "it is not suspended")
         if state.startswith("ERR"):
             raise ServerError(f"signal: {state}")

@@ -14,11 +14,8 @@ from typing import Any
 
 from ..errors import (
     CostExceedsCapacityError,
-    JobIdsExhaustedError,
     QueueFullError,
     ServerError,
-    UnsupportedOptionError,
-    ValidationError,
 )
 from ..keys import QueueKeys
 from ..limit_options import addjob_limit_args, compact_limit_args
@@ -145,25 +142,16 @@ def added_id(reply: Any, queue: str, opts: JobOptions) -> str | None:
     job_id = reply.decode() if isinstance(reply, bytes) else str(reply)
     if job_id in ("duplicate", "skipped"):
         return None
-    if not job_id.startswith("ERR:"):
+    if not codes.is_error(job_id):
         return job_id
-    if job_id == "ERR:UNSUPPORTED_OPTION":
-        raise UnsupportedOptionError("opts", "not supported by this library version")
-    if job_id == "ERR:INVALID_JOB_ID":
-        raise ValidationError("job_id", "rejected by the server")
-    if job_id == "ERR:COST_EXCEEDS_CAPACITY":
+    refusal = codes.input_refusal(job_id, queue)
+    if refusal is not None:
+        raise refusal
+    if job_id == codes.COST_EXCEEDS_CAPACITY:
         bucket = opts.token_bucket
         raise CostExceedsCapacityError(opts.cost or 1.0, bucket.capacity if bucket else 0)
     if job_id in (codes.QUEUE_FULL, codes.KEY_FULL):
         raise QueueFullError(queue)
-    if job_id == "ERR:BAD_OPTION":
-        raise ValidationError("opts", "delay, priority or attempts rejected by the server")
-    if job_id == "ERR:BAD_TIMESTAMP":
-        raise ValidationError("timestamp", "rejected by the server (is the clock right?)")
-    if job_id == "ERR:PAYLOAD_TOO_LARGE":
-        raise ValidationError("data", "larger than the server accepts")
-    if job_id == "ERR:ID_EXHAUSTED":
-        raise JobIdsExhaustedError(queue)
     raise ServerError(f"add: {job_id}")
 
 

@@ -10,6 +10,7 @@ from typing import Any
 from ..context import QueueContext
 from ..errors import JobNotFoundError, JobStateError, ServerError, ValidationError
 from ..keys import QueueKeys
+from . import codes
 from .layout import Call, Layout, Sender, layout, send
 
 __all__ = [
@@ -103,15 +104,15 @@ async def _job_op(ctx: QueueContext, op: Layout, job_id: str, *args: str, what: 
     reply = _s(await send(ctx, job_op_call(op, ctx.keys, job_id, *args)))
     if reply == "0":
         raise JobNotFoundError(ctx.name, job_id)
-    if reply == "ERR:ACTIVE":
+    if reply == codes.ACTIVE:
         raise JobStateError(job_id, what, "it is running; revoke it or wait for it to finish")
-    if reply == "ERR:STATE":
+    if reply == codes.STATE:
         raise JobStateError(job_id, what, "not possible in its current state")
-    if reply == "ERR:FINISHED":
+    if reply == codes.FINISHED:
         raise JobStateError(job_id, what, "it already finished")
-    if reply == "ERR:BAD_OPTION":  # "change priority" -> field "priority"
+    if reply == codes.BAD_OPTION:  # "change priority" -> field "priority"
         raise ValidationError(what.rsplit(" ", 1)[-1], "rejected by the server")
-    if reply.startswith("ERR:"):
+    if codes.is_error(reply):
         raise ServerError(f"{op.name}: {reply}")
     return reply
 
