@@ -39,6 +39,7 @@ from .context import ClientSender, QueueContext, now_ms
 from .errors import ConnectionError, GlideMQError, ServerError, ValidationError
 from .functions import connect_with_library
 from .keys import DEFAULT_PREFIX, QueueKeys, validate_prefix, validate_queue_name
+from .lazy import LazyClient
 from .queue_limits import is_full
 from .serialize import encode_data
 from .subjects import SubjectFilter, check_subject
@@ -139,9 +140,7 @@ class Broadcast:
         ):
             raise ValidationError("max_len", f"must be an integer >= 1 or None, got {max_len!r}")
         self.max_len = max_len
-        self._client: Client | None = None
-        self._lock = asyncio.Lock()
-        self._closed = False
+        self._conn = LazyClient(self.connection, f"glidemq-bc-{name}", f"broadcast {name!r}")
 
     async def __aenter__(self) -> Self:
         await self._connect()
@@ -153,16 +152,7 @@ class Broadcast:
         await self.close()
 
     async def _connect(self) -> Client:
-        if self._client is not None:
-            return self._client
-        if self._closed:
-            raise GlideMQError(f"broadcast {self.name!r} is closed")
-        async with self._lock:
-            if self._client is None:
-                self._client = await connect_with_library(
-                    self.connection, name=f"glidemq-bc-{self.name}"
-                )
-        return self._client
+        return await self._conn.get()
 
     async def publish(self, name: str, data: Any = None, *, subject: str | None = None) -> str:
         """Publish one message; returns its id (also the job id in every subscription).
@@ -277,9 +267,7 @@ class Broadcast:
 
     async def close(self) -> None:
         """Close the connection. Idempotent."""
-        self._closed = True
-        client, self._client = self._client, None
-        await close_client(client)
+        await self._conn.close()
 
 
 class BroadcastWorker(Generic[D, R]):

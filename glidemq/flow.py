@@ -9,7 +9,6 @@ of its children finished. docs/WORKFLOWS.md describes the semantics.
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import re
 from collections.abc import Callable, Iterable, Iterator, Mapping
@@ -22,12 +21,11 @@ from glide import GlideClusterClient
 
 from . import otel
 from .budget import wire_budget
-from .connection import Client, ConnectionLike, close_client, resolve_connection
+from .connection import Client, ConnectionLike, resolve_connection
 from .context import QueueContext, now_ms
 from .errors import (
     CycleError,
     DuplicateJobError,
-    GlideMQError,
     JobNotFoundError,
     JobStateError,
     PayloadTooLargeError,
@@ -36,9 +34,9 @@ from .errors import (
     ValidationError,
 )
 from .flow_plan import MAX_FLOW_JOBS, FlowJob, check_same_slot, flow_label, plan_flow
-from .functions import connect_with_library
 from .job import Job
 from .keys import DEFAULT_PREFIX, QueueKeys, validate_job_id, validate_prefix
+from .lazy import LazyClient
 from .serialize import encode_data
 from .types import JobOptions, wire_opts
 from .wire import Call, codes, flows, send
@@ -113,10 +111,8 @@ class FlowProducer:
         self.prefix = validate_prefix(prefix)
         self.connection = resolve_connection(connection)
         self.compression = compression
-        self._client: Client | None = None
+        self._conn = LazyClient(self.connection, "glidemq-flow", "flow producer")
         self._contexts: dict[str, QueueContext] = {}
-        self._lock = asyncio.Lock()
-        self._closed = False
         self._tracing = otel.job_tracing()  # asked once; None costs nothing
 
     @contextlib.contextmanager
@@ -140,20 +136,11 @@ class FlowProducer:
 
     async def close(self) -> None:
         """Close the connection. Idempotent."""
-        self._closed = True
-        client, self._client = self._client, None
         self._contexts.clear()
-        await close_client(client)
+        await self._conn.close()
 
     async def _connect(self) -> Client:
-        if self._client is not None:
-            return self._client
-        if self._closed:
-            raise GlideMQError("flow producer is closed")
-        async with self._lock:
-            if self._client is None:
-                self._client = await connect_with_library(self.connection, name="glidemq-flow")
-        return self._client
+        return await self._conn.get()
 
     def _ctx(self, client: Client, queue: str) -> QueueContext:
         ctx = self._contexts.get(queue)

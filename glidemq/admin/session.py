@@ -16,12 +16,12 @@ from collections.abc import Sequence
 from types import TracebackType
 from typing import Self
 
-from ..connection import Client, ConnectionLike, close_client, resolve_connection
+from ..connection import Client, ConnectionLike, resolve_connection
 from ..context import QueueContext
-from ..errors import GlideMQError, JobNotFoundError, QueueNotFoundError
+from ..errors import JobNotFoundError, QueueNotFoundError
 from ..events import QueueEvent, QueueEvents
-from ..functions import connect_with_library
 from ..keys import DEFAULT_PREFIX, QueueKeys, validate_prefix
+from ..lazy import LazyClient
 from ..scheduler import JobScheduler
 from . import actions, queries, search
 from .model import ActionResult, BulkResult, JobDetail, JobPage, QueueStatus, QueueSummary
@@ -42,10 +42,8 @@ class Admin:
     def __init__(self, connection: ConnectionLike = None, *, prefix: str = DEFAULT_PREFIX) -> None:
         self.connection = resolve_connection(connection)
         self.prefix = validate_prefix(prefix)
-        self._client: Client | None = None
+        self._conn = LazyClient(self.connection, "glidemq-admin", "admin connection")
         self._views: dict[str, QueueView] = {}
-        self._lock = asyncio.Lock()
-        self._closed = False
 
     async def __aenter__(self) -> Self:
         await self._connect()
@@ -57,21 +55,12 @@ class Admin:
         await self.close()
 
     async def _connect(self) -> Client:
-        if self._client is not None:
-            return self._client
-        if self._closed:
-            raise GlideMQError("admin connection is closed")
-        async with self._lock:
-            if self._client is None:
-                self._client = await connect_with_library(self.connection, name="glidemq-admin")
-        return self._client
+        return await self._conn.get()
 
     async def close(self) -> None:
         """Close the connection. Idempotent."""
-        self._closed = True
-        client, self._client = self._client, None
         self._views.clear()
-        await close_client(client)
+        await self._conn.close()
 
     async def view(self, name: str, *, must_exist: bool = True) -> QueueView:
         """The queue `name` on this connection (QueueNotFoundError if it has no key and

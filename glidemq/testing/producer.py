@@ -50,9 +50,7 @@ class TestFlowProducer(FlowProducer):
         self.server: MemoryServer = resolve_server(connection)
         self.connection = self.server  # type: ignore[assignment]
         self.compression = compression
-        self._client = None
         self._contexts = {}
-        self._lock = asyncio.Lock()
         self._closed = False
         self._tracing = None  # the in-memory engine opens no OpenTelemetry spans
 
