@@ -179,18 +179,36 @@ class Fetcher:
         ticket, flat = self.order.ticket(), []
         sent = time.monotonic()
         try:
-            reply = await fetch.complete_and_fetch_next(
+            got = await fetch.complete_and_fetch_next(
                 ctx, now_ms(), w.consumer, n, w.emit_flag, (), w.limiter
             )
-            flat = reply[1]
+            flat = got.entries
         finally:
             self.order.deliver(ticket, flat, n, sent)
-        if len(reply) > 4 and reply[4]:
-            self.quarantined(reply[4])
-        self.limited_ms = int(reply[3]) if len(reply) > 3 else 0
-        if reply[2] == 1:
+        self.took(got, 0)
+        if got.paused:
             return None
-        return len(reply[1]) // 3
+        return len(flat) // 3
+
+    def took(self, got: fetch.Fetched, completion_asked: int) -> None:
+        """What a fetch reply says about the queue, whichever fetch sent it: entries to
+        quarantine, a queue-wide limit; and when a completion asked for
+        `completion_asked` jobs and got fewer, that the queue ran empty (the loop goes
+        straight to the blocking read next)."""
+        if got.quarantined:
+            self.quarantined(got.quarantined)
+        self.limited_ms = got.limited_ms
+        if (
+            completion_asked
+            and len(got.entries) < 3 * completion_asked
+            and not got.paused
+            and not got.limited_ms
+        ):
+            self.found_empty = True
+
+    def delivered(self) -> None:
+        """Jobs were started: the next time the queue runs dry is a new `drained`."""
+        self.drained_emitted = False
 
     async def fetch_blocking(self) -> None:
         """Wait on the dedicated client for new entries; the server activates them right

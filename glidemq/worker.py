@@ -298,7 +298,7 @@ class Worker(WorkerLifecycle, Generic[D, R]):
             pairs = [flat[i + k].decode() for i in range(0, len(flat), 3) for k in (0, 1)]
             self._spawn(send_back(self._link, pairs))
             return
-        self._fetcher.drained_emitted = False
+        self._fetcher.delivered()
         assert self._ctx is not None
         loop = asyncio.get_running_loop()
         ctx = self._ctx
@@ -486,14 +486,13 @@ class Worker(WorkerLifecycle, Generic[D, R]):
             (job.id, job.entry_id or "", rv, keep_count, keep_age)
             for job, rv, (keep_count, keep_age) in batch
         ]
-        reply: Any = None
         ticket = self._order.ticket() if fetch else -1
         fetched: list[Any] = []
         sent = time.monotonic()
         try:
             try:
                 # Transient faults are retried inside fcall, within the connection's budget.
-                reply = await wire.fetch.complete_and_fetch_next(
+                got = await wire.fetch.complete_and_fetch_next(
                     self._ctx,
                     now_ms(),
                     self.consumer,
@@ -508,7 +507,7 @@ class Worker(WorkerLifecycle, Generic[D, R]):
                 for job, _, _ in batch:
                     self._slots.drop(job.entry_id)
                 return
-            statuses = reply[0]
+            statuses = got.statuses
             emit_completed = self.events.listens("completed")
             for (job, _, _), status in zip(batch, statuses, strict=True):
                 self._slots.drop(job.entry_id)
@@ -520,11 +519,8 @@ class Worker(WorkerLifecycle, Generic[D, R]):
                     log.info(
                         "glidemq: job %s was reclaimed by another worker; result dropped", job.id
                     )
-            fetched = reply[1]
-            if len(reply) > 4 and reply[4]:
-                self._fetcher.quarantined(reply[4])
-            if fetch and len(fetched) < 3 * fetch and reply[2] == 0 and not int(reply[3]):
-                self._fetcher.found_empty = True
+            fetched = got.entries
+            self._fetcher.took(got, fetch)
         finally:
             self._flushes -= 1
             if self._pending and not self._flush_scheduled:

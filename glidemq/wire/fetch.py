@@ -8,7 +8,7 @@ function) so that no per-job work is added here.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, NamedTuple
 
 from glide import (
     Batch,
@@ -40,6 +40,7 @@ __all__ = [
     "RECLAIM_STALLED",
     "RETURN_HELD",
     "Completion",
+    "Fetched",
     "activate_woken",
     "activate_woken_call",
     "any_stalled",
@@ -115,6 +116,21 @@ def complete_and_fetch_next_call(
     return COMPLETE_AND_FETCH_NEXT.call(_fetch_keys(keys), args)
 
 
+class Fetched(NamedTuple):
+    """What glidemq_completeAndFetchNext answered."""
+
+    statuses: list[bytes]
+    """One per completion sent: b'ok', b'stale' (another worker owns the job now), ..."""
+    entries: list[Any]
+    """The jobs taken, flat: entry id, job id, fields (a flat list of pairs), ..."""
+    paused: bool
+    """The queue is paused: nothing was taken."""
+    limited_ms: int
+    """> 0: a queue-wide limit stopped the fetch for this long."""
+    quarantined: list[Any]
+    """Entry ids glidemq did not write, moved to the queue's quarantine stream."""
+
+
 async def complete_and_fetch_next(
     ctx: QueueContext,
     now: int,
@@ -123,11 +139,14 @@ async def complete_and_fetch_next(
     emit: str,
     completions: Sequence[Completion],
     limiter: Sequence[str],
-) -> Any:
-    """[statuses of the completions, fetched entries (entry, id, fields) flat, 1 when the
-    queue is paused, ms the queue is rate limited for, quarantined entries]."""
+) -> Fetched:
+    """Store the completions and take up to `fetch` jobs, in one call."""
     call = complete_and_fetch_next_call(ctx.keys, now, consumer, fetch, emit, completions, limiter)
-    return await send(ctx, call)
+    r = await send(ctx, call)
+    n = len(r)
+    return Fetched(
+        r[0], r[1], n > 2 and r[2] == 1, int(r[3]) if n > 3 else 0, r[4] if n > 4 else []
+    )
 
 
 def move_to_active_call(
