@@ -14,7 +14,6 @@ import logging
 import os
 import selectors
 import signal
-import sys
 import time
 from collections import deque
 from collections.abc import Callable, Sequence
@@ -30,6 +29,7 @@ from .logs import setup_logging
 from .metrics import MetricsServer
 from .reclaim import Holding, run_reclaimer
 from .restarts import BOOT_LOOP_LIMIT, EMPTY_FLOOR, RestartPolicy
+from .status import StatusLine
 from .worker_process import run_worker_process
 
 __all__ = ["Supervisor"]
@@ -110,8 +110,7 @@ class Supervisor:
         self.orphans_given: dict[tuple[str, str, str], int] = {}
         self.reclaimed = False
         self._wakeup_r = self._wakeup_w = -1
-        self._last_status = time.monotonic()
-        self._last_completed = 0
+        self._status = StatusLine(cfg.status_interval)
 
     # -- signals --------------------------------------------------------------------------
 
@@ -526,22 +525,6 @@ class Supervisor:
             "processes": len(self.children),
         }
 
-    def _status_line(self) -> None:
-        interval = self.cfg.status_interval
-        if interval <= 0 or not sys.stderr.isatty():
-            return
-        now = time.monotonic()
-        if now - self._last_status < interval:
-            return
-        t = self.totals()
-        rate = (t["completed"] - self._last_completed) / (now - self._last_status)
-        self._last_status, self._last_completed = now, t["completed"]
-        sys.stderr.write(
-            f"glidemq-run: {t['processes']}/{self.target} procs | completed {t['completed']} "
-            f"({rate:,.0f}/s) | failed {t['failed']} | active {t['active']} | "
-            f"rss {t['rss'] / 2**20:.0f} MB | restarts {t['restarts']}\n"
-        )
-
     # -- main loop ------------------------------------------------------------------------
 
     def run(self) -> int:
@@ -581,7 +564,7 @@ class Supervisor:
             self.metrics.expire()
         if self.state == "running":
             self._maintain()
-            self._status_line()
+            self._status.tick(self.totals, self.target)
             return True
         if self.children:
             return True
