@@ -25,6 +25,7 @@ from .failure import expired_error, job_failure, record_failure
 from .fetcher import Fetcher, InOrder
 from .functions import ensure_library
 from .hold import HeldJobs, HoldWindow, default_max_held, send_back
+from .intake import Intake
 from .job import Job
 from .keys import DEFAULT_PREFIX, QueueKeys
 from .lease import Lease, Revalidation
@@ -52,9 +53,8 @@ R = TypeVar("R")
 
 Processor = Callable[[Job[D, R]], Awaitable[R]]
 
-# Completions go out in up to 4 pipelined calls of about concurrency/4 jobs each, so the
-# server works on one chunk while this process runs the jobs of another.
-_MAX_FLUSHES_IN_FLIGHT = 4
+# Completions go out in up to 4 flushes in flight (glidemq.intake) of about concurrency/4
+# jobs each, so the server works on one chunk while this process runs the jobs of another.
 _FLUSH_DIVISOR = 4
 _REASON_REVOKED = "revoked"
 
@@ -139,15 +139,11 @@ class Worker(WorkerLifecycle, Generic[D, R]):
         self._slots: Slots[Job[D, R]] = Slots(
             concurrency, base.prefetch or held, extension=extension
         )
-        self._flush_size = max(base.batch.size if base.batch else 1, -(-held // _FLUSH_DIVISOR))
+        flush_size = max(base.batch.size if base.batch else 1, -(-held // _FLUSH_DIVISOR))
         # Asked once: None (OpenTelemetry absent or no provider) keeps the job path as is.
         self._tracing = otel.job_tracing()
         self._keep_complete = retention_args(base.remove_on_complete)
-        self._pending: list[tuple[Job[D, R], bytes, tuple[int, int]]] = []
-        self._flush_scheduled = False
-        self._flushes = 0
         self._tasks: list[asyncio.Task[None]] = []
-        self._flush_tasks: set[asyncio.Task[None]] = set()
         super().__init__()  # the lifecycle's state: not started, not paused
         self._link = WorkerLink(
             self,
@@ -173,7 +169,9 @@ class Worker(WorkerLifecycle, Generic[D, R]):
                 self._link, base.batch, self._proc, outcomes, self._serializer
             )
         self._order = InOrder(self._start_jobs, self._slots)
-        self._fetcher = Fetcher(self._link, self._order, self._completing)
+        self._intake = Intake(self._link, self._order, flush_size, self._stored)
+        self._fetcher = Fetcher(self._link, self._order, self._intake.completing)
+        self._intake.fetcher = self._fetcher
         self.watchdog = Watchdog(self._link, self._fetcher, self._restart_fetch)
         """Replaces this worker's clients when its connection goes silent (glidemq.watchdog)."""
         self.completed_count = 0
@@ -199,9 +197,11 @@ class Worker(WorkerLifecycle, Generic[D, R]):
     def _held_tasks(self) -> list[asyncio.Task[Any]]:
         return self._slots.tasks()
 
-    def _completing(self) -> bool:
-        """Whether completions are queued or on their way (they fetch jobs as well)."""
-        return bool(self._flushes or self._pending)
+    def _stored(self, job: Job[D, R]) -> None:
+        """The server stored a completion of this worker's."""
+        self.completed_count += 1
+        if self.events.listens("completed"):
+            self.events.emit("completed", job, job.returnvalue)
 
     async def start(self) -> None:
         """Connect, make sure the consumer group exists, and start taking jobs."""
@@ -269,10 +269,7 @@ class Worker(WorkerLifecycle, Generic[D, R]):
         await self._finish_running(force, timeout)
         if self.sandbox_pool is not None:
             await self.sandbox_pool.close()  # aborted runs end, children exit, all reaped
-        while self._pending or self._flush_tasks:
-            self._kick_flush()
-            if self._flush_tasks:
-                await asyncio.gather(*list(self._flush_tasks), return_exceptions=True)
+        await self._intake.drain()
         for t in self._tasks[1:]:
             t.cancel()
         await asyncio.gather(*self._tasks[1:], return_exceptions=True)
@@ -383,9 +380,7 @@ class Worker(WorkerLifecycle, Generic[D, R]):
 
     def _spawn(self, call: Awaitable[None]) -> None:
         """Run a call to the server in the background; close waits for it."""
-        task = asyncio.ensure_future(call)
-        self._flush_tasks.add(task)
-        task.add_done_callback(self._flush_tasks.discard)
+        self._intake.spawn(call)
 
     async def _fail_undecodable(self, job: Job[D, R], error: BaseException) -> None:
         self._job_ended()
@@ -400,10 +395,7 @@ class Worker(WorkerLifecycle, Generic[D, R]):
         self._job_ended()
         job.returnvalue = result
         keep = job_retention(job.opts, "removeOnComplete", self._keep_complete)
-        self._pending.append((job, rv, keep))
-        if not self._flush_scheduled:
-            self._flush_scheduled = True
-            asyncio.get_running_loop().call_soon(self._kick_flush)
+        self._intake.complete(job, rv, keep)
 
     # -- running --------------------------------------------------------------------------
 
@@ -462,73 +454,7 @@ class Worker(WorkerLifecycle, Generic[D, R]):
         self._complete_later(job, result, rv)
         return "completed"
 
-    # -- completing -----------------------------------------------------------------------
-
-    def _kick_flush(self) -> None:
-        self._flush_scheduled = False
-        size = self._flush_size
-        loop = asyncio.get_running_loop()
-        while self._pending and self._flushes < _MAX_FLUSHES_IN_FLIGHT:
-            batch, self._pending = self._pending[:size], self._pending[size:]
-            fetch = 0
-            if not (self._closing or self._paused):
-                fetch = self._slots.reserve(size)
-            self._flushes += 1
-            task = loop.create_task(self._flush(batch, fetch))
-            self._flush_tasks.add(task)
-            task.add_done_callback(self._flush_tasks.discard)
-
-    async def _flush(
-        self, batch: list[tuple[Job[D, R], bytes, tuple[int, int]]], fetch: int
-    ) -> None:
-        assert self._ctx is not None
-        completions = [
-            (job.id, job.entry_id or "", rv, keep_count, keep_age)
-            for job, rv, (keep_count, keep_age) in batch
-        ]
-        ticket = self._order.ticket() if fetch else -1
-        fetched: list[Any] = []
-        sent = time.monotonic()
-        try:
-            try:
-                # Transient faults are retried inside fcall, within the connection's budget.
-                got = await wire.fetch.complete_and_fetch_next(
-                    self._ctx,
-                    now_ms(),
-                    self.consumer,
-                    fetch,
-                    self._emit_flag,
-                    completions,
-                    self._link.limiter,
-                )
-            except GlideMQError as exc:
-                self.events.emit("error", exc)
-                # The jobs stay in the PEL; stall recovery runs them again.
-                for job, _, _ in batch:
-                    self._slots.drop(job.entry_id)
-                return
-            statuses = got.statuses
-            emit_completed = self.events.listens("completed")
-            for (job, _, _), status in zip(batch, statuses, strict=True):
-                self._slots.drop(job.entry_id)
-                if status == b"ok":
-                    self.completed_count += 1
-                    if emit_completed:
-                        self.events.emit("completed", job, job.returnvalue)
-                elif status == b"stale":
-                    log.info(
-                        "glidemq: job %s was reclaimed by another worker; result dropped", job.id
-                    )
-            fetched = got.entries
-            self._fetcher.took(got, fetch)
-        finally:
-            self._flushes -= 1
-            if self._pending and not self._flush_scheduled:
-                self._flush_scheduled = True
-                asyncio.get_running_loop().call_soon(self._kick_flush)
-            self._slots.wake()
-            if ticket >= 0:  # its reserved slots are released once its jobs started
-                self._order.deliver(ticket, fetched, fetch, sent)
+    # -- completing (glidemq.intake sends the completions) ----------------------------------
 
     async def _defer(self, jobs: list[Job[D, R]]) -> None:
         """Put jobs this worker holds back in the queue unrun, without using an attempt."""
