@@ -299,38 +299,66 @@ async def create_client(opts: ConnectionOptions, *, name: str | None = None) -> 
     # Reconnect forever with capped backoff: a server restart must not kill a worker.
     reconnect = BackoffStrategy(num_of_retries=12, factor=50, exponent_base=2)
     settings = {**opts.extra, **glide_tls_settings(opts)}
-    try:
-        if opts.cluster:
-            return await GlideClusterClient.create(
-                GlideClusterClientConfiguration(
-                    addresses,
-                    use_tls=opts.tls,
-                    credentials=credentials,
-                    request_timeout=opts.request_timeout_ms,
-                    reconnect_strategy=reconnect,
-                    client_name=client_name,
-                    **settings,
-                )
-            )
-        return await GlideClient.create(
-            GlideClientConfiguration(
+    for attempt in range(_CONNECT_TRIES):
+        try:
+            return await _create(opts, addresses, credentials, client_name, reconnect, settings)
+        except _GlideError as exc:  # ConnectionError, ClosingError and the rest
+            if attempt + 1 < _CONNECT_TRIES and connect_timed_out(exc):
+                # a busy machine or a cluster still settling: the server is there (it did not
+                # refuse), so try again before calling it unreachable
+                await asyncio.sleep(_CONNECT_PAUSE_S * (attempt + 1))
+                continue
+            why = str(exc).strip()
+            if opts.tls:
+                found = await asyncio.to_thread(diagnose, opts)
+                if found is not None:
+                    why = f"{found}; the client said: {why}"
+            raise ConnectionError(f"cannot connect to {opts.url}: {why}") from exc
+    raise AssertionError("unreachable")  # the last attempt returns or raises
+
+
+_CONNECT_TRIES = 3
+_CONNECT_PAUSE_S = 0.25
+
+
+def connect_timed_out(exc: BaseException) -> bool:
+    """Whether a client's creation failed by a time-out (not a refusal or a bad setting)."""
+    return "timed out" in str(exc).lower()
+
+
+async def _create(
+    opts: ConnectionOptions,
+    addresses: list[NodeAddress],
+    credentials: ServerCredentials | None,
+    client_name: str | None,
+    reconnect: BackoffStrategy,
+    settings: dict[str, Any],
+) -> Client:
+    """One valkey-glide client of `opts` (raises what valkey-glide raises)."""
+    if opts.cluster:
+        return await GlideClusterClient.create(
+            GlideClusterClientConfiguration(
                 addresses,
                 use_tls=opts.tls,
                 credentials=credentials,
                 request_timeout=opts.request_timeout_ms,
                 reconnect_strategy=reconnect,
-                database_id=opts.database or None,
                 client_name=client_name,
                 **settings,
             )
         )
-    except _GlideError as exc:  # ConnectionError, ClosingError and the rest
-        why = str(exc).strip()
-        if opts.tls:
-            found = await asyncio.to_thread(diagnose, opts)
-            if found is not None:
-                why = f"{found}; the client said: {why}"
-        raise ConnectionError(f"cannot connect to {opts.url}: {why}") from exc
+    return await GlideClient.create(
+        GlideClientConfiguration(
+            addresses,
+            use_tls=opts.tls,
+            credentials=credentials,
+            request_timeout=opts.request_timeout_ms,
+            reconnect_strategy=reconnect,
+            database_id=opts.database or None,
+            client_name=client_name,
+            **settings,
+        )
+    )
 
 
 async def close_client(client: Client | None) -> None:

@@ -18,7 +18,7 @@ from collections.abc import Callable
 from typing import Any
 
 from .errors import SandboxBootError
-from .handle import ChildHandle, Drop
+from .handle import ChildHandle, ChildState, Drop
 from .launcher import Launcher, new_launcher
 from .protocol import BOOT_ERROR, HEARTBEAT, HELLO, PROTOCOL_VERSION, READY, HelloMessage
 from .types import SandboxOptions
@@ -229,7 +229,7 @@ class ChildSet:
             self._changed.set()
         if child.state != "booting":  # died in the meantime
             return
-        child.state = "ready"
+        child.move(ChildState.READY)
         self.ready.append(child)
         self._boot_failures = 0
         self._next_boot_at = 0.0
@@ -268,7 +268,7 @@ class ChildSet:
         """No new runs for `child`; it stops once its runs finish, and a new one starts."""
         if child.state != "ready":
             return
-        child.state = "retiring"
+        child.move(ChildState.RETIRING)
         self.ready.remove(child)
         self.counters[reason] += 1
         assert self._changed is not None
@@ -291,7 +291,7 @@ class ChildSet:
             return
         if child in self.ready:
             self.ready.remove(child)
-        child.state = "dying"
+        child.move(ChildState.DYING)
         self.counters["killed"] += 1
         assert self._loop is not None and self._changed is not None
         self._changed.set()
@@ -328,7 +328,7 @@ class ChildSet:
         if child in self.ready:
             self.ready.remove(child)
         if child.state in ("booting", "ready", "retiring"):
-            child.state = "dying"
+            child.move(ChildState.DYING)
             assert self._changed is not None and self._loop is not None
             self._changed.set()
             child.disconnected(reason, self._launcher, self._loop)

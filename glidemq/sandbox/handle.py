@@ -18,6 +18,7 @@ import asyncio
 import signal
 import socket
 from collections.abc import Callable
+from enum import StrEnum
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
@@ -35,7 +36,7 @@ from .protocol import CANCELLED, STOP, error_from_wire
 if TYPE_CHECKING:
     from .launcher import Launcher
 
-__all__ = ["ChildHandle", "Invocation", "NotStarted"]
+__all__ = ["ChildHandle", "ChildState", "Invocation", "NotStarted"]
 
 _MAX_CALLS = 64  # proxied calls one child may have running on the connection
 _LOST_EXIT_WAIT = 2.0  # a child whose socket closed gets this long to exit before SIGKILL
@@ -88,6 +89,30 @@ class Invocation:
         return not self.abandoned and not self.future.done()
 
 
+class ChildState(StrEnum):
+    """Where a sandbox child is in its life; `ChildHandle.move` is the only way on."""
+
+    BOOTING = "booting"
+    """Started, loading the processor: no run is sent to it yet."""
+    READY = "ready"
+    """Takes runs."""
+    RETIRING = "retiring"
+    """Takes no new runs; exits once those it has end (recycling by job count or memory)."""
+    DYING = "dying"
+    """Told to stop or killed; its exit is awaited."""
+    DEAD = "dead"
+    """Exited and reaped."""
+
+
+_MOVES: dict[ChildState, frozenset[ChildState]] = {
+    ChildState.BOOTING: frozenset({ChildState.READY, ChildState.DYING, ChildState.DEAD}),
+    ChildState.READY: frozenset({ChildState.RETIRING, ChildState.DYING, ChildState.DEAD}),
+    ChildState.RETIRING: frozenset({ChildState.DYING, ChildState.DEAD}),
+    ChildState.DYING: frozenset({ChildState.DEAD}),
+    ChildState.DEAD: frozenset({ChildState.DEAD}),  # reaped twice: nothing changes
+}
+
+
 class ChildHandle:
     """What the pool knows about one child process."""
 
@@ -116,8 +141,7 @@ class ChildHandle:
         self.boot: asyncio.Future[None] = loop.create_future()
         self.boot.add_done_callback(_consume)  # its error is also reported when nobody waits
         self.channel: Channel | None = None
-        # booting -> ready -> (retiring | dying) -> dead
-        self.state = "booting"
+        self.state = ChildState.BOOTING
         self.capacity = 1
         self.inflight: dict[int, Invocation] = {}  # sent and not settled: running and queued
         self.queued: dict[int, Invocation] = {}  # the queued ones, in the order sent
@@ -130,6 +154,12 @@ class ChildHandle:
         self.stopping = False
         self.exitcode: int | None = None
         self.timers: list[asyncio.TimerHandle] = []
+
+    def move(self, to: ChildState) -> None:
+        """Go on to state `to`; RuntimeError for a move its life does not have (a bug)."""
+        if to not in _MOVES[self.state]:
+            raise RuntimeError(f"sandbox child {self.pid}: no move from {self.state} to {to}")
+        self.state = to
 
     @property
     def free(self) -> int:
@@ -252,7 +282,7 @@ class ChildHandle:
     def reap(self, code: int | None, target: str, drop: Drop) -> str:
         """The child exited with status `code` (None: unknown): mark it dead, cancel its
         timers, close its channel, fail its boot and its runs. Returns why the runs failed."""
-        self.state = "dead"
+        self.move(ChildState.DEAD)
         self.exitcode = code
         for timer in self.timers:
             timer.cancel()

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
 from ..errors import JobStateError
@@ -106,18 +106,20 @@ def _reply(
 
 
 # -- the methods, by name: args as the child's SandboxJob sends them -----------------------
+#
+# A proxied method whose arguments and value cross as they are needs no entry here: it is
+# called by name (`_plain`). Only those that decode an argument or shape their value have a
+# handler of their own. `discard` is answered at once, in `on_call`.
+
+_Handler = Callable[[Job[Any, Any], list[Any]], Awaitable[Any]]
 
 
-async def _log(job: Job[Any, Any], args: list[Any]) -> Any:
-    return await job.log(str(args[0]))
+def _plain(name: str) -> _Handler:
+    async def call(job: Job[Any, Any], args: list[Any]) -> Any:
+        return await getattr(job, name)(*args)
 
-
-async def _progress(job: Job[Any, Any], args: list[Any]) -> Any:
-    await job.update_progress(args[0])
-
-
-async def _data(job: Job[Any, Any], args: list[Any]) -> Any:
-    await job.update_data(args[0])
+    call.__name__ = f"_{name}"
+    return call
 
 
 async def _delayed(job: Job[Any, Any], args: list[Any]) -> Any:
@@ -128,44 +130,12 @@ async def _failed(job: Job[Any, Any], args: list[Any]) -> Any:
     await job.move_to_failed(error_from_wire(args[0]))
 
 
-async def _remove(job: Job[Any, Any], args: list[Any]) -> Any:
-    await job.remove()
-
-
 async def _retry(job: Job[Any, Any], args: list[Any]) -> Any:
     await job.retry(str(args[0]) if args else "failed")
 
 
-async def _priority(job: Job[Any, Any], args: list[Any]) -> Any:
-    await job.change_priority(args[0])
-
-
-async def _delay(job: Job[Any, Any], args: list[Any]) -> Any:
-    await job.change_delay(args[0])
-
-
-async def _promote(job: Job[Any, Any], args: list[Any]) -> Any:
-    await job.promote()
-
-
-async def _state(job: Job[Any, Any], args: list[Any]) -> Any:
-    return await job.get_state()
-
-
-async def _revoked(job: Job[Any, Any], args: list[Any]) -> Any:
-    return await job.is_revoked()
-
-
-async def _children_values(job: Job[Any, Any], args: list[Any]) -> Any:
-    return await job.get_children_values()
-
-
-async def _children_failures(job: Job[Any, Any], args: list[Any]) -> Any:
-    return await job.get_ignored_children_failures()
-
-
-async def _recorded_failures(job: Job[Any, Any], args: list[Any]) -> Any:
-    return await job.get_children_failures()
+async def _log(job: Job[Any, Any], args: list[Any]) -> Any:
+    return await job.log(str(args[0]))
 
 
 async def _dependencies(job: Job[Any, Any], args: list[Any]) -> Any:
@@ -177,11 +147,6 @@ async def _parents(job: Job[Any, Any], args: list[Any]) -> Any:
     return [list(parent) for parent in await job.get_parents()]
 
 
-async def _waiting_children(job: Job[Any, Any], args: list[Any]) -> Any:
-    # Raises WaitingChildrenError when children are pending; it crosses back to the child.
-    await job.move_to_waiting_children()
-
-
 async def _usage(job: Job[Any, Any], args: list[Any]) -> Any:
     model, provider, tokens, costs, latency = args
     usage = await job.report_usage(
@@ -190,42 +155,21 @@ async def _usage(job: Job[Any, Any], args: list[Any]) -> Any:
     return dataclasses.asdict(usage)
 
 
-async def _stream(job: Job[Any, Any], args: list[Any]) -> Any:
-    return await job.stream(args[0])
-
-
-async def _suspend(job: Job[Any, Any], args: list[Any]) -> Any:
-    await job.suspend(args[0], args[1])
-
-
 async def _refresh(job: Job[Any, Any], args: list[Any]) -> Any:
     await job.refresh()
     return job_fields(job)
 
 
-_CALLS: dict[str, Callable[[Job[Any, Any], list[Any]], Any]] = {
+_SHAPED: dict[str, _Handler] = {
     "log": _log,
-    "update_progress": _progress,
-    "update_data": _data,
     "move_to_delayed": _delayed,
     "move_to_failed": _failed,
-    "remove": _remove,
     "retry": _retry,
-    "change_priority": _priority,
-    "change_delay": _delay,
-    "promote": _promote,
-    "get_state": _state,
-    "is_revoked": _revoked,
-    "refresh": _refresh,
-    "report_usage": _usage,
-    "stream": _stream,
-    "suspend": _suspend,
-    "get_children_values": _children_values,
-    "get_ignored_children_failures": _children_failures,
-    "get_children_failures": _recorded_failures,
     "get_dependencies": _dependencies,
     "get_parents": _parents,
-    "move_to_waiting_children": _waiting_children,
+    "report_usage": _usage,
+    "refresh": _refresh,
 }
-# every proxied method has a handler here ("discard" is answered at once, in on_call)
-assert set(_CALLS) | {"discard"} == PROXIED_METHODS, "sandbox/job.py and _CALLS disagree"
+_CALLS: dict[str, _Handler] = {
+    name: _SHAPED.get(name) or _plain(name) for name in PROXIED_METHODS - {"discard"}
+}

@@ -61,3 +61,12 @@ def test_the_dashboard_cli_refuses_a_bad_refresh_with_exit_2(text: str) -> None:
     )  # fmt: skip
     assert done.returncode == 2, (done.stdout, done.stderr)
     assert "--refresh" in done.stderr and "Traceback" not in done.stderr
+
+
+def test_only_a_timed_out_connect_is_tried_again() -> None:
+    from glidemq.connection import connect_timed_out
+
+    assert connect_timed_out(RuntimeError("connection attempt timed out"))
+    assert connect_timed_out(RuntimeError("Connection Timed Out after 250ms"))
+    assert not connect_timed_out(RuntimeError("connection refused"))
+    assert not connect_timed_out(RuntimeError("WRONGPASS invalid username-password pair"))
