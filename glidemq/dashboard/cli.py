@@ -12,7 +12,7 @@ from ..argtypes import port
 from ..connection import resolve_connection
 from ..errors import ValidationError
 from ..keys import validate_prefix
-from ..web.serve import port_problem, serve
+from ..web.serve import add_host_arguments, allowed_from, port_problem, serve
 
 __all__ = ["build_parser", "main"]
 
@@ -52,13 +52,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--bind", default="127.0.0.1", help="address to listen on (default 127.0.0.1 only)"
     )
-    p.add_argument(
-        "--allow-host",
-        action="append",
-        metavar="HOST",
-        help="also answer requests for this Host: a name, an address, *.example.com or * "
-        "(repeatable; default: the loopback names and the --bind address)",
-    )
+    add_host_arguments(p)
     p.add_argument("--read-only", action="store_true", help="show, never act (actions get 403)")
     p.add_argument(
         "--basic-auth-file", metavar="FILE", help="ask for a user and password from FILE"
@@ -115,7 +109,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 "--refresh", f"must be a number of seconds from {MIN_REFRESH:g} to {MAX_REFRESH:g}"
             )
         try:
-            allowed_hosts_of(_allowed(args))
+            allowed_hosts_of(allowed_from(args))
         except ValidationError as exc:
             raise ValidationError("--allow-host", exc.reason) from None
     except ValidationError as exc:
@@ -136,7 +130,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             basic_auth=basic,
             queues=args.queue,
             refresh=args.refresh,
-            allowed_hosts=_allowed(args),
+            allowed_hosts=allowed_from(args),
         )
     except ValidationError as exc:
         print(f"{prog}: error: {exc}", file=sys.stderr)
@@ -155,14 +149,6 @@ def main(argv: Sequence[str] | None = None) -> int:
         when_down="pages",
     )
     return OK
-
-
-def _allowed(args: argparse.Namespace) -> list[str]:
-    """--allow-host, and the --bind address unless it is every address (0.0.0.0, ::)."""
-    hosts = list(args.allow_host or ())
-    if args.bind not in ("0.0.0.0", "::", ""):
-        hosts.append(args.bind)
-    return hosts
 
 
 if __name__ == "__main__":

@@ -12,7 +12,7 @@ from ..argtypes import port, positive_int
 from ..connection import has_password, resolve_connection
 from ..errors import ValidationError
 from ..keys import validate_prefix, validate_queue_name
-from ..web.serve import port_problem, serve
+from ..web.serve import add_host_arguments, allowed_from, port_problem, serve
 
 # glidemq.proxy.state.DEFAULT_MAX_QUEUES: that module needs the web extra, -h must not
 MAX_QUEUES = 16
@@ -59,13 +59,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--bind", default="127.0.0.1", help="address to listen on (default 127.0.0.1 only)"
     )
-    p.add_argument(
-        "--allow-host",
-        action="append",
-        metavar="HOST",
-        help="also answer requests for this Host: a name, an address, *.example.com or * "
-        "(repeatable; default: the loopback names and the --bind address)",
-    )
+    add_host_arguments(p)
     p.add_argument(
         "--queue",
         action="append",
@@ -131,7 +125,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if not 0 < args.max_wait < float("inf"):
             raise ValidationError("--max-wait", "must be a positive number of seconds")
         try:
-            allowed_hosts_of(_allowed(args))
+            allowed_hosts_of(allowed_from(args))
         except ValidationError as exc:
             raise ValidationError("--allow-host", exc.reason) from None
     except ValidationError as exc:
@@ -150,7 +144,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         queues=args.queue,
         basic_auth=basic,
         max_wait=args.max_wait,
-        allowed_hosts=_allowed(args),
+        allowed_hosts=allowed_from(args),
         max_queues=args.max_queues,
     )
     if args.url and has_password(args.url):
@@ -172,14 +166,6 @@ def main(argv: Sequence[str] | None = None) -> int:
         when_down="requests",
     )
     return OK
-
-
-def _allowed(args: argparse.Namespace) -> list[str]:
-    """--allow-host, and the --bind address unless it is every address (0.0.0.0, ::)."""
-    hosts = list(args.allow_host or ())
-    if args.bind not in ("0.0.0.0", "::", ""):
-        hosts.append(args.bind)
-    return hosts
 
 
 if __name__ == "__main__":

@@ -4,13 +4,33 @@ need no web extra."""
 
 from __future__ import annotations
 
+import argparse
 import contextlib
 import socket
 import sys
 from collections.abc import Sequence
 from typing import Any
 
-__all__ = ["port_problem", "reachable", "serve"]
+__all__ = ["add_host_arguments", "allowed_from", "port_problem", "reachable", "serve"]
+
+
+def add_host_arguments(p: argparse.ArgumentParser) -> None:
+    """--allow-host, for the allow-list of Host values (glidemq.web.hosts)."""
+    p.add_argument(
+        "--allow-host",
+        action="append",
+        metavar="HOST",
+        help="also answer requests for this Host: a name, an address, *.example.com or * "
+        "(repeatable; default: the loopback names and the --bind address)",
+    )
+
+
+def allowed_from(args: argparse.Namespace) -> list[str]:
+    """--allow-host, and the --bind address unless it is every address (0.0.0.0, ::)."""
+    hosts = list(args.allow_host or ())
+    if args.bind not in ("0.0.0.0", "::", ""):
+        hosts.append(args.bind)
+    return hosts
 
 
 def port_problem(host: str, number: int) -> str | None:
