@@ -23,7 +23,7 @@ from glidemq.server import EmbeddedValkey
 from tests.helpers import wait_for
 
 ROOT = Path(__file__).resolve().parents[2]
-FROZEN_WORKER = ROOT / "tests" / "fixtures" / "frozen_worker.py"
+HOLD_WORKER = ROOT / "tests" / "fixtures" / "hold_worker.py"
 
 
 def _status(path: Path) -> tuple[int, int]:
@@ -37,7 +37,7 @@ def _status(path: Path) -> tuple[int, int]:
 def _spawn(url: str, queue_name: str, ledger: Path, status: Path, log: Path) -> Any:
     with open(log, "wb") as out:
         return subprocess.Popen(
-            [sys.executable, str(FROZEN_WORKER), url, queue_name, str(ledger), str(status)],
+            [sys.executable, str(HOLD_WORKER), url, queue_name, str(ledger), str(status)],
             cwd=ROOT, stdout=out, stderr=subprocess.STDOUT,
         )  # fmt: skip
 
