@@ -1,7 +1,7 @@
 """Batch mode of a Worker: jobs are grouped and handed to the processor as a list.
 
-`BatchCollector`, `batch_outcomes` and `encoded_outcome` hold the rules of batch mode that do
-not depend on the engine; glidemq.testing's BatchRunner shares them."""
+`BatchCollector` gathers jobs into batches; `batch_outcomes` and `encoded_outcome` read what
+the processor returned; `BatchRunner` runs the batches and records each job's outcome."""
 
 from __future__ import annotations
 
@@ -10,7 +10,6 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
-from .context import now_ms
 from .errors import BatchError, UnrecoverableError, ValidationError
 from .failure import expired_error
 from .job import Job
@@ -140,7 +139,7 @@ class BatchRunner(BatchCollector[Job[D, R]]):
     async def run(self, jobs: list[Job[D, R]]) -> None:
         """Run one batch and record every job's outcome."""
         link, slots, out = self.link, self.link.slots, self.outcomes
-        now = now_ms()
+        now = link.connection.clock.now_ms()
         expired = [j for j in jobs if j.expire_at is not None and now > j.expire_at]
         if expired:
             jobs = [j for j in jobs if j not in expired]

@@ -35,7 +35,7 @@ from glide import (
 from glide import TimeoutError as _GlideTimeout
 
 from .connection import Client, ConnectionLike, close_client, resolve_connection
-from .context import ClientSender, QueueContext, now_ms
+from .context import ClientSender, QueueContext
 from .errors import ConnectionError, GlideMQError, ServerError, ValidationError
 from .functions import connect_with_library
 from .keys import DEFAULT_PREFIX, QueueKeys, validate_prefix, validate_queue_name
@@ -170,7 +170,7 @@ class Broadcast:
         fields: list[tuple[str, str | bytes]] = [
             ("name", name),
             ("data", payload),
-            ("ts", str(now_ms())),
+            ("ts", str(self.connection.clock.now_ms())),
         ]
         if subject is not None:
             fields.append(("subject", subject))
@@ -459,7 +459,7 @@ class BroadcastWorker(Generic[D, R]):
         gone: list[bytes] = []
         k, o = self._keys, self.job_options
         calls: list[Call] = []
-        now = now_ms()
+        now = self.connection.clock.now_ms()
         for entry_id, pairs in entries.items():
             if pairs is None:  # trimmed while pending
                 gone.append(entry_id)
@@ -480,7 +480,7 @@ class BroadcastWorker(Generic[D, R]):
         full = False
         done = list(gone)
         if ids:
-            ctx = QueueContext(client, k)
+            ctx = QueueContext(client, k, clock=self.connection.clock)
             replies = await ctx.pipeline(calls, safe=False, resend=False)
             for entry_id, reply in zip(ids, replies or [], strict=True):
                 if isinstance(reply, Exception):

@@ -12,7 +12,6 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from .context import now_ms
 from .errors import JobNotFoundError, ValidationError
 from .keys import validate_job_id
 from .wire import flows
@@ -124,7 +123,7 @@ class QueueBudget:
         tokens, cost, mode = check_budget(budget)
         key = self.keys.base + "budget:" + validate_job_id(root_id, "root_id")
         ctx = await self._context()
-        n = await flows.set_flow_budget(ctx, key, now_ms(), tokens, cost, mode)
+        n = await flows.set_flow_budget(ctx, key, ctx.now_ms(), tokens, cost, mode)
         if n < 0:
             raise JobNotFoundError(self.keys.name, root_id)
         return n

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 from typing import Any
 
-from .clock import now_ms
 from .context import QueueContext
 from .errors import JobNotFoundError, JobStateError, UnrecoverableError, WaitingChildrenError
 from .flowview import parse_ref
@@ -72,7 +71,9 @@ async def move_to_waiting_children(
         raise JobStateError(
             job_id, "move to waiting-children", "only a running job can wait for children"
         )
-    status, detail = await flows.move_to_waiting_children(ctx, ctx.keys, job_id, entry_id, now_ms())
+    status, detail = await flows.move_to_waiting_children(
+        ctx, ctx.keys, job_id, entry_id, ctx.now_ms()
+    )
     if status == "continue":
         return
     if status == "failed":

@@ -6,7 +6,7 @@ import asyncio
 import contextlib
 import os
 from dataclasses import dataclass, field, fields
-from typing import Any, TypeAlias
+from typing import Any, Protocol, TypeAlias
 from urllib.parse import parse_qs, quote, unquote, urlsplit
 
 from glide import (
@@ -22,11 +22,13 @@ from glide import (
 )
 from glide import GlideError as _GlideError
 
+from .clock import WALL_CLOCK, Clock
 from .errors import ConnectionError, UnsupportedOptionError, ValidationError
 from .retry import DEFAULT_RETRY, RetryPolicy
 from .tls import diagnose, glide_tls_settings
 
 __all__ = [
+    "Backend",
     "Client",
     "ConnectionOptions",
     "create_client",
@@ -36,6 +38,21 @@ __all__ = [
 ]
 
 Client: TypeAlias = GlideClient | GlideClusterClient
+
+
+class Backend(Protocol):
+    """A server held in this process (glidemq.memory.MemoryServer) in place of an address:
+    it makes the clients and brings the clock that queues on it read and sleep by."""
+
+    @property
+    def queue_clock(self) -> Clock:
+        """The clock queues on this server read time from and sleep by."""
+        ...
+
+    async def connect(self, name: str | None) -> Any:
+        """A new client of this server, with the valkey-glide client's methods."""
+        ...
+
 
 DEFAULT_URL = "valkey://127.0.0.1:6379"
 # valkey-glide's own default (250 ms) would also cut off a slow FCALL that still ran on the
@@ -86,6 +103,8 @@ class ConnectionOptions:
     key_file: str | None = None
     server_name: str | None = None
     tls_insecure: bool = False
+    backend: Backend | None = field(default=None, repr=False)
+    """A server in this process instead of `addresses` (glidemq.memory)."""
 
     def __post_init__(self) -> None:
         if not self.addresses:
@@ -157,8 +176,15 @@ class ConnectionOptions:
         return cls(**kwargs)
 
     @property
+    def clock(self) -> Clock:
+        """The clock of the server: its backend's, or the wall clock."""
+        return WALL_CLOCK if self.backend is None else self.backend.queue_clock
+
+    @property
     def url(self) -> str:
         """A URL that `from_url` turns back into equal options (without the password)."""
+        if self.backend is not None:
+            return f"memory://{self.backend!r}"
         scheme = "valkeys" if self.tls else "valkey"
         user = f"{quote(self.username, safe='')}@" if self.username else ""
         hosts = ",".join(f"[{h}]:{p}" if ":" in h else f"{h}:{p}" for h, p in self.addresses)
@@ -285,6 +311,9 @@ def client_name_of(name: str | None) -> str | None:
 async def create_client(opts: ConnectionOptions, *, name: str | None = None) -> Client:
     """Connect a new valkey-glide client. Blocking readers must get a client of their own.
     Raises glidemq.ConnectionError (saying "connection refused" when that is the cause)."""
+    if opts.backend is not None:
+        client: Client = await opts.backend.connect(client_name_of(name or opts.client_name))
+        return client
     _quiet_native_logs()
     refused = await _refused(opts.addresses)
     if refused is not None:

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 from glide import Batch, ClusterBatch, GlideClusterClient
 from glide import GlideError as _GlideError
 
-from .clock import now_ms
+from .clock import WALL_CLOCK, Clock, now_ms
 from .connection import Client
 from .functions import ensure_library
 from .keys import QueueKeys
@@ -49,6 +49,7 @@ class QueueContext:
 
     __slots__ = (
         "client",
+        "clock",
         "compress",
         "keep_trying",
         "keys",
@@ -67,8 +68,10 @@ class QueueContext:
         compress: bool = False,
         retry: RetryPolicy = DEFAULT_RETRY,
         serializer: Serializer | None = None,
+        clock: Clock = WALL_CLOCK,
     ) -> None:
         self.client = client
+        self.clock = clock  # the server's: what job times are read from
         self.serializer = serializer  # of job data written through this context; None: JSON
         self.keys = keys
         self.name = keys.name
@@ -77,6 +80,10 @@ class QueueContext:
         self.on_transport_failure: Callable[[], Awaitable[None]] | None = None
         self.on_success: Callable[[], None] | None = None
         self.keep_trying: Callable[[], bool] | None = None
+
+    def now_ms(self) -> int:
+        """The time in ms on this queue's clock (the wall clock, or an in-process server's)."""
+        return self.clock.now_ms()
 
     def _client(self) -> Client:
         return self.client

@@ -1,6 +1,6 @@
-"""What a failed run means for its job, in either engine (the server's or glidemq.testing's):
-whether it is tried again and after how long, what is stored about the failure, and what
-the worker counts and emits once the engine recorded it."""
+"""What a failed run means for its job: whether it is tried again and after how long, what
+is stored about the failure, and what the worker counts and emits once the server recorded
+it."""
 
 from __future__ import annotations
 

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 from glide import GlideError as _GlideError
 from glide import StreamGroupOptions
 
-from .context import now_ms
+from .clock import WALL_CLOCK
 from .errors import GlideMQError, ServerError
 from .hold import send_back
 from .lease import Lease
@@ -143,7 +143,7 @@ class Fetcher:
                 got = await self.fetch_now()
                 self.progress_at = time.monotonic()
                 if got is None:  # queue paused on the server
-                    await asyncio.sleep(min(0.5, w.opts.block_timeout / 1000))
+                    await w.connection.clock.sleep(min(0.5, w.opts.block_timeout / 1000))
                 elif got == 0 and self.limited_ms:
                     await self.wait_limit()
                 elif got == 0:
@@ -168,7 +168,19 @@ class Fetcher:
         """A queue-wide limit stopped the fetch: sleep until it may pass (or this worker
         frees a slot itself), not in a blocking read that would take jobs over the limit."""
         w = self.link
-        await w.slots.wait(min(self.limited_ms, w.opts.block_timeout) / 1000)
+        seconds = min(self.limited_ms, w.opts.block_timeout) / 1000
+        clock = w.connection.clock
+        if clock is WALL_CLOCK:
+            await w.slots.wait(seconds)
+            return
+        # a clock of its own (glidemq.memory) may jump past the limit: wake for that too
+        waits = [
+            asyncio.ensure_future(w.slots.wait(seconds)),
+            asyncio.ensure_future(clock.sleep(seconds)),
+        ]
+        _, pending = await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
+        for task in pending:
+            task.cancel()
 
     async def fetch_now(self) -> int | None:
         """Take up to the free slots without blocking; None when the queue is paused."""
@@ -180,7 +192,7 @@ class Fetcher:
         sent = time.monotonic()
         try:
             got = await fetch.complete_and_fetch_next(
-                ctx, now_ms(), w.consumer, n, w.emit_flag, (), w.limiter
+                ctx, ctx.now_ms(), w.consumer, n, w.emit_flag, (), w.limiter
             )
             flat = got.entries
         finally:

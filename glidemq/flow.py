@@ -22,7 +22,7 @@ from glide import GlideClusterClient
 from . import otel
 from .budget import wire_budget
 from .connection import Client, ConnectionLike, resolve_connection
-from .context import QueueContext, now_ms
+from .context import QueueContext
 from .errors import (
     CycleError,
     DuplicateJobError,
@@ -145,7 +145,12 @@ class FlowProducer:
     def _ctx(self, client: Client, queue: str) -> QueueContext:
         ctx = self._contexts.get(queue)
         if ctx is None or ctx.client is not client:
-            ctx = QueueContext(client, QueueKeys(queue, self.prefix), compress=self.compression)
+            ctx = QueueContext(
+                client,
+                QueueKeys(queue, self.prefix),
+                compress=self.compression,
+                clock=self.connection.clock,
+            )
             self._contexts[queue] = ctx
         return ctx
 
@@ -289,7 +294,7 @@ class FlowProducer:
             queues.append(pq)
         if isinstance(client, GlideClusterClient):
             check_same_slot(queues)
-        now = now_ms()
+        now = self.connection.clock.now_ms()
         ctx = self._ctx(client, p.queues[0])
         # Not retried after an ambiguous failure: a second run would report the flow the
         # first run added as a duplicate (or add it twice).
@@ -359,7 +364,7 @@ class FlowProducer:
         if isinstance(client, GlideClusterClient):
             for p in prepared:
                 check_same_slot(p.queues)
-        now = now_ms()
+        now = self.connection.clock.now_ms()
         ctx = self._ctx(client, prepared[0].queues[0])
         out: list[JobNode | None] = []
         for start in range(0, len(prepared), _PIPELINE_CALLS):

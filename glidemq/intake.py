@@ -15,7 +15,6 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
-from .clock import now_ms
 from .errors import GlideMQError
 from .wire import fetch as wire_fetch
 
@@ -115,7 +114,13 @@ class Intake:
             try:
                 # Transient faults are retried inside fcall, within the connection's budget.
                 got = await wire_fetch.complete_and_fetch_next(
-                    ctx, now_ms(), link.consumer, fetch, link.emit_flag, completions, link.limiter
+                    ctx,
+                    ctx.now_ms(),
+                    link.consumer,
+                    fetch,
+                    link.emit_flag,
+                    completions,
+                    link.limiter,
                 )
             except GlideMQError as exc:
                 link.events.emit("error", exc)

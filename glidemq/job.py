@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any, Generic, NoReturn, Protocol, TypeVar
 import orjson
 
 from . import children, signals
-from .context import QueueContext, now_ms
+from .context import QueueContext
 from .errors import (
     DelayedError,
     JobNotFoundError,
@@ -90,7 +90,7 @@ def _problem(before: str | None, field: str, exc: BaseException) -> str:
     return text if before is None else f"{before}; {text}"
 
 
-# The checks and rules below hold for a job of either engine (glidemq.testing too).
+# The checks and rules of a job's methods, before anything is sent.
 
 _RETRY_SOURCES = {"failed": "failed", "completed": "completed", "dead_letter": "dlq"}
 
@@ -145,6 +145,8 @@ def check_next_step(next_step: object) -> None:
 
 class Job(Generic[D, R]):
     """A job read from the server. Fields mirror the job hash; methods act on the server."""
+
+    __test__ = False  # glidemq.testing names it TestJob: not a pytest test class
 
     __slots__ = (
         "_ctx",
@@ -362,7 +364,9 @@ class Job(Generic[D, R]):
         args = check_usage(model, provider, tokens, costs, latency_ms)
         limiter = self._token_limiter()
         per_minute = (limiter.max_tokens, limiter.duration_ms) if limiter else None
-        reply = await features.report_usage(self._ctx, self.id, now_ms(), *args, per_minute)
+        reply = await features.report_usage(
+            self._ctx, self.id, self._ctx.now_ms(), *args, per_minute
+        )
         usage = parse_usage(reply)
         if usage is None:
             raise JobNotFoundError(self._ctx.name, self.id)
@@ -414,11 +418,11 @@ class Job(Generic[D, R]):
         Always raises DelayedError, which the processor should let propagate.
         """
         check_next_step(next_step)
-        check_run_at(timestamp_ms, now_ms())
+        check_run_at(timestamp_ms, self._ctx.now_ms())
         if self.entry_id is None or self._worker is None:
             raise JobStateError(self.id, "move to delayed", "only a running job can be delayed")
         state = await fetch.move_active_to_delayed(
-            self._ctx, now_ms(), self.id, self.entry_id, timestamp_ms, next_step or ""
+            self._ctx, self._ctx.now_ms(), self.id, self.entry_id, timestamp_ms, next_step or ""
         )
         self._moved_to_delayed(state, timestamp_ms, next_step)
 
@@ -493,7 +497,7 @@ class Job(Generic[D, R]):
     async def retry(self, state: str = "failed") -> None:
         """Send a finished job (`failed` or `completed`) back to waiting with fresh attempts."""
         source = retry_source(state)
-        if await ops.retry_jobs(self._ctx, now_ms(), source, 1, [self.id]) != 1:
+        if await ops.retry_jobs(self._ctx, self._ctx.now_ms(), source, 1, [self.id]) != 1:
             if await self._ctx.get_state(self.id) is None:
                 raise JobNotFoundError(self._ctx.name, self.id)
             raise JobStateError(self.id, "retry", f"it is not {state}")
@@ -501,18 +505,18 @@ class Job(Generic[D, R]):
     async def change_priority(self, priority: int) -> None:
         """Re-prioritize a job that is not running yet."""
         check_priority(priority)
-        self.state = await ops.change_priority(self._ctx, self.id, priority, now_ms())
+        self.state = await ops.change_priority(self._ctx, self.id, priority, self._ctx.now_ms())
         self.priority = priority
 
     async def change_delay(self, delay: int) -> None:
         """Set a delayed job's remaining delay to `delay` ms from now."""
         check_delay(delay)
-        self.state = await ops.change_delay(self._ctx, self.id, delay, now_ms())
+        self.state = await ops.change_delay(self._ctx, self.id, delay, self._ctx.now_ms())
         self.delay = delay
 
     async def promote(self) -> None:
         """Make a delayed job runnable now."""
-        self.state = await ops.promote_job(self._ctx, self.id, now_ms())
+        self.state = await ops.promote_job(self._ctx, self.id, self._ctx.now_ms())
 
     # -- queries ---------------------------------------------------------------------------
 

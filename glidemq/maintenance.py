@@ -9,7 +9,6 @@ import time
 from typing import TYPE_CHECKING
 
 from . import signals, worker_limits
-from .context import now_ms
 from .errors import GlideMQError
 from .queries import WorkerRegistration
 from .scheduler import SchedulerRunner
@@ -60,21 +59,21 @@ class Maintenance:
             delay = interval
             try:
                 assert w.ctx is not None
-                now = now_ms()
+                now = w.ctx.now_ms()
                 promoted, next_due = await fetch.promote(
                     w.ctx, now, _PROMOTE_BATCH, w.slots.capacity
                 )
                 if promoted >= _PROMOTE_BATCH:
                     delay = 0
                 elif next_due >= 0:
-                    delay = max(0.0, min(interval, (next_due - now_ms()) / 1000))
+                    delay = max(0.0, min(interval, (next_due - w.ctx.now_ms()) / 1000))
                 await signals.sweep(w.ctx, now)  # expired suspensions fail
-                next_run = await self.job_schedulers.fire_due(w.ctx, now_ms())
+                next_run = await self.job_schedulers.fire_due(w.ctx, w.ctx.now_ms())
                 if next_run is not None:
-                    delay = max(0.0, min(delay, (next_run - now_ms()) / 1000))
+                    delay = max(0.0, min(delay, (next_run - w.ctx.now_ms()) / 1000))
             except GlideMQError as exc:
                 w.events.emit("error", exc)
-            await asyncio.sleep(delay)
+            await w.connection.clock.sleep(delay)  # a clock that jumps ends it early
 
     async def stall_loop(self) -> None:
         """Every stalled_interval, reclaim jobs idle longer than lock_duration (their worker
@@ -97,7 +96,7 @@ class Maintenance:
                 while True:
                     reply = await fetch.reclaim_stalled(
                         w.ctx,
-                        now_ms(),
+                        w.ctx.now_ms(),
                         w.consumer,
                         w.opts.lock_duration,
                         self.stall_cursor,

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import time
 from collections import deque
 
 from .limit_options import SLIDING_MAX, RateLimit
@@ -30,11 +29,12 @@ class Pacer:
             return None
         return cls(limit)
 
-    def wait(self) -> float:
-        """Seconds until one more start fits in the window (0: now)."""
+    def wait(self, now: float) -> float:
+        """Seconds after `now` (seconds, the clock `record` is given) until one more start
+        fits in the window (0: now)."""
         if len(self._log) < self._max:
             return 0.0
-        return max(0.0, self._log[0] + self._span - time.monotonic())
+        return max(0.0, self._log[0] + self._span - now)
 
     def record(self, at: float) -> None:
         """Count a start at monotonic time `at` (the latest so far)."""

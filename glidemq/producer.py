@@ -228,6 +228,7 @@ class Producer(Generic[D, R]):
                 QueueKeys(queue, self.prefix),
                 compress=self.compression,
                 retry=self.connection.retry,
+                clock=self.connection.clock,
             )
             self._contexts[queue] = ctx
         return ctx

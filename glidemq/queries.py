@@ -19,7 +19,7 @@ from typing import Any, TypeVar
 
 import orjson
 
-from .context import QueueContext, now_ms
+from .context import QueueContext
 from .errors import ValidationError
 from .job import Job
 from .wire import ops
@@ -245,14 +245,15 @@ class WorkerRegistration:
             "id": consumer,
             "host": socket.gethostname(),
             "pid": os.getpid(),
-            "started": now_ms(),
             "concurrency": concurrency,
             "interval": interval_ms,
         }
 
     async def beat(self, ctx: QueueContext) -> None:
         """Write the entry with the current time (one HSET)."""
-        value = orjson.dumps({**self.base, "heartbeat": now_ms()})
+        now = ctx.now_ms()
+        self.base.setdefault("started", now)
+        value = orjson.dumps({**self.base, "heartbeat": now})
         await ctx.command(lambda c: c.hset(workers_key(ctx), {self.consumer: value}))
 
 

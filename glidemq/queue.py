@@ -13,7 +13,7 @@ from typing import Any, Generic, Self, TypeVar, cast
 from . import otel, queue_limits, scheduler
 from .budget import QueueBudget
 from .connection import Client, ConnectionLike, close_client, resolve_connection
-from .context import QueueContext, now_ms
+from .context import QueueContext
 from .errors import (
     GlideMQError,
     PayloadTooLargeError,
@@ -123,6 +123,7 @@ class Queue(
                     compress=self.compression,
                     retry=self.connection.retry,
                     serializer=self._serializer,
+                    clock=self.connection.clock,
                 )
                 try:
                     await claim_serializer(ctx, self.serializer, "Queue")
@@ -219,7 +220,7 @@ class Queue(
         options = default_result_ttl(JobOptions.coerce(opts), self.result_ttl)
         ctx = await self._context()
         if options.deduplication is not None:
-            now = now_ms()
+            now = self.connection.clock.now_ms()
             reply = await send(ctx, self._dedup_call(name, data, options, now, traceparent))
             return self._added(reply, name, data, options, now)
         args = self._compact(name, data, options, traceparent)
@@ -228,7 +229,7 @@ class Queue(
             # costs what the client's call costs, with no hop through another task.
             self._add_in_flight = True
             try:
-                now = now_ms()
+                now = self.connection.clock.now_ms()
                 call = adds.add_bulk_call(self.keys, now, [args], safe=bool(args[6]))
                 reply = (await send(ctx, call))[0]
             finally:
@@ -265,7 +266,7 @@ class Queue(
     async def _send_adds(
         self, pending: list[tuple[list[str | bytes], asyncio.Future[Any]]]
     ) -> None:
-        now = now_ms()
+        now = self.connection.clock.now_ms()
         jobs = [job for job, _ in pending]
         try:
             ctx = await self._context()
@@ -302,7 +303,7 @@ class Queue(
         jobs: Iterable[Mapping[str, Any] | tuple[str, Any] | tuple[str, Any, Any]],
         traceparent: str | None,
     ) -> list[Job[D, R] | None]:
-        now = now_ms()
+        now = self.connection.clock.now_ms()
         items = self._bulk_items(jobs, now, traceparent)
         ctx = await self._context()
         replies = await _send_bulk(ctx, items, _bulk_calls(self.keys, items, now))
@@ -415,7 +416,7 @@ class Queue(
             compress=self.compression,
             repeat_after_complete=repeat_after_complete,
         )
-        return await scheduler.upsert(await self._context(), new, now_ms())
+        return await scheduler.upsert(await self._context(), new, self.connection.clock.now_ms())
 
     async def get_job_scheduler(self, name: str) -> JobScheduler | None:
         """The scheduler `name`, or None."""

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any, Generic, TypeVar
 from glide import Batch, ClusterBatch, GlideClusterClient
 
 from . import queries
-from .context import QueueContext, now_ms
+from .context import QueueContext
 from .errors import GlideMQError, ValidationError
 from .flowview import DEFAULT_MAX_FLOW_NODES, Flow, read_flow
 from .job import Job, retry_source
@@ -203,11 +203,13 @@ class QueueAdmin(Generic[D, R]):
 
     async def get_metrics(self, kind: str = "completed", *, minutes: int = 60) -> Metrics:
         """Jobs completed (or failed for good) per minute over the last `minutes` (<= 1440)."""
-        return await queries.get_metrics(await self._context(), kind, minutes, now_ms())
+        ctx = await self._context()
+        return await queries.get_metrics(ctx, kind, minutes, ctx.now_ms())
 
     async def get_workers(self) -> list[WorkerInfo]:
         """The workers serving this queue now (they register on every heartbeat)."""
-        return await queries.get_workers(await self._context(), now_ms())
+        ctx = await self._context()
+        return await queries.get_workers(ctx, ctx.now_ms())
 
     # -- control -----------------------------------------------------------------------------
 
@@ -236,7 +238,7 @@ class QueueAdmin(Generic[D, R]):
         """Cancel a job: one not started fails at once with reason `revoked` ('revoked');
         a running one is flagged and aborted by its worker ('flagged')."""
         ctx = await self._context()
-        return await ops.revoke(ctx, job_id, now_ms())
+        return await ops.revoke(ctx, job_id, ctx.now_ms())
 
     async def retry_jobs(self, count: int = 1000, state: str = "failed") -> int:
         """Send up to `count` failed (or completed, dead_letter) jobs back to waiting."""
@@ -244,7 +246,7 @@ class QueueAdmin(Generic[D, R]):
         if isinstance(count, bool) or not isinstance(count, int) or count < 1:
             raise ValidationError("count", "must be a positive integer")
         ctx = await self._context()
-        return await ops.retry_jobs(ctx, now_ms(), source, count)
+        return await ops.retry_jobs(ctx, ctx.now_ms(), source, count)
 
     async def drain(self, delayed: bool = False) -> int:
         """Remove every job waiting to run (and delayed ones too if `delayed`); running jobs
@@ -270,7 +272,7 @@ class QueueAdmin(Generic[D, R]):
                 raise ValidationError(field, "must be an integer >= 0")
         ctx = await self._context()
         wire = "dlq" if state == "dead_letter" else state
-        return await ops.clean(ctx, wire, now_ms() - grace, limit)
+        return await ops.clean(ctx, wire, ctx.now_ms() - grace, limit)
 
     async def obliterate(self, force: bool = False) -> None:
         """Delete the queue and every job in it. Refused while jobs run unless `force`."""

@@ -10,7 +10,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from .clock import now_ms
 from .errors import (
     JobStateError,
     PayloadTooLargeError,
@@ -109,7 +108,7 @@ async def suspend(
     state = await features.suspend(
         ctx,
         suspended_key(keys),
-        now_ms(),
+        ctx.now_ms(),
         job_id,
         entry_id,
         why,

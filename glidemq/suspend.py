@@ -5,7 +5,6 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from .clock import now_ms
 from .errors import JobNotFoundError, JobStateError, ServerError
 from .job import Job
 from .signals import (
@@ -46,9 +45,9 @@ class QueueSuspend:
         `job.signals`. Returns its new state; JobStateError when it is not suspended."""
         raw = encode_signal(name, data)
         ctx = await self._context()
-        await sweep(ctx, now_ms())  # an expired suspension fails rather than wakes
+        await sweep(ctx, ctx.now_ms())  # an expired suspension fails rather than wakes
         keys = self.keys
-        state = await features.signal(ctx, suspended_key(keys), now_ms(), job_id, name, raw)
+        state = await features.signal(ctx, suspended_key(keys), ctx.now_ms(), job_id, name, raw)
         if state == "0":
             raise JobNotFoundError(keys.name, job_id)
         if state == codes.STATE:
@@ -61,7 +60,7 @@ class QueueSuspend:
         """Suspended jobs, the first deadline first (no deadline last); expired ones are
         failed first."""
         ctx = await self._context()
-        await sweep(ctx, now_ms())
+        await sweep(ctx, ctx.now_ms())
         key = suspended_key(self.keys)
         ids = await ctx.command(lambda c: c.zrange(key, _range(start, end)))
         jobs: list[Job[Any, Any]] = []

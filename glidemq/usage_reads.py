@@ -7,7 +7,6 @@ from collections.abc import Sequence
 from typing import Any
 
 from . import wire
-from .clock import now_ms
 from .context import QueueContext
 from .errors import JobNotFoundError
 from .keys import QueueKeys
@@ -55,7 +54,7 @@ class QueueUsage:
         """Usage reported to `queues` (default: this queue) since `since` (ms; default: the
         week of per-minute buckets kept): totals, per model and per queue."""
         ctx = await self._context()
-        now = now_ms()
+        now = ctx.now_ms()
         first = check_since(since, now)
         names = check_queues(queues, self.keys.name)
         parts: dict[str, tuple[UsageTotals, dict[str, ModelUsage]]] = {}

@@ -18,7 +18,7 @@ from uuid import uuid4
 from . import otel, wire, worker_limits
 from .batch import BatchOutcomes, BatchRunner
 from .connection import ConnectionLike, close_client, create_client, resolve_connection
-from .context import QueueContext, now_ms
+from .context import QueueContext
 from .emitter import Emitter
 from .errors import DelayedError, GlideMQError, RateLimitError, UnrecoverableError
 from .failure import expired_error, job_failure, record_failure
@@ -214,7 +214,11 @@ class Worker(WorkerLifecycle, Generic[D, R]):
             link.blocking = await create_client(self.connection, name=f"glidemq-{self.consumer}-b")
             await ensure_library(link.client)
             link.ctx = QueueContext(
-                link.client, self.keys, retry=self.connection.retry, serializer=self._serializer
+                link.client,
+                self.keys,
+                retry=self.connection.retry,
+                serializer=self._serializer,
+                clock=self.connection.clock,
             )
             await claim_serializer(link.ctx, self.opts.serializer, "Worker")
             self.watchdog.attach(link.ctx)
@@ -409,7 +413,7 @@ class Worker(WorkerLifecycle, Generic[D, R]):
         try:
             if self._link.pacer is not None or self._link.global_pacer is not None:
                 await worker_limits.pace(self._link)
-            if job.expire_at is not None and now_ms() > job.expire_at:
+            if job.expire_at is not None and self.connection.clock.now_ms() > job.expire_at:
                 raise expired_error()
             if self._slots.take_revoked(job.id):
                 raise UnrecoverableError(_REASON_REVOKED)  # revoked while it was held
@@ -483,7 +487,7 @@ class Worker(WorkerLifecycle, Generic[D, R]):
         try:
             reply = await wire.fetch.fail(
                 self._ctx,
-                now_ms(),
+                self.connection.clock.now_ms(),
                 self._emit_flag,
                 job.id,
                 job.entry_id or "",

@@ -5,11 +5,11 @@ RateLimitError. The server enforces every limit inside the fetch; see docs/ADVAN
 
 from __future__ import annotations
 
-import asyncio
 import time
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from .context import now_ms
+from .clock import WALL_CLOCK
 from .errors import GlideMQError, RateLimitError, ValidationError
 from .limit_options import RateLimit, limiter_args
 from .pacer import Pacer
@@ -35,10 +35,15 @@ async def pace(link: WorkerLink) -> None:
     limit allow it on this process's clock. The start is counted when it happens, after any
     wait (a late wake-up cannot put it closer to the starts before it)."""
     pacers = [p for p in (link.pacer, link.global_pacer) if p is not None]
+    clock = link.connection.clock
+    # a server's own clock (glidemq.memory) paces by its time, and its jumps wake the sleep
+    seconds: Callable[[], float] = (
+        time.monotonic if clock is WALL_CLOCK else (lambda: clock.now_ms() / 1000)
+    )
     # time, not an event, frees the next start: sleeping until then is the point
-    while (wait := max(p.wait() for p in pacers)) > 0:  # noqa: ASYNC110
-        await asyncio.sleep(wait)
-    now = time.monotonic()
+    while (wait := max(p.wait(seconds()) for p in pacers)) > 0:
+        await clock.sleep(wait)
+    now = seconds()
     for p in pacers:
         p.record(now)  # no await from here to the processor's first line
 
@@ -63,7 +68,7 @@ async def rate_limit(link: WorkerLink, ms: int) -> None:
     if link.ctx is None:
         raise GlideMQError("the worker is not started")
     # safe to run twice: the pause only ever moves later, a job already handed back is 'stale'
-    await fetch.rate_limit(link.ctx, now_ms(), ms)
+    await fetch.rate_limit(link.ctx, link.ctx.now_ms(), ms)
 
 
 async def hand_back(
@@ -73,7 +78,9 @@ async def hand_back(
     attempt, and the queue pauses for the error's delay."""
     assert link.ctx is not None
     try:
-        reply = await fetch.rate_limit(link.ctx, now_ms(), error.delay, job.id, job.entry_id or "")
+        reply = await fetch.rate_limit(
+            link.ctx, link.ctx.now_ms(), error.delay, job.id, job.entry_id or ""
+        )
         if reply == "ok":
             job.state = "waiting"
     except GlideMQError as exc:

@@ -69,7 +69,9 @@ class Admin:
         if view is None:
             client = await self._connect()
             keys = QueueKeys(name, self.prefix)
-            view = QueueView(QueueContext(client, keys, retry=self.connection.retry))
+            view = QueueView(
+                QueueContext(client, keys, retry=self.connection.retry, clock=self.connection.clock)
+            )
             if len(self._views) >= _VIEWS_KEPT:
                 del self._views[next(iter(self._views))]  # the oldest: views hold no resource
             self._views[name] = view

@@ -18,7 +18,7 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from ..connection import ConnectionOptions, close_client
-from ..context import QueueContext, now_ms
+from ..context import QueueContext
 from ..errors import GlideMQError
 from ..functions import connect_with_library
 from ..keys import QueueKeys
@@ -82,7 +82,7 @@ async def _reclaim_one(ctx: QueueContext, h: Holding) -> tuple[int, int]:
     while True:
         reply = await fetch.reclaim_stalled(
             ctx,
-            now_ms(),
+            ctx.now_ms(),
             h.consumer,
             0,
             "0-0",

@@ -1,4 +1,5 @@
-"""In-memory queues for unit tests: the Queue and Worker API without a Valkey server.
+"""Queues for unit tests without a Valkey server: the real Queue, Worker, QueueEvents and
+FlowProducer on an in-memory server that runs glidemq's own function library.
 
 from glidemq.testing import ManualClock, MemoryServer, TestQueue, TestWorker
 
@@ -6,24 +7,25 @@ server = MemoryServer(clock=ManualClock())
 queue = TestQueue("emails", connection=server)
 worker = TestWorker("emails", send, connection=server)
 
-The in-memory engine keeps the real engine's job states, transitions, options, errors and
-events, flows (TestFlowProducer), job schedulers, groups, ordering keys and LIFO; what it
-does not emulate raises UnsupportedOptionError naming the feature.
+Every job state, option, error and event is the real engine's; time follows the server's
+clock (a ManualClock moves only when the test advances it). What needs other processes (the
+sandbox) raises UnsupportedOptionError naming it.
 """
 
 from __future__ import annotations
 
 from ..errors import UnsupportedOptionError
-from .clock import Clock, ManualClock, SystemClock
+from ..job import Job as TestJob
+from ..memory import Clock, ManualClock, MemoryServer, SystemClock
 from .events import TestQueueEvents
-from .job import TestJob
 from .producer import TestFlowProducer
 from .queue import TestQueue
-from .server import MemoryServer, default_server
+from .server import default_server
 from .support import (
     UNSUPPORTED_JOB_METHODS,
     UNSUPPORTED_QUEUE_METHODS,
     UNSUPPORTED_WORKER_METHODS,
+    UNSUPPORTED_WORKER_OPTIONS,
 )
 from .worker import TestWorker
 
@@ -31,6 +33,7 @@ __all__ = [
     "UNSUPPORTED_JOB_METHODS",
     "UNSUPPORTED_QUEUE_METHODS",
     "UNSUPPORTED_WORKER_METHODS",
+    "UNSUPPORTED_WORKER_OPTIONS",
     "Clock",
     "ManualClock",
     "MemoryServer",

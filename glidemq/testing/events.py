@@ -1,29 +1,16 @@
-"""TestQueueEvents: the QueueEvents API over an in-memory queue's events."""
+"""TestQueueEvents: the real QueueEvents on an in-memory server."""
 
 from __future__ import annotations
 
-import asyncio
-
-from ..events import EventFeed, QueueEvent
+from ..events import QueueEvents
 from ..keys import DEFAULT_PREFIX
 from .server import MemoryConnection, MemoryServer, resolve_server
-from .store import Event
 
 __all__ = ["TestQueueEvents"]
 
 
-def _position(entry_id: str) -> tuple[int, int]:
-    ms, _, seq = entry_id.partition("-")
-    try:
-        return int(ms), int(seq or 0)
-    except ValueError:
-        return 0, 0
-
-
-class TestQueueEvents(EventFeed):
-    """Follow an in-memory queue's events, from now on (or from `last_id`): the same
-    `on(...)`, `next()` and `async for` as `glidemq.QueueEvents`, with the same event names
-    and fields. Events are delivered as they happen, without a reader task."""
+class TestQueueEvents(QueueEvents):
+    """Follow an in-memory queue's events: `glidemq.QueueEvents` on a MemoryServer."""
 
     __test__ = False  # not a pytest test class
 
@@ -37,32 +24,12 @@ class TestQueueEvents(EventFeed):
         block_timeout: int = 1000,
         buffer_size: int = 10_000,
     ) -> None:
-        super().__init__(name, prefix, last_id, block_timeout, buffer_size)
         self.server: MemoryServer = resolve_server(connection)
-        self.connection = self.server
-        self._store = self.server.store(name, prefix)
-
-    async def start(self) -> None:
-        """Start following. Events added after this call are delivered."""
-        if self._queue is not None:
-            return
-        self._queue = asyncio.Queue(self.buffer_size)
-        if self.last_id != "$":
-            since = _position(self.last_id)
-            for entry in list(self._store.events):
-                if _position(entry[0]) > since:
-                    self._deliver(entry)
-        self._store.event_listeners.append(self._deliver)
-
-    def _deliver(self, entry: Event) -> None:
-        if self._queue is None or self._closed:
-            return
-        entry_id, event, job_id, fields = entry
-        self.last_id = entry_id
-        self._publish(QueueEvent(entry_id, event, job_id, dict(fields)))
-
-    async def close(self) -> None:
-        """Stop following. Idempotent."""
-        self._closed = True
-        if self._deliver in self._store.event_listeners:
-            self._store.event_listeners.remove(self._deliver)
+        super().__init__(
+            name,
+            connection=self.server.options,
+            prefix=prefix,
+            last_id=last_id,
+            block_timeout=block_timeout,
+            buffer_size=buffer_size,
+        )

@@ -1,61 +1,17 @@
-"""MemoryServer: what a Valkey server is to Queue and Worker, held in this process."""
+"""Which in-memory server a `connection=` value of the test classes names."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, TypeAlias
 
 from ..connection import ConnectionOptions
 from ..errors import ValidationError
-from ..keys import DEFAULT_PREFIX
-from .clock import Clock, SystemClock
-from .store import QueueStore
+from ..memory import MemoryServer
 
-__all__ = ["MemoryConnection", "MemoryServer", "default_server", "resolve_server"]
+__all__ = ["MemoryConnection", "MemoryServer", "default_server", "resolve_server", "to_options"]
 
-
-class MemoryServer:
-    """Every in-memory queue of one "server", and the clock they share.
-
-    Pass it as `connection=` to TestQueue and TestWorker so they see the same queues; a
-    fresh MemoryServer per test keeps tests apart. `clock=ManualClock()` lets the test
-    move time by hand.
-    """
-
-    def __init__(self, clock: Clock | None = None) -> None:
-        self.clock: Clock = clock if clock is not None else SystemClock()
-        self._stores: dict[tuple[str, str], QueueStore] = {}
-        self.clock.subscribe(self._time_jumped)
-
-    def store(self, name: str, prefix: str = DEFAULT_PREFIX) -> QueueStore:
-        """The state of queue `name` (created empty on first use)."""
-        key = (prefix, name)
-        store = self._stores.get(key)
-        if store is None:
-            store = self._stores[key] = QueueStore(
-                name, self.clock, prefix, lambda other: self.store(other, prefix)
-            )
-        return store
-
-    def queue_names(self, prefix: str = DEFAULT_PREFIX) -> list[str]:
-        """Names of the queues this server holds."""
-        return sorted(n for p, n in self._stores if p == prefix)
-
-    def flush(self) -> None:
-        """Forget every queue (like FLUSHALL)."""
-        for store in self._stores.values():
-            store.reset()
-            store.notify()
-
-    def _time_jumped(self) -> None:
-        for store in self._stores.values():
-            store.notify()
-
-    def __repr__(self) -> str:
-        return f"<MemoryServer {len(self._stores)} queues, {self.clock!r}>"
-
-
-MemoryConnection = MemoryServer | ConnectionOptions | str | None
-"""What TestQueue and TestWorker take as `connection=`."""
+MemoryConnection: TypeAlias = MemoryServer | ConnectionOptions | str | None
+"""What TestQueue, TestWorker and the other test classes take as `connection=`."""
 
 _default = MemoryServer()
 _by_address: dict[Any, MemoryServer] = {}
@@ -76,6 +32,8 @@ def resolve_server(connection: MemoryConnection) -> MemoryServer:
         return _default
     if isinstance(connection, MemoryServer):
         return connection
+    if isinstance(connection, ConnectionOptions) and isinstance(connection.backend, MemoryServer):
+        return connection.backend
     if isinstance(connection, str):
         key: Any = ConnectionOptions.from_url(connection)
     elif isinstance(connection, ConnectionOptions):
@@ -88,3 +46,8 @@ def resolve_server(connection: MemoryConnection) -> MemoryServer:
     if server is None:
         server = _by_address[key] = MemoryServer()
     return server
+
+
+def to_options(connection: MemoryConnection) -> ConnectionOptions:
+    """The connection options that reach the server `connection` names."""
+    return resolve_server(connection).options

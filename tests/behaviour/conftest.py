@@ -26,6 +26,10 @@ from glidemq.testing import (
 )
 from tests.helpers import FAST
 
+GUARD = 25
+"""ms a start stays in a sliding rate window past its duration (the library's guard: 2% of
+the duration, 1 to 20 ms): a test that moves a manual clock past a window adds it."""
+
 
 class Backend:
     """A queue on one backend, and workers for it; cleaned up after the test."""

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import time
-
 from glidemq import RateLimit
 from glidemq.limit_options import SLIDING_MAX
 from glidemq.worker_limits import Pacer
@@ -11,16 +9,17 @@ from glidemq.worker_limits import Pacer
 
 def test_the_pacer_makes_the_start_past_max_wait_for_the_window() -> None:
     pacer = Pacer(RateLimit(2, 1000))
-    t0 = time.monotonic()
-    assert pacer.wait() == 0
+    t0 = 100.0
+    assert pacer.wait(t0) == 0
     pacer.record(t0)
-    assert pacer.wait() == 0
+    assert pacer.wait(t0) == 0
     pacer.record(t0 + 0.5)
     # the third start waits until the first leaves the window
-    assert 0.9 < pacer.wait() <= 1.0
+    assert pacer.wait(t0 + 0.5) == 0.5
     pacer.record(t0 + 1.0)
     # the fourth until the second leaves it
-    assert 0.9 < pacer.wait() <= 1.5
+    assert pacer.wait(t0 + 1.0) == 0.5
+    assert pacer.wait(t0 + 2.0) == 0
 
 
 def test_no_pacer_without_a_sliding_limit() -> None:

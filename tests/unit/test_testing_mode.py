@@ -24,7 +24,6 @@ from glidemq.testing import (
     TestQueueEvents,
     TestWorker,
     default_server,
-    support,
 )
 
 
@@ -126,7 +125,7 @@ async def test_jobs_are_glidemq_jobs_and_snapshots(server: MemoryServer) -> None
     data["n"] = 2  # the stored copy does not change
     stored = await queue.get_job(job.id)
     assert stored is not None and stored.data == {"n": 1}
-    assert stored.queue_name == "q" and repr(stored).startswith("<TestJob q:")
+    assert stored.queue_name == "q" and repr(stored).startswith("<Job q:")
 
 
 async def test_closed_queue_refuses_work(server: MemoryServer) -> None:
@@ -251,19 +250,3 @@ async def test_schedulers_fire_on_the_manual_clock_only(
     later = await queue.get_job_scheduler("tick")
     assert later is not None and later.count == 3
     assert later.next_run == s.next_run + 12 * 60_000  # still on the grid
-
-
-async def test_a_scheduler_template_with_an_unemulated_option_is_refused(
-    server: MemoryServer, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    # Every job option is emulated today: pretend one is not, as options added later are.
-    monkeypatch.setattr(
-        support, "SUPPORTED_JOB_OPTIONS", support.SUPPORTED_JOB_OPTIONS - {"result_ttl"}
-    )
-    queue = TestQueue("jobs", connection=server)
-    with pytest.raises(UnsupportedOptionError) as info:
-        await queue.upsert_job_scheduler(
-            "cached", every_ms=1000, template={"opts": {"result_ttl": 5000}}
-        )
-    assert info.value.field == "result_ttl"
-    assert await queue.get_job_schedulers() == []

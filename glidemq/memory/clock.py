@@ -1,4 +1,4 @@
-"""Clocks for the in-memory queues: real time by default, or a manual clock tests advance."""
+"""Clocks of an in-memory server: real time by default, or a manual clock tests advance."""
 
 from __future__ import annotations
 
