@@ -21,6 +21,7 @@ from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING
 
 from .errors import GlideMQError
+from .run_budget import RunBudget
 from .wire import fetch
 
 if TYPE_CHECKING:
@@ -31,7 +32,6 @@ __all__ = ["MIN_HELD", "HeldJobs", "HoldWindow", "default_max_held", "send_back"
 MIN_HELD = 64
 """Default `max_held` for concurrency below it. The time budget bounds held work; this only
 caps the count for very short jobs (64 held at concurrency 1 gave 2.3x the jobs/s of 8)."""
-_AVERAGE_WEIGHT = 0.125  # of the newest run in the moving average of run times
 _COLD_LIMIT = 0  # jobs held before any run was timed: none, it may be long
 
 
@@ -44,7 +44,7 @@ class HoldWindow:
     """The hold policy of one Worker with `capacity` slots; the `SlotExtension` of its
     `Slots`, which counts held jobs with the running ones."""
 
-    __slots__ = ("_run_time", "capacity", "depth", "last_start", "limit", "window")
+    __slots__ = ("budget", "capacity", "depth", "last_start", "window")
 
     def __init__(self, capacity: int, window: float, depth: int) -> None:
         self.capacity = capacity
@@ -52,11 +52,14 @@ class HoldWindow:
         """Seconds of expected work the worker may hold."""
         self.depth = depth
         """The most jobs held at once."""
-        self.limit = min(depth, _COLD_LIMIT)
-        """Jobs that may be held now."""
+        self.budget = RunBudget(window, depth, slots=capacity, cold=_COLD_LIMIT)
         self.last_start = float("-inf")
         """`time.monotonic()` when a job last started running."""
-        self._run_time: float | None = None
+
+    @property
+    def limit(self) -> int:
+        """Jobs that may be held now: the time budget, at most `depth`."""
+        return self.budget.limit
 
     @property
     def accepting(self) -> bool:
@@ -77,12 +80,7 @@ class HoldWindow:
 
     def timed(self, seconds: float) -> None:
         """Count a run's duration in the moving average that sets `limit`."""
-        average = self._run_time
-        average = seconds if average is None else average + (seconds - average) * _AVERAGE_WEIGHT
-        self._run_time = average
-        # In a window, `capacity` slots finish about capacity * window / average jobs.
-        work = self.capacity * self.window
-        self.limit = self.depth if work >= average * self.depth else int(work / average)
+        self.budget.timed(seconds)
 
     def stuck(self) -> bool:
         """No job started for a window: held jobs would wait for a long run to end."""

@@ -21,13 +21,13 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Iterable
 
+from ..run_budget import RunBudget
 from .handle import ChildHandle
 from .protocol import TAKE
 from .types import SandboxOptions
 
 __all__ = ["PrefetchWindow"]
 
-_AVERAGE_WEIGHT = 0.125  # of the newest run in the moving average of run times
 _COLD_DEPTH = 1  # queued runs per child before any run was timed
 
 
@@ -39,10 +39,14 @@ class PrefetchWindow:
         """The most runs a child holds queued (`SandboxOptions.pipeline`; 0 in batch mode)."""
         self.window = options.pipeline_window
         self.max_slots = size * self.depth
-        self.limit = min(self.depth, _COLD_DEPTH)
-        """Runs a child may hold queued now: the time budget, at most `depth`."""
-        self._run_time: float | None = None  # moving average of run durations, seconds
+        self.budget = RunBudget(self.window, self.depth, cold=_COLD_DEPTH)
+        """Per child: the time budget of runs it may hold queued, at most `depth`."""
         self._sweeper: asyncio.TimerHandle | None = None
+
+    @property
+    def limit(self) -> int:
+        """Runs a child may hold queued now."""
+        return self.budget.limit
 
     def queue_behind(self, ready: Iterable[ChildHandle], now: float) -> ChildHandle | None:
         """The child to queue a run on when every slot is taken: the least loaded one that
@@ -71,13 +75,8 @@ class PrefetchWindow:
 
     def timed(self, seconds: float) -> None:
         """Count a run's duration in the moving average that sets the queue depth."""
-        if not self.depth:
-            return
-        average = self._run_time
-        average = seconds if average is None else average + (seconds - average) * _AVERAGE_WEIGHT
-        self._run_time = average
-        budget = self.window / average if average > 0 else float(self.depth)
-        self.limit = min(self.depth, int(budget))
+        if self.depth:
+            self.budget.timed(seconds)
 
     def open_slots(self, ready: Iterable[ChildHandle], now: float) -> int:
         """Runs the pool may hold queued now: `limit` for each child that has a free slot
