@@ -21,10 +21,11 @@ from .connection import ConnectionLike, close_client, create_client, resolve_con
 from .context import QueueContext
 from .emitter import Emitter
 from .errors import DelayedError, GlideMQError, RateLimitError, UnrecoverableError
+from .executor import executor_for
 from .failure import expired_error, job_failure, record_failure
 from .fetcher import Fetcher, InOrder
 from .functions import ensure_library
-from .hold import HeldJobs, HoldWindow, default_max_held, send_back
+from .hold import HeldJobs, HoldWindow, send_back
 from .intake import Intake
 from .job import Job
 from .keys import DEFAULT_PREFIX, QueueKeys
@@ -32,7 +33,7 @@ from .lease import Lease, Revalidation
 from .lifecycle import WorkerLifecycle
 from .link import WorkerLink
 from .maintenance import Maintenance
-from .processor import ProcessorCall, check_processor
+from .processor import ProcessorCall
 from .sandbox.errors import SandboxHandBack
 from .serialize import encode_result
 from .serializers import get_serializer
@@ -92,52 +93,31 @@ class Worker(WorkerLifecycle, Generic[D, R]):
     ) -> None:
         base = worker_options(options, settings)
         self.connection = resolve_connection(connection)
-        self.sandbox_pool: SandboxPool | None = None
+        # In batch mode `concurrency` counts batches; the worker holds that many batches' jobs.
+        concurrency = base.concurrency * (base.batch.size if base.batch else 1)
+        hooks = {
+            "on_error": lambda exc: self.events.emit("error", exc),
+            "on_room": self._wake_up,
+            "secrets": (self.connection.password,),
+        }
+        self._executor = executor = executor_for(
+            processor, base, concurrency, start_limited=_start_limited(base), pool_hooks=hooks
+        )
+        self.sandbox_pool: SandboxPool | None = executor.pool
         """The sandbox pool running the processor in child processes (with `sandbox=`)."""
-        if base.sandbox is not None:
-            # The pool's run() becomes the processor: every code path below stays the same.
-            from .sandbox.pool import SandboxPool
-            from .sandbox_options import processor_target
-
-            self.sandbox_pool = SandboxPool(
-                processor_target(processor),
-                base.sandbox,
-                slots=base.concurrency,
-                batch=base.batch is not None,
-                on_error=lambda exc: self.events.emit("error", exc),
-                hand_back=True,
-                on_room=self._wake_up,
-                result_limit=base.max_result_bytes,
-                secrets=(self.connection.password,),
-            )
-            pool = self.sandbox_pool
-            call: Callable[[Any], Any] = pool.run_batch if base.batch else pool.run
-        else:
-            call = check_processor(processor)
+        self._hold: HoldWindow | None = executor.hold
         self.opts = base
         self._serializer = get_serializer(base.serializer)
         self.name = name
         self.keys = QueueKeys(name, prefix)
         self.consumer = base.consumer or f"worker-{uuid4().hex}"
         self.events = Emitter()
-        self._proc = ProcessorCall(call, base.concurrency, f"glidemq-{name}")
-        # In batch mode `concurrency` counts batches; the worker holds that many batches' jobs.
-        concurrency = base.concurrency * (base.batch.size if base.batch else 1)
-        # A sandbox may also hold runs queued in its children (pipelining, see Slots.free).
-        held = concurrency
-        extension: SandboxPool | HoldWindow | None = self.sandbox_pool
-        # In process, a few jobs may wait beyond the concurrency (glidemq/hold.py).
-        self._hold: HoldWindow | None = None
-        if self.sandbox_pool is not None:
-            held += self.sandbox_pool.max_pipeline_slots
-        elif base.batch is None and base.hold_window > 0 and not _start_limited(base):
-            depth = base.max_held if base.max_held is not None else default_max_held(concurrency)
-            if depth > 0:
-                self._hold = extension = HoldWindow(concurrency, base.hold_window / 1000, depth)
-                held += depth
+        self._proc = ProcessorCall(executor.call, base.concurrency, f"glidemq-{name}")
+        # Jobs held beyond the concurrency: in the hold window, or queued in sandbox children.
+        held = concurrency + executor.extra
         # Every slot count and the table of jobs held (entry id -> job, task) live here.
         self._slots: Slots[Job[D, R]] = Slots(
-            concurrency, base.prefetch or held, extension=extension
+            concurrency, base.prefetch or held, extension=executor.extension
         )
         flush_size = max(base.batch.size if base.batch else 1, -(-held // _FLUSH_DIVISOR))
         # Asked once: None (OpenTelemetry absent or no provider) keeps the job path as is.
@@ -223,8 +203,7 @@ class Worker(WorkerLifecycle, Generic[D, R]):
             await claim_serializer(link.ctx, self.opts.serializer, "Worker")
             self.watchdog.attach(link.ctx)
             await self._fetcher.ensure_group()
-            if self.sandbox_pool is not None:
-                await self.sandbox_pool.start()  # children start in the background
+            await self._executor.start()  # a sandbox's children start in the background
         except BaseException:
             await close_client(link.client)
             await close_client(link.blocking)
@@ -271,8 +250,7 @@ class Worker(WorkerLifecycle, Generic[D, R]):
         self._revalidation.cancel()
         await self._held.give_back()
         await self._finish_running(force, timeout)
-        if self.sandbox_pool is not None:
-            await self.sandbox_pool.close()  # aborted runs end, children exit, all reaped
+        await self._executor.close()
         await self._intake.drain()
         for t in self._tasks[1:]:
             t.cancel()
@@ -404,7 +382,7 @@ class Worker(WorkerLifecycle, Generic[D, R]):
     # -- running --------------------------------------------------------------------------
 
     async def _traced_run(self, tracing: otel.JobTracing, job: Job[D, R]) -> str:
-        return await tracing.process(job, self._run, sandbox=self.sandbox_pool is not None)
+        return await tracing.process(job, self._run, sandbox=self._executor.sandboxed)
 
     async def _run(self, job: Job[D, R]) -> str:
         """Run one try of the job; returns its outcome (`completed`, `retry`, `failed`, ...)
@@ -417,8 +395,7 @@ class Worker(WorkerLifecycle, Generic[D, R]):
                 raise expired_error()
             if self._slots.take_revoked(job.id):
                 raise UnrecoverableError(_REASON_REVOKED)  # revoked while it was held
-            # A sandbox times out by killing the child.
-            timeout = job.opts.get("timeout") if self.sandbox_pool is None else None
+            timeout = self._executor.timeout_of(job.opts.get("timeout"))
             if hold is None:
                 result = await self._proc.job(job, timeout)
             else:
