@@ -26,6 +26,7 @@ __all__ = [
     "QueueFullError",
     "QueueNotFoundError",
     "RateLimitError",
+    "Retry",
     "SerializerMismatchError",
     "ServerError",
     "UnrecoverableError",
@@ -202,6 +203,22 @@ class QueueFullError(GlideMQError):
 
 class UnrecoverableError(GlideMQError):
     """Raised by a processor: fail the job now, without using its remaining attempts."""
+
+
+class Retry(GlideMQError):
+    """Raised by a processor: run the job again after `delay` ms (its backoff when None).
+
+    The try counts as a failed attempt, so the job is retried while attempts remain and fails
+    with this error's reason when none is left (as Celery's `self.retry(countdown=...)`)."""
+
+    def __init__(self, delay: int | None = None, reason: str = "retry requested") -> None:
+        if delay is not None and (
+            isinstance(delay, bool) or not isinstance(delay, int) or delay < 0
+        ):
+            raise ValidationError("delay", "must be an integer >= 0 (ms) or None")
+        super().__init__(reason)
+        self.delay = delay
+        """Milliseconds until the next try; None: the job's backoff decides."""
 
 
 class DelayedError(GlideMQError):

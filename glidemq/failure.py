@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
 from .backoff import retry_delay
-from .errors import GlideMQError, UnrecoverableError, ValidationError
+from .errors import GlideMQError, Retry, UnrecoverableError, ValidationError
 from .types import WorkerOptions, job_retention
 
 if TYPE_CHECKING:
@@ -55,7 +55,10 @@ def job_failure(
     strategy is reported as an `error` event on `events`, and the retry is immediate)."""
     final = isinstance(error, UnrecoverableError | _Expired) or job.discarded
     delay = -1
-    if not final:
+    asked = getattr(error, "delay", None) if isinstance(error, Retry) else None
+    if not final and asked is not None:
+        delay = asked
+    elif not final:
         try:
             delay = retry_delay(
                 job.opts.get("backoff"), job.attempts_made + 1, error, opts.backoff_strategies

@@ -236,7 +236,7 @@ class ProtocolError(SandboxError):
 # -- errors on the wire -------------------------------------------------------------------
 
 _REGISTRY: dict[str, type[BaseException]] = {}
-_ATTRS = ("field", "reason", "job_id", "queue", "operation", "size", "limit", "exitcode")
+_ATTRS = ("field", "reason", "job_id", "queue", "operation", "size", "limit", "exitcode", "delay")
 _SCALARS = (str, int, float, bool, type(None))
 
 

@@ -1,0 +1,57 @@
+"""`raise glidemq.Retry(delay=ms)`: the job runs again after the delay, counting an attempt,
+and fails with the retry's reason once no attempt is left."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from glidemq import Backoff, JobOptions, Retry, ValidationError
+from tests.behaviour.conftest import Backend
+from tests.helpers import wait_for, wait_state
+
+
+async def test_retry_runs_the_job_again_after_its_delay(backend: Backend) -> None:
+    runs: list[int] = []
+
+    async def flaky(job: Any) -> str:
+        runs.append(backend.now_ms())
+        if len(runs) == 1:
+            raise Retry(delay=1500, reason="rate limited upstream")
+        return "done"
+
+    # the backoff would retry at once: Retry's own delay wins
+    opts = JobOptions(attempts=3, backoff=Backoff("fixed", 0))
+    job = await backend.queue.add("call", {"n": 1}, opts)
+    assert job is not None
+    async with backend.worker(flaky):
+        await wait_state(backend.queue, job.id, "delayed")
+        stored = await backend.queue.get_job(job.id)
+        assert stored is not None
+        assert stored.attempts_made == 1 and stored.failed_reason == "rate limited upstream"
+        await backend.elapse(1500)
+        await wait_state(backend.queue, job.id, "completed")
+    assert len(runs) == 2 and runs[1] - runs[0] >= 1500
+
+
+async def test_retry_without_attempts_left_fails_the_job(backend: Backend) -> None:
+    async def always(job: Any) -> None:
+        raise Retry(delay=10)
+
+    job = await backend.queue.add("call", None, JobOptions(attempts=2))
+    assert job is not None
+    async with backend.worker(always) as worker:
+        await wait_for(lambda: worker.failed_count == 1)
+        await backend.elapse(20)
+        await wait_for(lambda: worker.failed_count == 2)
+        await wait_state(backend.queue, job.id, "failed")
+    stored = await backend.queue.get_job(job.id)
+    assert stored is not None and stored.failed_reason == "retry requested"
+
+
+def test_a_bad_delay_is_refused() -> None:
+    for bad in (-1, 1.5, True, "10"):
+        with pytest.raises(ValidationError):
+            Retry(delay=bad)  # type: ignore[arg-type]
+    assert Retry().delay is None
