@@ -250,3 +250,23 @@ async def test_schedulers_fire_on_the_manual_clock_only(
     later = await queue.get_job_scheduler("tick")
     assert later is not None and later.count == 3
     assert later.next_run == s.next_run + 12 * 60_000  # still on the grid
+
+
+async def test_broadcasts_reach_subscribers_on_a_memory_server(server: MemoryServer) -> None:
+    # nothing of Broadcast knows the server: it runs on `server.options` like on a URL
+    from glidemq import Broadcast, BroadcastWorker
+
+    got: list[Any] = []
+
+    async def record(job: Any) -> None:
+        got.append(job.data)
+
+    async with BroadcastWorker("news", "mail", record, connection=server.options):
+        async with Broadcast("news", connection=server.options) as news:
+            await news.publish("story", {"n": 1})
+            await news.publish("story", {"n": 2})
+        for _ in range(200):
+            if len(got) == 2:
+                break
+            await asyncio.sleep(0.01)
+    assert got == [{"n": 1}, {"n": 2}]
