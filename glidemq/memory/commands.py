@@ -411,13 +411,12 @@ def _zrange(ks: Keyspace, a: list[bytes]) -> list[bytes]:
     if z is None:
         return []
     start, stop = parse_int(a[1]), parse_int(a[2])
-    if b"REV" in opts:
+    if b"REV" in opts:  # ranks counted from the highest score
         n = len(z)
-        entries = [z.order[n - 1 - i] for i in range(n)]
-        tmp = ZSet()
-        tmp.order = entries
-        tmp.scores = z.scores
-        return _flat(tmp.rank_range(start, stop), b"WITHSCORES" in opts)
+        first = max(0, start + n if start < 0 else start)
+        last = min(n - 1, stop + n if stop < 0 else stop)
+        picked = z.order[n - 1 - last : n - first][::-1] if first <= last else []
+        return _flat(picked, b"WITHSCORES" in opts)
     return _flat(z.rank_range(start, stop), b"WITHSCORES" in opts)
 
 

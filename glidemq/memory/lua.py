@@ -97,7 +97,6 @@ class LuaLibrary:
             self.runtime.execute(body)
         except lua51.LuaError as exc:
             raise CommandError(f"ERR Error compiling function: {exc}") from None
-        self._register_open = False
 
     # -- what the library calls --------------------------------------------------------
 
