@@ -21,6 +21,7 @@ __all__ = [
     "JobStateError",
     "JobTimeoutError",
     "LibraryError",
+    "OperationTimeoutError",
     "PayloadTooLargeError",
     "ProcessorExitError",
     "QueueFullError",
@@ -29,6 +30,7 @@ __all__ = [
     "Retry",
     "SerializerMismatchError",
     "ServerError",
+    "TaskArgumentError",
     "UnrecoverableError",
     "UnsupportedOptionError",
     "ValidationError",
@@ -163,6 +165,11 @@ class JobTimeoutError(GlideMQError, TimeoutError):
     """A job ran longer than its timeout, or a wait for a job ran out of time."""
 
 
+class OperationTimeoutError(GlideMQError, TimeoutError):
+    """A call of the sync API did not finish within its `timeout`; what it asked for may
+    still happen (an add may land)."""
+
+
 class JobFailedError(GlideMQError):
     """The job a caller waited for failed for good (`Queue.add_and_wait`).
 
@@ -219,6 +226,11 @@ class Retry(GlideMQError):
         super().__init__(reason)
         self.delay = delay
         """Milliseconds until the next try; None: the job's backoff decides."""
+
+
+class TaskArgumentError(ValidationError, UnrecoverableError):
+    """A task's arguments do not fit its signature or type hints; `field` names the argument
+    (`send.to`). Raised on add; before a run, it fails the job at once (no retry could help)."""
 
 
 class DelayedError(GlideMQError):
