@@ -17,6 +17,7 @@ from typing import Any
 
 __all__ = ["keep_replies_flowing"]
 
+_glide: Any
 try:
     from glide import glide_client as _glide
 except ImportError:  # pragma: no cover - valkey-glide is a dependency
