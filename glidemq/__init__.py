@@ -59,6 +59,7 @@ from .scheduler import JobScheduler, JobTemplate
 from .shutdown import GracefulShutdown
 from .streams import StreamChunk
 from .suspend import Signal
+from .tasks import Task, configure_tasks, current_job, task, task_processor
 from .types import Backoff, BatchOptions, Deduplication, JobOptions, KeepJobs, WorkerOptions
 from .usage import FlowUsage, ModelUsage, TokenLimiter, Usage, UsageSummary, UsageTotals
 from .version import __version__
@@ -126,6 +127,7 @@ __all__ = [
     "Signal",
     "StreamChunk",
     "SuspendedError",
+    "Task",
     "TaskArgumentError",
     "TokenBucket",
     "TokenLimiter",
@@ -142,7 +144,11 @@ __all__ = [
     "__version__",
     "chain",
     "chord",
+    "configure_tasks",
+    "current_job",
     "dag",
     "group",
     "processor",
+    "task",
+    "task_processor",
 ]

@@ -148,12 +148,15 @@ class ProcessorSpec:
     """A processor with the queue(s) it serves and Worker options for it.
 
     `batch=True` means the function takes a list of jobs and returns a list of results.
+    `schedules` are the job schedulers `glidemq-run` upserts before its workers start (as
+    `glidemq.tasks.schedule_of` describes them).
     """
 
     function: Callable[..., Any]
     queues: tuple[str, ...] = ()
     batch: bool = False
     options: Mapping[str, Any] = field(default_factory=dict)
+    schedules: tuple[Mapping[str, Any], ...] = ()
 
     @property
     def is_async(self) -> bool:
@@ -192,15 +195,16 @@ def processor(
     return wrap
 
 
-def load_processor(target: str) -> ProcessorSpec:
-    """Import `module:attr` (or `path/to/file.py:attr`) and return it as a ProcessorSpec.
+def _as_spec(objs: list[Any]) -> ProcessorSpec:
+    # Task handles (glidemq.tasks) describe themselves, so this layer need not import them.
+    return type(objs[0]).__glidemq_spec__(objs)  # type: ignore[no-any-return]
 
-    Raises ValidationError for a malformed target, a missing attribute or a non-callable;
-    an import error propagates with its traceback.
-    """
-    module_name, sep, attr = target.partition(":")
-    if not sep or not module_name or not attr:
-        raise ValidationError("processor", f"expected MODULE:ATTR, got {target!r}")
+
+def _is_task(obj: object) -> bool:
+    return hasattr(type(obj), "__glidemq_spec__")
+
+
+def _import(module_name: str) -> Any:
     if module_name.endswith(".py") or os.sep in module_name:
         path = os.path.abspath(module_name)
         if not os.path.exists(path):
@@ -210,7 +214,32 @@ def load_processor(target: str) -> ProcessorSpec:
         module_name = filename.removesuffix(".py")
     elif "" not in sys.path and os.getcwd() not in sys.path:
         sys.path.insert(0, os.getcwd())  # like `python -m`: the working directory is importable
-    module = importlib.import_module(module_name)
+    return importlib.import_module(module_name)
+
+
+def load_processor(target: str) -> ProcessorSpec:
+    """Import `module:attr` (or `path/to/file.py:attr`) and return it as a ProcessorSpec;
+    a bare `module` stands for every `@glidemq.task` declared in it (a bare file for its
+    `process`, else its tasks).
+
+    Raises ValidationError for a malformed target, a missing attribute, a non-callable or
+    a module without tasks; an import error propagates with its traceback.
+    """
+    module_name, sep, attr = target.partition(":")
+    if not module_name or (sep and not attr):
+        raise ValidationError("processor", f"expected MODULE:ATTR or MODULE, got {target!r}")
+    module = _import(module_name)
+    if not sep and module_name.endswith(".py") and callable(getattr(module, "process", None)):
+        sep, attr = ":", "process"  # as a sandbox reads a bare file: its `process`
+    if not sep:
+        found = [v for v in vars(module).values() if _is_task(v)]
+        if not found:
+            raise ValidationError(
+                "processor",
+                f"module {module_name!r} declares no @glidemq.task; "
+                "name a processor as MODULE:ATTR",
+            )
+        return _as_spec(list({id(t): t for t in found}.values()))
     obj: Any = module
     for part in attr.split("."):
         try:
@@ -221,6 +250,8 @@ def load_processor(target: str) -> ProcessorSpec:
             ) from None
     if isinstance(obj, ProcessorSpec):
         return obj
+    if _is_task(obj):
+        return _as_spec([obj])
     if not callable(obj):
         raise ValidationError("processor", f"{target} is {type(obj).__name__}, not callable")
     return ProcessorSpec(obj)

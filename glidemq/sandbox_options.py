@@ -115,8 +115,9 @@ class SandboxOptions:
 def normalize_target(target: str) -> str:
     """Check a processor target's form and make file paths absolute.
 
-    Accepted: `package.module:attr` (attr may be dotted), `path/to/file.py:attr`, and
-    `path/to/file.py` alone, meaning attribute `process` (DEFAULT_ATTR). Whether it imports
+    Accepted: `package.module:attr` (attr may be dotted), `package.module` alone (its
+    `@glidemq.task` functions), `path/to/file.py:attr`, and `path/to/file.py` alone,
+    meaning attribute `process` (DEFAULT_ATTR). Whether it imports
     is checked in the child, which owns user code.
     """
     if not isinstance(target, str) or not target.strip():
@@ -125,12 +126,15 @@ def normalize_target(target: str) -> str:
     if not sep or os.sep in attr or attr.endswith(".py"):
         module, attr = target, ""  # no attribute part (a colon may be in a path)
     is_file = module.endswith(".py") or os.sep in module
-    if not attr:
-        if not is_file:
+    if not attr and not is_file:  # a module of @glidemq.task functions
+        if not all(part.isidentifier() for part in module.split(".")):
             raise ValidationError(
                 "processor",
-                f"expected 'module:attr' (or 'path/to/file.py[:attr]'), got {target!r}",
+                f"expected 'module:attr', a module of tasks or 'path/to/file.py[:attr]', "
+                f"got {target!r}",
             )
+        return module
+    if not attr:
         attr = DEFAULT_ATTR
     if not module or not all(part.isidentifier() for part in attr.split(".")):
         raise ValidationError("processor", f"malformed processor target {target!r}")

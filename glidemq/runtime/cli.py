@@ -8,7 +8,7 @@ import socket
 import sys
 import time
 import traceback
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from functools import partial
 from typing import Any
 
@@ -63,7 +63,7 @@ def _probe_in_child(cfg: RuntimeConfig, w: int) -> int:
         from .worker_process import _worker_options
 
         _worker_options(cfg, spec)  # flags and declared options together must be valid
-        msg: dict[str, object] = {"ok": True}
+        msg: dict[str, object] = {"ok": True, "schedules": [dict(s) for s in spec.schedules]}
     except BaseException as exc:
         code = ExitCode.USAGE
         msg = {
@@ -75,10 +75,10 @@ def _probe_in_child(cfg: RuntimeConfig, w: int) -> int:
     return code
 
 
-def _probe_processor(cfg: RuntimeConfig) -> str | None:
+def _probe_processor(cfg: RuntimeConfig) -> tuple[str | None, list[dict[str, Any]]]:
     """Import the processor in a throw-away child so the supervisor never imports user code
     (every worker imports it fresh, which is what makes SIGHUP reload it). Returns an error
-    text, or None when it is usable."""
+    text (None when it is usable) and the schedulers its tasks declare."""
     r, w = os.pipe()
     pid = os.fork()
     if pid == 0:  # pragma: no cover - child side, exercised by the CLI tests
@@ -95,12 +95,58 @@ def _probe_processor(cfg: RuntimeConfig) -> str | None:
     try:
         reply = orjson.loads(b"".join(chunks))
     except orjson.JSONDecodeError:
-        return "the processor check crashed before reporting"
+        return "the processor check crashed before reporting", []
     if reply.get("ok"):
-        return None
-    if reply.get("error", "").startswith(("UsageError", "ValidationError")):
-        return str(reply["error"])
-    return f"{reply['error']}\n{reply.get('traceback', '')}".rstrip()
+        return None, list(reply.get("schedules", []))
+    if reply.get("error", "").startswith(("UsageError", "ValidationError", "TaskArgumentError")):
+        return str(reply["error"]), []
+    return f"{reply['error']}\n{reply.get('traceback', '')}".rstrip(), []
+
+
+def _upsert_in_child(
+    conn: ConnectionOptions, prefix: str, schedules: Sequence[Mapping[str, Any]]
+) -> int:
+    import asyncio
+
+    from ..queue import Queue
+
+    async def upsert() -> None:
+        queues: dict[str, Queue[Any, Any]] = {}
+        try:
+            for item in schedules:
+                name = str(item["queue"])
+                queue = queues.get(name)
+                if queue is None:
+                    queue = queues[name] = Queue(name, connection=conn, prefix=prefix)
+                await queue.upsert_job_scheduler(
+                    str(item["name"]), **item["options"], template=item["template"]
+                )
+                log.info("scheduler %s of queue %s is up to date", item["name"], name)
+        finally:
+            for queue in queues.values():
+                await queue.close()
+
+    try:
+        asyncio.run(upsert())
+    except GlideMQError as exc:
+        print(f"glidemq-run: error: cannot upsert the schedules: {exc}", file=sys.stderr)
+        return ExitCode.USAGE
+    return 0
+
+
+def upsert_schedules(
+    conn: ConnectionOptions, prefix: str, schedules: Sequence[Mapping[str, Any]]
+) -> bool:
+    """Create or update the schedulers the tasks declare, in a throw-away child (the
+    supervisor keeps no client). Upserting an unchanged one keeps its next run, so however
+    many glidemq-run start, each schedule fires once per tick. False when it failed."""
+    pid = os.fork()
+    if pid == 0:  # pragma: no cover - child side, exercised by the CLI tests
+        run_as_child(
+            partial(_upsert_in_child, conn, prefix, schedules), error_code=ExitCode.INTERNAL
+        )
+    _, status = os.waitpid(pid, 0)
+    return os.waitstatus_to_exitcode(status) == 0
 
 
 def _wait_reachable(conn: ConnectionOptions, timeout: float) -> str | None:
@@ -155,7 +201,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(f"glidemq-run: embedded Valkey at {server.url}", file=sys.stderr, flush=True)
             conn = ConnectionOptions.from_url(server.url)
         assert conn is not None
-        problem = _probe_processor(cfg)
+        problem, schedules = _probe_processor(cfg)
         if problem is not None:
             print(
                 f"glidemq-run: error: cannot use processor {cfg.target!r}: {problem}",
@@ -165,6 +211,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         problem = _wait_reachable(conn, cfg.connect_timeout)
         if problem is not None:
             print(f"glidemq-run: error: {problem}", file=sys.stderr)
+            return ExitCode.USAGE
+        if schedules and not upsert_schedules(conn, cfg.prefix, schedules):
             return ExitCode.USAGE
         from .supervisor import Supervisor
 

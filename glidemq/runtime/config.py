@@ -96,7 +96,12 @@ def build_parser() -> argparse.ArgumentParser:
         formatter_class=argparse.RawDescriptionHelpFormatter,
         allow_abbrev=False,  # `--proc` is a typo, not `--procs`
     )
-    p.add_argument("target", metavar="MODULE:ATTR", help="the processor, e.g. app.tasks:send")
+    p.add_argument(
+        "target",
+        metavar="MODULE:ATTR",
+        help="the processor (app.jobs:process), one task (app.tasks:send) or every task of "
+        "a module (app.tasks)",
+    )
     p.add_argument("--version", action="version", version=f"glidemq-run {__version__}")
     p.add_argument("--procs", type=positive_int, help="worker processes (default: CPU count)")
     p.add_argument("--concurrency", type=positive_int, help="jobs at once per process")

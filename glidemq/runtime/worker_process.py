@@ -22,6 +22,7 @@ from ..process.memory import rss_bytes
 from ..processor import ProcessorSpec, load_processor
 from ..queue import Queue
 from ..sandbox.types import SandboxOptions
+from ..tasks import configure_tasks
 from ..types import BatchOptions, WorkerOptions, from_mapping
 from ..worker import Worker
 from . import ipc
@@ -266,6 +267,7 @@ def run_worker_process(
     """Body of a forked worker process; returns its exit code. `orphans`: holdings of dead
     sibling processes whose jobs it hands back once it is ready."""
     try:
+        configure_tasks(connection=conn, prefix=cfg.prefix)  # tasks added from tasks go here
         spec = load_processor(cfg.target)
         if not _queues(cfg, spec):
             raise GlideMQError("no queue: pass --queue or declare it with @glidemq.processor")
