@@ -15,17 +15,16 @@
     await glidemq_django.aadd("emails", "welcome", {"to": user.email})   # async views
 
 Adds go through `glidemq.Producer`: one lazily opened connection per queue and process.
-Every add, sync or async, runs on one event loop of the process in a thread of its own, so
-that connection is reused across requests, threads and event loops. Needs Django.
+Every add, sync or async, runs on the sync API's event loop (`glidemq.sync`), so that
+connection is reused across requests, threads and event loops, and a forked process opens
+its own. Needs Django.
 """
 
 from __future__ import annotations
 
 import asyncio
 import os
-import threading
 from collections.abc import Mapping
-from concurrent.futures import Future
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -35,6 +34,7 @@ from ...errors import GlideMQError, ValidationError
 from ...job import Job
 from ...keys import DEFAULT_PREFIX
 from ...producer import Producer
+from ...sync import runner
 from ...types import JobOptions
 
 __all__ = ["Settings", "aadd", "add", "connection", "settings"]
@@ -99,37 +99,24 @@ def connection() -> ConnectionOptions:
     return resolve_connection(s.url)
 
 
-_producers: dict[str, Producer[Any, Any]] = {}  # used only on the helper loop's thread
+_producers: dict[str, Producer[Any, Any]] = {}  # used only on the sync API's loop
 _pid = os.getpid()
-_lock = threading.Lock()
-_loop: asyncio.AbstractEventLoop | None = None
-
-
-def _helper_loop() -> asyncio.AbstractEventLoop:
-    """This process's event loop for adds, running in a daemon thread. Every add (sync or
-    async) runs there, so each queue has one connection however the views run: WSGI threads,
-    an ASGI loop, or a new loop per request (async views under a WSGI server)."""
-    global _loop, _pid
-    with _lock:
-        if os.getpid() != _pid:  # forked: the parent's thread and clients are not ours
-            _pid, _loop = os.getpid(), None
-            _producers.clear()
-        if _loop is None:
-            loop = asyncio.new_event_loop()
-            threading.Thread(target=loop.run_forever, name="glidemq-django", daemon=True).start()
-            _loop = loop
-        return _loop
 
 
 async def _add(
     queue: str, name: str, data: Any, opts: JobOptions | Mapping[str, Any] | None
 ) -> Job[Any, Any] | None:
+    global _pid
+    if os.getpid() != _pid:  # forked: the parent's clients are not ours
+        _pid = os.getpid()
+        _producers.clear()
     found = _producers.get(queue)
     if found is None:
         s = settings()
         found = _producers[queue] = Producer(
             queue, connection=connection(), prefix=s.prefix, compression=s.compression
         )
+        runner.close_at_exit(id(found), found.close)
     return await found.add(name, data, opts)
 
 
@@ -137,8 +124,7 @@ async def aadd(
     queue: str, name: str, data: Any = None, opts: JobOptions | Mapping[str, Any] | None = None
 ) -> Job[Any, Any] | None:
     """Add a job from async code (an async view); as `Producer.add`."""
-    done = asyncio.run_coroutine_threadsafe(_add(queue, name, data, opts), _helper_loop())
-    return await asyncio.wrap_future(done)
+    return await runner.aio(lambda: _add(queue, name, data, opts))
 
 
 def add(
@@ -150,15 +136,13 @@ def add(
     timeout: float | None = 30.0,
 ) -> Job[Any, Any] | None:
     """Add a job from sync code (a view, a signal handler, a management command); as
-    `Producer.add`. Waits at most `timeout` seconds for the add (then TimeoutError: the add
-    may still happen). Refuses to run inside an event loop: use `aadd` there."""
+    `Producer.add`. Waits at most `timeout` seconds for the add (then
+    OperationTimeoutError, a TimeoutError: the add may still happen). Refuses to run inside
+    an event loop: use `aadd` there."""
     try:
         asyncio.get_running_loop()
     except RuntimeError:
         pass
     else:
         raise GlideMQError("glidemq add() called inside an event loop: use `await aadd(...)`")
-    done: Future[Job[Any, Any] | None] = asyncio.run_coroutine_threadsafe(
-        _add(queue, name, data, opts), _helper_loop()
-    )
-    return done.result(timeout)
+    return runner.call(lambda: _add(queue, name, data, opts), timeout)
