@@ -42,7 +42,9 @@ _current: contextvars.ContextVar[Job[Any, Any]] = contextvars.ContextVar("glidem
 
 
 def current_job() -> Job[Any, Any]:
-    """The job the calling task is running for (its progress, log, attempts, ...).
+    """The job the calling task is running for (its progress, log, attempts, ...). In a
+    sync task its methods return when done (`current_job().update_progress(50)`), in an
+    async task they are awaited as usual.
 
     Raises GlideMQError outside a task run by a worker."""
     try:
@@ -187,26 +189,16 @@ class Task(Generic[P, R]):
 
     async def run(self, job: Job[Any, Any]) -> Any:
         """Run the function for `job` (current_job() is `job` meanwhile) and return its
-        result as JSON data."""
+        result as JSON data. A sync function runs on a thread of its own."""
         args, kwargs = self.arguments(job.data)
-        token = _current.set(job)
-        try:
-            if self.is_async:
+        if self.is_async:
+            token = _current.set(job)
+            try:
                 result = await typing.cast(Any, self.fn)(*args, **kwargs)
-            else:
-                result = await _in_thread(self.fn, args, kwargs)
-        finally:
-            _current.reset(token)
-        return payload.encode(result, self._hints.get("return", Any), f"{self.name}.return")
-
-    def run_sync(self, job: Job[Any, Any]) -> Any:
-        """`run` for a sync function, in the calling thread."""
-        args, kwargs = self.arguments(job.data)
-        token = _current.set(job)
-        try:
-            result = self.fn(*args, **kwargs)
-        finally:
-            _current.reset(token)
+            finally:
+                _current.reset(token)
+        else:
+            result = await _in_thread(self.fn, args, kwargs, job)
         return payload.encode(result, self._hints.get("return", Any), f"{self.name}.return")
 
     # -- adding ---------------------------------------------------------------------------
@@ -318,17 +310,44 @@ def _set_options(options: JobOptions) -> dict[str, Any]:
     }
 
 
+class _BlockingJob:
+    """The running job as a sync task sees it: the Job's fields, and its coroutine methods
+    (update_progress, log, ...) run on the worker's loop, returning when done."""
+
+    def __init__(self, job: Job[Any, Any], loop: asyncio.AbstractEventLoop) -> None:
+        self._job = job
+        self._loop = loop
+
+    def __repr__(self) -> str:
+        return repr(self._job)
+
+    def __getattr__(self, name: str) -> Any:
+        value = getattr(self._job, name)
+        if not inspect.iscoroutinefunction(value):
+            return value
+
+        @functools.wraps(value)
+        def blocking(*args: Any, **kwargs: Any) -> Any:
+            return asyncio.run_coroutine_threadsafe(value(*args, **kwargs), self._loop).result()
+
+        return blocking
+
+
 _executor: ThreadPoolExecutor | None = None
+_MAX_THREADS = 1024  # started on demand; the worker's concurrency bounds how many run
 
 
-async def _in_thread(fn: Callable[..., Any], args: list[Any], kwargs: dict[str, Any]) -> Any:
-    # A sync task among async ones: its own threads, with the job's context (current_job).
+async def _in_thread(
+    fn: Callable[..., Any], args: list[Any], kwargs: dict[str, Any], job: Job[Any, Any]
+) -> Any:
     global _executor
     if _executor is None:
-        _executor = ThreadPoolExecutor(max_workers=32, thread_name_prefix="glidemq-task")
+        _executor = ThreadPoolExecutor(max_workers=_MAX_THREADS, thread_name_prefix="glidemq-task")
+    loop = asyncio.get_running_loop()
     context = contextvars.copy_context()
+    context.run(_current.set, typing.cast(Job[Any, Any], _BlockingJob(job, loop)))
     call = functools.partial(context.run, fn, *args, **kwargs)
-    return await asyncio.get_running_loop().run_in_executor(_executor, call)
+    return await loop.run_in_executor(_executor, call)
 
 
 # -- the decorator -----------------------------------------------------------------------------
@@ -462,15 +481,9 @@ def _route(table: Mapping[Any, Task[Any, Any]], job: Job[Any, Any]) -> Task[Any,
 
 def task_processor(*tasks: Task[Any, Any]) -> Callable[[Job[Any, Any]], Any]:
     """A processor for a Worker that runs these tasks, each job by its name (a name no task
-    has fails the job as unrecoverable). Sync when every task is sync, so the worker gives
-    each concurrency slot a thread; else async, with sync tasks on threads of their own."""
+    has fails the job as unrecoverable). Async tasks run on the worker's loop, sync ones on
+    threads (as many as the worker's concurrency lets run)."""
     table = _table(tasks)
-    if all(not t.is_async for t in tasks):
-
-        def run_sync(job: Job[Any, Any]) -> Any:
-            return _route(table, job).run_sync(job)
-
-        return run_sync
 
     async def run(job: Job[Any, Any]) -> Any:
         return await _route(table, job).run(job)

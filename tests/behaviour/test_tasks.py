@@ -3,7 +3,6 @@ checked and decoded by the type hints before the run, and current_job() is the j
 
 from __future__ import annotations
 
-import asyncio
 import threading
 from dataclasses import dataclass
 from typing import Any, TypedDict
@@ -53,18 +52,23 @@ async def test_jobs_route_by_name_to_async_and_sync_tasks(backend: Backend) -> N
     assert threads and threads[0] != threading.main_thread().name  # a sync task runs on a thread
 
 
-async def test_all_sync_tasks_give_a_sync_processor(backend: Backend) -> None:
+async def test_a_sync_task_calls_the_job_methods_without_awaiting(backend: Backend) -> None:
     @glidemq.task(backend.name)
-    def one() -> int:
-        return 1
+    def long_one(steps: int) -> int:
+        job = glidemq.current_job()
+        for step in range(1, steps + 1):
+            job.update_progress(step * 25)  # returns when stored: no await in sync code
+        job.log("done")
+        return job.attempts_made + 1
 
-    processor = glidemq.task_processor(one)
-    assert not asyncio.iscoroutinefunction(processor)  # the worker gives each slot a thread
-    job = await backend.queue.add("one", one.payload())
+    job = await backend.queue.add("long_one", long_one.payload(4))
     assert job is not None
-    async with backend.worker(processor):
+    async with backend.worker(glidemq.task_processor(long_one)):
         await wait_state(backend.queue, job.id, "completed")
-    assert await backend.queue.get_result(job.id) == 1
+    stored = await backend.queue.get_job(job.id)
+    assert stored is not None and stored.progress == 100 and stored.returnvalue == 1
+    logs, total = await backend.queue.get_job_logs(job.id)
+    assert total == 1 and logs == ["done"]
 
 
 async def test_arguments_that_do_not_fit_fail_at_once_naming_the_argument(
