@@ -318,19 +318,10 @@ async def create_client(opts: ConnectionOptions, *, name: str | None = None) -> 
     refused = await _refused(opts.addresses)
     if refused is not None:
         raise ConnectionError(f"cannot connect to {opts.url}: connection refused by {refused}")
-    addresses = [NodeAddress(h, p) for h, p in opts.addresses]
-    credentials = (
-        ServerCredentials(password=opts.password, username=opts.username)
-        if opts.password is not None
-        else None
-    )
-    client_name = client_name_of(name or opts.client_name)
-    # Reconnect forever with capped backoff: a server restart must not kill a worker.
-    reconnect = BackoffStrategy(num_of_retries=12, factor=50, exponent_base=2)
-    settings = {**opts.extra, **glide_tls_settings(opts)}
+    glide_tls_settings(opts)  # an unreadable TLS file fails here, before any try
     for attempt in range(_CONNECT_TRIES):
         try:
-            return await _create(opts, addresses, credentials, client_name, reconnect, settings)
+            return await _create(opts, name)
         except _GlideError as exc:  # ConnectionError, ClosingError and the rest
             if attempt + 1 < _CONNECT_TRIES and connect_timed_out(exc):
                 # a busy machine or a cluster still settling: the server is there (it did not
@@ -355,39 +346,49 @@ def connect_timed_out(exc: BaseException) -> bool:
     return "timed out" in str(exc).lower()
 
 
-async def _create(
-    opts: ConnectionOptions,
-    addresses: list[NodeAddress],
-    credentials: ServerCredentials | None,
-    client_name: str | None,
-    reconnect: BackoffStrategy,
-    settings: dict[str, Any],
-) -> Client:
-    """One valkey-glide client of `opts` (raises what valkey-glide raises)."""
+def client_configuration(
+    opts: ConnectionOptions, *, name: str | None = None
+) -> GlideClientConfiguration | GlideClusterClientConfiguration:
+    """The valkey-glide configuration of a client of `opts` (shared by the async client and
+    the sync one, `glide_sync`). Raises ValidationError for an unreadable TLS file."""
+    addresses = [NodeAddress(h, p) for h, p in opts.addresses]
+    credentials = (
+        ServerCredentials(password=opts.password, username=opts.username)
+        if opts.password is not None
+        else None
+    )
+    client_name = client_name_of(name or opts.client_name)
+    # Reconnect forever with capped backoff: a server restart must not kill a worker.
+    reconnect = BackoffStrategy(num_of_retries=12, factor=50, exponent_base=2)
+    settings = {**opts.extra, **glide_tls_settings(opts)}
     if opts.cluster:
-        return await GlideClusterClient.create(
-            GlideClusterClientConfiguration(
-                addresses,
-                use_tls=opts.tls,
-                credentials=credentials,
-                request_timeout=opts.request_timeout_ms,
-                reconnect_strategy=reconnect,
-                client_name=client_name,
-                **settings,
-            )
-        )
-    return await GlideClient.create(
-        GlideClientConfiguration(
+        return GlideClusterClientConfiguration(
             addresses,
             use_tls=opts.tls,
             credentials=credentials,
             request_timeout=opts.request_timeout_ms,
             reconnect_strategy=reconnect,
-            database_id=opts.database or None,
             client_name=client_name,
             **settings,
         )
+    return GlideClientConfiguration(
+        addresses,
+        use_tls=opts.tls,
+        credentials=credentials,
+        request_timeout=opts.request_timeout_ms,
+        reconnect_strategy=reconnect,
+        database_id=opts.database or None,
+        client_name=client_name,
+        **settings,
     )
+
+
+async def _create(opts: ConnectionOptions, name: str | None) -> Client:
+    """One valkey-glide client of `opts` (raises what valkey-glide raises)."""
+    config = client_configuration(opts, name=name)
+    if isinstance(config, GlideClusterClientConfiguration):
+        return await GlideClusterClient.create(config)
+    return await GlideClient.create(config)
 
 
 async def close_client(client: Client | None) -> None:

@@ -246,6 +246,30 @@ class Queue(
         reply, now = await future
         return self._added(reply, name, data, options, now)
 
+    def plain_add_call(
+        self, name: str, data: D | None, opts: JobOptions | Mapping[str, Any] | None
+    ) -> tuple[Call, JobOptions, int] | None:
+        """The FCALL of one add, the job's options and its time, for a caller that sends
+        it on a client of its own (the sync API's); None when the add must go through
+        `add`: deduplicated, traced, on a memory server, or before the first connect."""
+        options = default_result_ttl(JobOptions.coerce(opts), self.result_ttl)
+        if (
+            options.deduplication is not None
+            or self._tracing is not None
+            or self._ctx is None
+            or self.connection.backend is not None
+        ):
+            return None
+        args = self._compact(name, data, options, None)
+        now = self.connection.clock.now_ms()
+        return adds.add_bulk_call(self.keys, now, [args], safe=bool(args[6])), options, now
+
+    def plain_add_done(
+        self, reply: Any, name: str, data: D | None, options: JobOptions, now: int
+    ) -> Job[D, R] | None:
+        """The Job a `plain_add_call` made, from the first item of the call's reply."""
+        return self._added(reply[0], name, data, options, now)
+
     def _start_add_task(
         self, loop: asyncio.AbstractEventLoop, coro: Coroutine[Any, Any, None]
     ) -> None:

@@ -60,6 +60,7 @@ def current_job() -> Job[Any, Any]:
 class _Defaults:
     connection: ConnectionLike = None
     prefix: str = DEFAULT_PREFIX
+    generation: int = 0  # bumped by configure_tasks: handles drop the queues they cached
 
 
 _defaults = _Defaults()
@@ -73,8 +74,9 @@ def configure_tasks(*, connection: ConnectionLike = None, prefix: str = DEFAULT_
     """Where tasks declared without `connection` / `prefix` are added: a URL or
     ConnectionOptions (None: the `GLIDEMQ_URL` environment variable) and a key prefix.
     `glidemq-run` sets it to the server and prefix it serves."""
-    _defaults.connection = connection
+    _defaults.connection = None if connection is None else resolve_connection(connection)
     _defaults.prefix = prefix
+    _defaults.generation += 1
 
 
 # -- the handle --------------------------------------------------------------------------------
@@ -213,9 +215,14 @@ class Task(Generic[P, R]):
         return clone
 
     def _where(self) -> tuple[ConnectionOptions, str]:
+        cached = self.__dict__.get("_where_cache")
+        if cached is not None and cached[0] == _defaults.generation:
+            return cached[1], cached[2]
         connection = self.connection if self.connection is not None else _defaults.connection
         prefix = self.prefix if self.prefix is not None else _defaults.prefix
-        return resolve_connection(connection), prefix
+        resolved = resolve_connection(connection)  # parsed once: a URL costs ~0.1 ms
+        self.__dict__["_where_cache"] = (_defaults.generation, resolved, prefix)
+        return resolved, prefix
 
     def _async_queue(self) -> Queue[Any, Any]:
         connection, prefix = self._where()
@@ -274,13 +281,19 @@ class SyncTask(Generic[P, R]):
         self.task = task
 
     def _queue(self) -> SyncQueue[Any, Any]:
+        held = self.task.__dict__.get("_sync_queue")
+        if held is not None and held[0] == _defaults.generation:
+            return held[1]  # type: ignore[no-any-return]
         connection, prefix = self.task._where()  # noqa: SLF001 - its own handle
         key = (self.task.queue, connection.url, prefix)
-        with _sync_lock:
-            queue = _sync_queues.get(key)
-            if queue is None:
-                queue = SyncQueue(self.task.queue, connection=connection, prefix=prefix)
-                _sync_queues[key] = queue
+        queue = _sync_queues.get(key)
+        if queue is None:
+            with _sync_lock:
+                queue = _sync_queues.get(key)
+                if queue is None:
+                    queue = SyncQueue(self.task.queue, connection=connection, prefix=prefix)
+                    _sync_queues[key] = queue
+        self.task.__dict__["_sync_queue"] = (_defaults.generation, queue)
         return queue
 
     def add(self, *args: P.args, **kwargs: P.kwargs) -> SyncJob[Any, R] | None:

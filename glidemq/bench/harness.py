@@ -73,6 +73,9 @@ PROFILES: dict[str, list[ScenarioParams]] = {
     ],
     # glidemq against the Python job queues (run with --with-python-peers): the scenarios
     # every one of them has, at sizes the slowest (RQ at c=1) finishes in seconds.
+    # a sync add one job at a time: glidemq's Task.delay against Celery's .delay() and RQ's
+    # enqueue (run with --systems glidemq,celery,rq)
+    "sync": [ScenarioParams("add-sync", jobs=3_000)],
     "python": [
         ScenarioParams("add-bulk", jobs=5_000),
         *(ScenarioParams("process", jobs=3_000, concurrency=c) for c in (1, 10, 100)),
@@ -83,6 +86,7 @@ PROFILES: dict[str, list[ScenarioParams]] = {
 Ratio = tuple[str, bool]
 _METRIC: dict[str, Ratio] = {
     "add-single": ("jobs_per_s", True),
+    "add-sync": ("jobs_per_s", True),
     "add-concurrent": ("jobs_per_s", True),
     "add-bulk": ("jobs_per_s", True),
     "process": ("jobs_per_s", True),

@@ -228,6 +228,8 @@ def run_system(
 
     `url` (a cluster's seed list) replaces `port`; `server_pid` may name several processes
     (their CPU is summed); `raw_out` asks for per-job records in that JSON-lines file."""
+    if params.scenario == "add-sync" and system in ("bullmq", "bullmq-py"):
+        return {"jobs": 0, "unsupported": f"{system} has no sync API to add from"}
     if system == "glidemq":
         cmd = [sys.executable, "-m", "glidemq.bench.scenario", params.scenario]
     elif system == "bullmq":

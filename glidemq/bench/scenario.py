@@ -29,7 +29,7 @@ __all__ = ["SCENARIOS", "main", "run_scenario"]
 
 SCENARIOS = (
     *("add-single", "add-concurrent", "add-bulk", "process", "procs", "latency"),
-    *("sandbox", "batch", "cluster", "memory", "cpu"),
+    *("sandbox", "batch", "cluster", "memory", "cpu", "add-sync"),
 )
 
 
@@ -219,8 +219,36 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
+def run_add_sync(o: argparse.Namespace) -> dict[str, Any]:
+    """`add-sync`: a task's `.delay()` from sync code, one job at a time (as Celery's
+    `.delay()` and RQ's `enqueue`), through the sync API."""
+    from ..sync import Queue as SyncQueue
+    from ..tasks import configure_tasks, task
+    from ..version import __version__
+
+    url = o.url or f"valkey://{o.host}:{o.port}"
+    server_pid = int(str(o.server_pid).split(",")[0]) if o.server_pid else None
+    configure_tasks(connection=url)
+
+    @task(o.queue, name="noop", remove_on_complete=True)
+    def noop(i: int) -> None: ...
+
+    q: SyncQueue[Any, Any]
+    with SyncQueue(o.queue, connection=url) as q:
+        q.obliterate(force=True)  # connected, the library loaded: as every add scenario
+        w = _Window(server_pid)
+        for i in range(o.jobs):
+            noop.delay(i)
+        result: dict[str, Any] = {"jobs": o.jobs, **w.close()}
+    result.update(system="glidemq", scenario=o.scenario, pid=os.getpid(), version=__version__)
+    return result
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     o = build_parser().parse_args(argv)
+    if o.scenario == "add-sync":
+        os.write(1, orjson.dumps(run_add_sync(o)) + b"\n")
+        return 0
     with asyncio.Runner(loop_factory=loop_factory()) as runner:
         result = runner.run(run_scenario(o))
     os.write(1, orjson.dumps(result) + b"\n")

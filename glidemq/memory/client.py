@@ -14,7 +14,7 @@ from typing import Any, Protocol
 
 from glide import ClosingError, RequestError
 from glide.async_commands.standalone_commands import StandaloneCommands
-from glide_shared.protobuf.command_request_pb2 import RequestType  # type: ignore[import-untyped]
+from glide_shared.protobuf.command_request_pb2 import RequestType  # type: ignore[import-untyped,unused-ignore]
 
 from .data import CommandError, Keyspace, Status, Stream
 from .streams import format_id

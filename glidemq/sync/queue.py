@@ -19,6 +19,7 @@ from ..queue_admin import JobCounts
 from ..serializers import DEFAULT_SERIALIZER
 from ..types import JobOptions
 from . import runner
+from .direct import DirectClient, Retryable, available
 from .runner import DEFAULT_TIMEOUT
 
 __all__ = ["Job", "Queue"]
@@ -60,6 +61,9 @@ class Queue(Generic[D, R]):
         async_queue.Queue(name, **self._options)  # bad options fail here, not on first use
         self._lock = threading.Lock()
         self._async: async_queue.Queue[D, R] | None = None
+        self._direct = (
+            DirectClient(self.connection, f"glidemq-queue-{name}", timeout) if available() else None
+        )
         self._pid = os.getpid()
         self._closed = False
 
@@ -102,6 +106,8 @@ class Queue(Generic[D, R]):
             self._closed = True
             queue, self._async = self._async, None
             runner.close_at_exit(id(self), None)
+        if self._direct is not None:
+            self._direct.close()
         if queue is not None and self._pid == os.getpid():
             runner.call(queue.close, self.timeout)
 
@@ -112,6 +118,18 @@ class Queue(Generic[D, R]):
     ) -> Job[D, R] | None:
         """Add one job; as `glidemq.Queue.add` (None when a custom id or deduplication
         skipped it)."""
+        direct = self._direct
+        if direct is not None and self._pid == os.getpid():
+            queue = self.aio
+            prepared = queue.plain_add_call(name, data, opts)
+            if prepared is not None:
+                call, options, now = prepared
+                try:
+                    reply = direct.fcall(call.function, call.keys, call.args, call.safe)
+                except Retryable:
+                    pass  # not run: the async path reloads the library or reconnects
+                else:
+                    return self._job(queue.plain_add_done(reply, name, data, options, now))
         return self._job(self._call(lambda q: q.add(name, data, opts)))
 
     def add_bulk(

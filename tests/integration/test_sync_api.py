@@ -20,7 +20,9 @@ from tests.helpers import FAST
 ROOT = Path(__file__).resolve().parents[2]
 
 
-async def run_script(body: str, url: str, queue: str, timeout: float = 60.0) -> dict[str, Any]:
+async def run_script(
+    body: str, url: str, queue: str, timeout: float = 60.0, env: dict[str, str] | None = None
+) -> dict[str, Any]:
     """Run `body` with `URL` and `QUEUE` defined; it prints one JSON object last. Async, so
     this test's own workers go on serving meanwhile."""
     prelude = f"import json, os, sys\nURL = {url!r}\nQUEUE = {queue!r}\n"
@@ -31,7 +33,7 @@ async def run_script(body: str, url: str, queue: str, timeout: float = 60.0) -> 
         stdout=asyncio.subprocess.PIPE,
         stderr=asyncio.subprocess.PIPE,
         cwd=ROOT,
-        env={"PATH": "/usr/bin:/bin", "GLIDEMQ_URL": url, "PYTHONPATH": str(ROOT)},
+        env={"PATH": "/usr/bin:/bin", "GLIDEMQ_URL": url, "PYTHONPATH": str(ROOT), **(env or {})},
     )
     try:
         out, err = await asyncio.wait_for(proc.communicate(), timeout)
@@ -60,8 +62,9 @@ async def queue(url: str, queue_name: str) -> AsyncIterator[Queue[Any, Any]]:
         await q.close()
 
 
+@pytest.mark.parametrize("direct", ["1", "0"], ids=["direct-add", "add-through-the-loop"])
 async def test_queue_and_job_calls_without_an_event_loop(
-    url: str, queue: Queue[Any, Any], queue_name: str
+    url: str, queue: Queue[Any, Any], queue_name: str, direct: str
 ) -> None:
     out = await run_script(
         """
@@ -87,6 +90,7 @@ async def test_queue_and_job_calls_without_an_event_loop(
         """,
         url,
         queue_name,
+        env={"GLIDEMQ_SYNC_DIRECT": direct},
     )
     assert out["data"] == {"to": "ada"} and out["name"] == "send" and out["prio"] == 2
     assert out["paused"] is True
@@ -281,3 +285,27 @@ async def test_a_call_past_its_timeout_raises_operation_timeout(
     out = await run_script(f"CLI = {cli!r}\n" + textwrap.dedent(script), url, queue_name)
     assert out["outcome"].startswith("GlideMQError:") and "0.5 s" in out["outcome"]
     assert out["timeout_error"] is True
+
+
+async def test_a_sync_add_after_the_library_was_flushed_reloads_it(
+    url: str, queue: Queue[Any, Any], queue_name: str, valkey_server: Any
+) -> None:
+    # The direct add finds no function on the server: it was not run, so the add goes
+    # through the async path, which loads the library again; nothing is added twice.
+    from glidemq.server import valkey_cli_path
+
+    cli = [str(valkey_cli_path()), "-h", valkey_server.host, "-p", str(valkey_server.port)]
+    script = """
+        import subprocess
+        from glidemq.sync import Queue
+        q = Queue(QUEUE, connection=URL, timeout=10)
+        q.add("a", {})
+        q.add("b", {})  # the direct path is warm
+        subprocess.run(CLI + ["FUNCTION", "FLUSH"], check=True, capture_output=True)
+        job = q.add("c", {"after": "flush"})
+        again = q.add("d", {})
+        print(json.dumps({"id": job.id, "again": again.id, "count": q.count()}))
+        """
+    out = await run_script(f"CLI = {cli!r}\n" + textwrap.dedent(script), url, queue_name)
+    assert out["count"] == 4
+    assert (out["id"], out["again"]) == ("3", "4")

@@ -7,8 +7,10 @@ glidemq-bench on first use, see README.md):
 
 Prints one JSON object on stdout, the shape the other peers print. Scenarios: `add-bulk`
 (each library's nearest documented way to enqueue many jobs), `add-single` (one enqueue at a
-time) and `process` (pre-filled no-op jobs drained by one worker in this process, timed from
-worker construction to the last completion). Anything else, or a concurrency an adapter does
+time), `add-sync` (the same, for the libraries whose enqueue is a plain sync call: Celery's
+`.delay()`, RQ's `enqueue`, Dramatiq's `send`) and `process` (pre-filled no-op jobs
+drained by one worker in this process, timed from worker construction to the last
+completion). Anything else, or a concurrency an adapter does
 not run, prints `{"jobs": 0, "unsupported": "<why>"}`. Result storage is off everywhere; each
 record's `note` says what "concurrency" means for the library and every non-default setting.
 Nothing here imports glidemq.
@@ -106,6 +108,7 @@ class Adapter:
     bulk_note = ""
     concurrency_note = ""
     settings_note = ""
+    sync_enqueue = False  # add-sync: its add_single is a plain sync call, one job at a time
 
     def __init__(self, o: argparse.Namespace) -> None:
         self.o = o
@@ -135,6 +138,7 @@ class Adapter:
 
 class CeleryAdapter(Adapter):
     name, dist = "celery", "celery"
+    sync_enqueue = True  # add-single / add-sync: task.delay(i)
     bulk_note = "add-bulk: a group of task signatures, chunk jobs per group, apply_async()"
     concurrency_note = "c = threads of the worker's thread pool (--pool threads -c C)"
     settings_note = (
@@ -179,6 +183,7 @@ class CeleryAdapter(Adapter):
 
 class DramatiqAdapter(Adapter):
     name, dist = "dramatiq", "dramatiq"
+    sync_enqueue = True  # add-single / add-sync: actor.send(i)
     bulk_note = "add-bulk: dramatiq.group(messages).run(), chunk jobs per group"
     concurrency_note = "c = worker threads of one dramatiq.Worker (worker_threads=C)"
     settings_note = "RedisBroker on the Valkey, no Results middleware; defaults otherwise"
@@ -274,6 +279,7 @@ _RQ_TASK = "__main__.noop_rq"
 
 class RqAdapter(Adapter):
     name, dist = "rq", "rq"
+    sync_enqueue = True  # add-single / add-sync: queue.enqueue(fn, i)
     bulk_note = "add-bulk: Queue.enqueue_many(prepare_data(...)), chunk jobs per call"
     concurrency_note = "c = 1: one SimpleWorker runs one job at a time in this process"
     settings_note = (
@@ -418,7 +424,7 @@ ADAPTERS: dict[str, type[Adapter]] = {
     a.name: a
     for a in (CeleryAdapter, DramatiqAdapter, ArqAdapter, RqAdapter, SaqAdapter, TaskiqAdapter)
 }
-SCENARIOS = ("add-bulk", "add-single", "process")
+SCENARIOS = ("add-bulk", "add-single", "add-sync", "process")
 
 
 def _emit(result: dict[str, Any]) -> None:
@@ -435,7 +441,9 @@ def run(o: argparse.Namespace) -> dict[str, Any] | None:
     }  # fmt: skip
     if o.scenario not in SCENARIOS:
         return {**base, "jobs": 0, "unsupported": f"not implemented by the {o.library} peer"}
-    if o.scenario in ("add-bulk", "add-single"):
+    if o.scenario == "add-sync" and not adapter.sync_enqueue:
+        return {**base, "jobs": 0, "unsupported": f"{o.library} enqueues from async code only"}
+    if o.scenario in ("add-bulk", "add-single", "add-sync"):
         w = Window(o.server_pids)
         adapter.add_bulk() if o.scenario == "add-bulk" else adapter.add_single()
         return {**base, "jobs": o.jobs, **w.close()}

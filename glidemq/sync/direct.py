@@ -1,0 +1,118 @@
+"""The sync API's direct path for a plain add: the FCALL sent on a blocking valkey-glide
+client (`glide_sync`) from the calling thread, without the hop to the sync loop.
+
+A lone sync add is one round trip either way; the hop (a thread switch there and back, the
+reply read on another loop) costs more than the call itself. Everything else, and every
+add the direct path cannot make (deduplicated, traced, before the queue first connected,
+on a memory server), goes through the async Queue on the sync loop. A failure the call
+did not run through (no library on the node, a closed client, a refusal before running)
+is retried there too, which reloads the library or reconnects; a failure that leaves it
+unknown whether the add happened is raised as ConnectionError, as the async path does.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import threading
+from dataclasses import replace
+from typing import Any
+
+from glide import TimeoutError as GlideTimeout
+
+from ..connection import ConnectionOptions, client_configuration
+from ..errors import GlideMQError, OperationTimeoutError
+from ..retry import Failure, classify, to_glidemq_error
+
+__all__ = ["DirectClient", "available"]
+
+_glide_sync: Any = None
+try:
+    import glide_sync
+
+    _glide_sync = glide_sync
+except ImportError:  # pragma: no cover - a dependency; without it every add takes the hop
+    pass
+
+_abandoned: list[Any] = []  # a parent's clients in a forked child: never touched, never freed
+
+
+def available() -> bool:
+    """Whether the blocking valkey-glide client is installed."""
+    return _glide_sync is not None and os.environ.get("GLIDEMQ_SYNC_DIRECT", "1") != "0"
+
+
+class Retryable(GlideMQError):
+    """The direct call did not run: send it through the async path instead."""
+
+
+class DirectClient:
+    """One blocking client per process for one sync Queue; safe to share between threads."""
+
+    def __init__(self, connection: ConnectionOptions, name: str, timeout: float | None) -> None:
+        if timeout is not None:  # the sync call's own limit bounds the blocking call
+            limit = max(1, int(timeout * 1000))
+            connection = replace(
+                connection, request_timeout_ms=min(connection.request_timeout_ms, limit)
+            )
+        self.timeout = timeout
+        self.connection = connection
+        self.name = name
+        self._client: Any = None
+        self._pid = os.getpid()
+        self._lock = threading.Lock()
+
+    def _get(self) -> Any:
+        client = self._client
+        if client is not None and self._pid == os.getpid():
+            return client
+        with self._lock:
+            if self._pid != os.getpid():
+                _abandoned.append(self._client)  # the parent's: its threads did not fork
+                self._client, self._pid = None, os.getpid()
+            if self._client is None:
+                glide: Any = _glide_sync
+                config = client_configuration(self.connection, name=self.name)
+                if self.connection.cluster:
+                    self._client = glide.GlideClusterClient.create(config)
+                else:
+                    self._client = glide.GlideClient.create(config)
+            return self._client
+
+    def fcall(self, function: str, keys: list[str], args: list[Any], safe: bool) -> Any:
+        """Send one FCALL; raises Retryable when the async path should send it instead,
+        else the glidemq error for the failure."""
+        try:
+            client = self._get()
+        except Exception as exc:  # cannot connect this way: the async path says why
+            raise Retryable(str(exc)) from exc
+        try:
+            return client.fcall(function, keys=keys, arguments=args)
+        except Exception as exc:
+            kind = classify(exc)
+            if kind is Failure.CLOSED:
+                self.reset()
+            if kind in (Failure.NOT_RUN, Failure.MISSING_LIBRARY, Failure.CLOSED) or (
+                safe and kind is Failure.AMBIGUOUS
+            ):
+                raise Retryable(str(exc)) from exc
+            if isinstance(exc, GlideTimeout):
+                raise OperationTimeoutError(
+                    f"the call did not finish within {self.timeout:g} s (it may still take effect)"
+                    if self.timeout is not None
+                    else f"the call timed out: {exc} (it may still take effect)"
+                ) from exc
+            raise to_glidemq_error(exc, f"{function} on queue {self.name}") from exc
+
+    def reset(self) -> None:
+        """Drop the client (closed or broken); the next call opens another."""
+        with self._lock:
+            client, self._client = self._client, None
+            forked = self._pid != os.getpid()
+        if client is not None and not forked:
+            with contextlib.suppress(Exception):  # already closed
+                client.close()
+
+    def close(self) -> None:
+        """Close the client. Idempotent."""
+        self.reset()
