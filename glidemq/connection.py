@@ -360,27 +360,18 @@ def client_configuration(
     client_name = client_name_of(name or opts.client_name)
     # Reconnect forever with capped backoff: a server restart must not kill a worker.
     reconnect = BackoffStrategy(num_of_retries=12, factor=50, exponent_base=2)
-    settings = {**opts.extra, **glide_tls_settings(opts)}
+    common: dict[str, Any] = {
+        "use_tls": opts.tls,
+        "credentials": credentials,
+        "request_timeout": opts.request_timeout_ms,
+        "reconnect_strategy": reconnect,
+        "client_name": client_name,
+        **opts.extra,
+        **glide_tls_settings(opts),
+    }
     if opts.cluster:
-        return GlideClusterClientConfiguration(
-            addresses,
-            use_tls=opts.tls,
-            credentials=credentials,
-            request_timeout=opts.request_timeout_ms,
-            reconnect_strategy=reconnect,
-            client_name=client_name,
-            **settings,
-        )
-    return GlideClientConfiguration(
-        addresses,
-        use_tls=opts.tls,
-        credentials=credentials,
-        request_timeout=opts.request_timeout_ms,
-        reconnect_strategy=reconnect,
-        database_id=opts.database or None,
-        client_name=client_name,
-        **settings,
-    )
+        return GlideClusterClientConfiguration(addresses, **common)
+    return GlideClientConfiguration(addresses, database_id=opts.database or None, **common)
 
 
 async def _create(opts: ConnectionOptions, name: str | None) -> Client:

@@ -15,6 +15,7 @@ import collections.abc as cabc
 import dataclasses
 import datetime as dt
 import enum
+import math
 import types
 import typing
 import uuid
@@ -153,6 +154,8 @@ def _encode_class(value: Any, hint: Any, where: str) -> Any:  # noqa: C901 - one
         raise _fail(where, hint, value)
     if hint is float:
         if isinstance(value, int | float) and not isinstance(value, bool):
+            if not math.isfinite(value):  # JSON has no NaN or infinity: it would become null
+                raise TaskArgumentError(where, f"expected a finite float, got {value!r}")
             return value
         raise _fail(where, hint, value)
     if hint is str:

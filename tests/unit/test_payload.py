@@ -149,3 +149,9 @@ def test_pydantic_models_round_trip_when_installed() -> None:
     with pytest.raises(TaskArgumentError) as info:
         decode({"name": "ada", "age": "old"}, User, "t.user")
     assert info.value.field.startswith("t.user")
+
+
+def test_a_non_finite_float_is_refused() -> None:
+    for bad in (float("nan"), float("inf"), -float("inf")):
+        with pytest.raises(TaskArgumentError, match="finite"):
+            encode(bad, float, "t.x")
