@@ -122,6 +122,8 @@ def normalize_target(target: str) -> str:
     """
     if not isinstance(target, str) or not target.strip():
         raise ValidationError("processor", f"expected 'module:attr' or a file path, got {target!r}")
+    if target.endswith(":"):
+        raise ValidationError("processor", f"malformed processor target {target!r}: no attribute")
     module, sep, attr = target.rpartition(":")
     if not sep or os.sep in attr or attr.endswith(".py"):
         module, attr = target, ""  # no attribute part (a colon may be in a path)

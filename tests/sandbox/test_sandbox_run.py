@@ -134,7 +134,7 @@ def test_targets_are_checked_when_the_worker_is_built() -> None:
         Worker("q", f"{PROCS}:echo")  # a string is not callable without a sandbox
     with pytest.raises(ValidationError, match="must be callable"):
         Worker("q", 42)  # type: ignore[arg-type]
-    for bad in ("no_colon_module", "mod:", "mod:not-an-attr", "/no/such/file.py", ""):
+    for bad in ("not a module", "mod:", "mod:not-an-attr", "/no/such/file.py", ""):
         with pytest.raises(ValidationError, match="processor"):
             Worker("q", bad, sandbox=SandboxOptions())
     with pytest.raises(ValidationError, match="inside a function"):
