@@ -11,6 +11,7 @@ once with TaskArgumentError, which no retry could mend.
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextvars
 import functools
 import inspect
@@ -25,13 +26,14 @@ from typing import Any, Generic, ParamSpec, TypeVar, overload
 from . import payload
 from .connection import ConnectionLike, ConnectionOptions, resolve_connection
 from .errors import GlideMQError, TaskArgumentError, ValidationError
+from .flow_plan import FlowJob
 from .job import Job
 from .keys import DEFAULT_PREFIX, validate_queue_name
 from .processor import ProcessorSpec, is_async_callable
 from .queue import Queue
 from .sync import Job as SyncJob
 from .sync import Queue as SyncQueue
-from .types import JobOptions, from_mapping
+from .types import JobOptions
 
 __all__ = ["Task", "configure_tasks", "current_job", "task", "task_processor"]
 
@@ -54,6 +56,17 @@ def current_job() -> Job[Any, Any]:
 
 
 # -- where tasks are added ---------------------------------------------------------------------
+
+
+def _param_hint(param: inspect.Parameter, hints: Mapping[str, Any]) -> Any:
+    """The hint of the value stored for a parameter: `*args: int` holds a tuple of ints,
+    `**kw: str` a dict of str."""
+    hint = hints.get(param.name, Any)
+    if param.kind is param.VAR_POSITIONAL:
+        return tuple[hint, ...]  # type: ignore[valid-type]
+    if param.kind is param.VAR_KEYWORD:
+        return dict[str, hint]  # type: ignore[valid-type]
+    return hint
 
 
 @dataclass
@@ -141,9 +154,9 @@ class Task(Generic[P, R]):
                 and param.kind not in (param.VAR_POSITIONAL, param.VAR_KEYWORD)
             ):
                 raise TaskArgumentError(f"{self.name}.{param.name}", "missing required argument")
-        hints = self._hints
+        hints, params = self._hints, self.signature.parameters
         return {
-            key: payload.encode(value, hints.get(key, Any), f"{self.name}.{key}")
+            key: payload.encode(value, _param_hint(params[key], hints), f"{self.name}.{key}")
             for key, value in bound.arguments.items()
         }
 
@@ -157,8 +170,7 @@ class Task(Generic[P, R]):
                 self.name, f"job data must be an object of arguments, got {type(data).__name__}"
             )
         hints = self._hints
-        args: list[Any] = []
-        kwargs: dict[str, Any] = {}
+        decoded: dict[str, Any] = {}
         rest = dict(data)
         for param in self.signature.parameters.values():
             where = f"{self.name}.{param.name}"
@@ -169,19 +181,13 @@ class Task(Generic[P, R]):
                 ):
                     raise TaskArgumentError(where, "missing required argument")
                 continue
-            value = payload.decode(rest.pop(param.name), hints.get(param.name, Any), where)
-            if param.kind is param.POSITIONAL_ONLY:
-                args.append(value)
-            elif param.kind is param.VAR_POSITIONAL:
-                args.extend(value)
-            elif param.kind is param.VAR_KEYWORD:
-                kwargs.update(value)
-            else:
-                kwargs[param.name] = value
+            value = payload.decode(rest.pop(param.name), _param_hint(param, hints), where)
+            decoded[param.name] = tuple(value) if param.kind is param.VAR_POSITIONAL else value
         if rest:
             names = ", ".join(sorted(rest))
             raise TaskArgumentError(f"{self.name}.{sorted(rest)[0]}", f"unexpected: {names}")
-        return args, kwargs
+        bound = inspect.BoundArguments(self.signature, collections.OrderedDict(decoded))
+        return list(bound.args), dict(bound.kwargs)
 
     def result_of(self, value: Any) -> R:
         """A stored return value as the function's return annotation names it."""
@@ -208,11 +214,18 @@ class Task(Generic[P, R]):
     def with_options(self, **options: Any) -> Task[P, R]:
         """A handle of the same task whose jobs get these options too (`delay=60_000`,
         `priority=`, `job_id=`, ...; unknown keys are an error)."""
-        merged = from_mapping(JobOptions, {**_set_options(self.options), **options})
+        merged = JobOptions.coerce({**_set_options(self.options), **options})
         clone: Task[P, R] = Task.__new__(Task)
         clone.__dict__.update(self.__dict__)
         clone.options = merged
         return clone
+
+    def flow_job(
+        self, *args: P.args, **kwargs: P.kwargs
+    ) -> FlowJob:  # the children list is for the caller to fill, so not a keyword here
+        """This call as one job of a flow, for `chain`, `group`, `chord` or a tree of
+        FlowJobs (as Celery's `task.s(...)`); add it with a FlowProducer."""
+        return FlowJob(self.name, self.queue, self.payload(*args, **kwargs), self.options)
 
     def _where(self) -> tuple[ConnectionOptions, str]:
         cached = self.__dict__.get("_where_cache")
@@ -405,7 +418,7 @@ def task(
     `glidemq-run` keep one scheduler adding a job with `schedule_args` on that schedule.
     `connection` and `prefix` default to `configure_tasks` (then `GLIDEMQ_URL`)."""
     validate_queue_name(queue)
-    job_options = from_mapping(JobOptions, options)
+    job_options = JobOptions.coerce(options)
     if cron is not None and every is not None:
         raise ValidationError("cron", "give cron or every, not both")
     if tz is not None and cron is None:

@@ -14,7 +14,8 @@ from typing import Any, Literal, TypedDict
 import orjson
 import pytest
 
-from glidemq import TaskArgumentError, UnrecoverableError, ValidationError
+import glidemq
+from glidemq import Backoff, KeepJobs, TaskArgumentError, UnrecoverableError, ValidationError
 from glidemq.payload import decode, encode
 
 
@@ -155,3 +156,28 @@ def test_a_non_finite_float_is_refused() -> None:
     for bad in (float("nan"), float("inf"), -float("inf")):
         with pytest.raises(TaskArgumentError, match="finite"):
             encode(bad, float, "t.x")
+
+
+def test_var_positional_and_var_keyword_arguments_round_trip_by_their_hints() -> None:
+    @glidemq.task("q")
+    def collect(first: int, *more: int, label: str = "x", **extra: float) -> list[Any]:
+        return [first, more, label, extra]
+
+    data = collect.payload(1, 2, 3, label="y", ratio=0.5)
+    assert orjson.loads(orjson.dumps(data)) == data
+    args, kwargs = collect.arguments(orjson.loads(orjson.dumps(data)))
+    assert collect(*args, **kwargs) == [1, (2, 3), "y", {"ratio": 0.5}]
+    with pytest.raises(TaskArgumentError) as caught:
+        collect.payload(1, 2, "three")
+    assert caught.value.field == "collect.more[1]"
+
+
+def test_task_options_accept_nested_mappings() -> None:
+    @glidemq.task("q", backoff={"type": "exponential", "delay": 500})
+    def work() -> None: ...
+
+    assert work.options.backoff == Backoff("exponential", 500)
+    kept = work.with_options(remove_on_complete={"count": 3}).options.remove_on_complete
+    assert kept == KeepJobs(count=3)
+    with pytest.raises(ValidationError, match="backoff"):
+        glidemq.task("q", backoff={"typ": "fixed"})
