@@ -15,6 +15,8 @@ from ..errors import GlideMQError, JobFailedError
 from ..job import Job as AsyncJob
 from ..job import JobState
 from ..keys import DEFAULT_PREFIX
+from ..limit_options import RateLimit
+from ..queries import Metrics, WorkerInfo
 from ..queue_admin import JobCounts
 from ..serializers import DEFAULT_SERIALIZER
 from ..types import JobOptions
@@ -185,6 +187,31 @@ class Queue(Generic[D, R]):
         """Whether the queue is paused."""
         return self._call(lambda q: q.is_paused())
 
+    def get_dead_letter_jobs(self, start: int = 0, end: int = -1) -> list[Job[D, R]]:
+        """Jobs parked in the dead-letter set, newest first."""
+        return self.get_jobs("dead_letter", start, end)
+
+    def search_jobs(self, name: str | None = None, **criteria: Any) -> list[Job[D, R]]:
+        """Jobs by name glob, data fields, text and state; as `glidemq.Queue.search_jobs`."""
+        found = self._call(lambda q: q.search_jobs(name, **criteria))
+        return [Job(j, self) for j in found]
+
+    def get_metrics(self, kind: str = "completed", *, minutes: int = 60) -> Metrics:
+        """Jobs completed (or failed for good) per minute over the last `minutes`."""
+        return self._call(lambda q: q.get_metrics(kind, minutes=minutes))
+
+    def get_workers(self) -> list[WorkerInfo]:
+        """The workers serving this queue now."""
+        return self._call(lambda q: q.get_workers())
+
+    def get_global_rate_limit(self) -> RateLimit | None:
+        """The queue's rate limit over all workers, or None."""
+        return self._call(lambda q: q.get_global_rate_limit())
+
+    def get_global_concurrency(self) -> int:
+        """The queue's limit of jobs running at once over all workers (0: none)."""
+        return self._call(lambda q: q.get_global_concurrency())
+
     # -- managing -------------------------------------------------------------------------
 
     def pause(self) -> None:
@@ -218,6 +245,18 @@ class Queue(Generic[D, R]):
     def obliterate(self, force: bool = False) -> None:
         """Delete the queue and every job in it (refused while jobs run unless `force`)."""
         self._call(lambda q: q.obliterate(force))
+
+    def set_global_rate_limit(self, max: int, duration: int) -> None:
+        """At most `max` jobs start per `duration` ms, counted over all workers."""
+        self._call(lambda q: q.set_global_rate_limit(max, duration))
+
+    def remove_global_rate_limit(self) -> None:
+        """Lift the queue's rate limit."""
+        self._call(lambda q: q.remove_global_rate_limit())
+
+    def set_global_concurrency(self, n: int) -> None:
+        """Run at most `n` jobs of the queue at once over all workers; 0 removes the limit."""
+        self._call(lambda q: q.set_global_concurrency(n))
 
     def upsert_job_scheduler(self, name: str, **options: Any) -> Any:
         """Create or replace a job scheduler; as `glidemq.Queue.upsert_job_scheduler`."""

@@ -309,3 +309,84 @@ async def test_a_sync_add_after_the_library_was_flushed_reloads_it(
     out = await run_script(f"CLI = {cli!r}\n" + textwrap.dedent(script), url, queue_name)
     assert out["count"] == 4
     assert (out["id"], out["again"]) == ("3", "4")
+
+
+async def test_limits_queries_and_a_background_worker_from_sync_code(
+    url: str, queue: Queue[Any, Any], queue_name: str
+) -> None:
+    out = await run_script(
+        """
+        import threading
+        from glidemq import sync
+
+        finished = []
+
+        def work(job):
+            finished.append(job.id)
+            return {"thread": threading.current_thread().name, "n": job.data["n"]}
+
+        with sync.Queue(QUEUE, connection=URL) as q:
+            q.set_global_rate_limit(50, 1000)
+            q.set_global_concurrency(3)
+            limit, conc = q.get_global_rate_limit(), q.get_global_concurrency()
+            q.remove_global_rate_limit()
+            q.set_global_concurrency(0)
+            jobs = [q.add("sq" if n % 2 else "other", {"n": n}) for n in range(6)]
+            with sync.Worker(QUEUE, work, connection=URL, concurrency=2) as worker:
+                workers = len(q.get_workers())
+                results = [j.result(timeout=20) for j in jobs]
+            found = sorted(j.data["n"] for j in q.search_jobs("sq", state="completed"))
+            print(json.dumps({
+                "limit": [limit.max, limit.duration], "conc": conc,
+                "after": [q.get_global_rate_limit(), q.get_global_concurrency()],
+                "workers": workers, "results": results, "finished": len(finished),
+                "found": found, "completed": q.get_job_counts().completed,
+                "main": threading.main_thread().name, "dead": len(q.get_dead_letter_jobs()),
+            }))
+        """,
+        url,
+        queue_name,
+    )
+    assert out["limit"] == [50, 1000] and out["conc"] == 3
+    assert out["after"] == [None, 0]
+    assert out["workers"] == 1
+    assert [r["n"] for r in out["results"]] == list(range(6))
+    assert all(r["thread"] != out["main"] for r in out["results"])  # ran on worker threads
+    assert out["finished"] == 6 and out["completed"] == 6
+    assert out["found"] == [1, 3, 5] and out["dead"] == 0
+
+
+async def test_flows_of_tasks_from_sync_code(
+    url: str, queue: Queue[Any, Any], queue_name: str
+) -> None:
+    out = await run_script(
+        """
+        import glidemq
+        from glidemq import DagNode, sync
+
+        @glidemq.task(QUEUE)
+        def step(n: int) -> int:
+            return sum(glidemq.current_job().get_children_values().values()) + n
+
+        with sync.Worker(QUEUE, glidemq.task_processor(step), connection=URL, concurrency=4), \\
+                sync.FlowProducer(connection=URL) as flows:
+            chained = flows.add(glidemq.chain([step.flow_job(n) for n in (1, 2, 3)]))
+            bulk = flows.add_bulk([step.flow_job(10), step.flow_job(20)])
+            dag = flows.add_dag([
+                DagNode("step", QUEUE, {"n": 1}, key="a"),
+                DagNode("step", QUEUE, {"n": 2}, key="b", depends_on=["a"]),
+            ])
+            print(json.dumps({
+                "chain": chained.job.result(timeout=20),
+                "child": chained.children[0].job.result(timeout=20),
+                "bulk": [n.job.result(timeout=20) for n in bulk],
+                "dag": dag["b"].result(timeout=20),
+                "kind": type(chained.job).__module__,
+            }))
+        """,
+        url,
+        queue_name,
+    )
+    assert out["chain"] == 6 and out["child"] == 3
+    assert out["bulk"] == [10, 20] and out["dag"] == 3
+    assert out["kind"] == "glidemq.sync.queue"
