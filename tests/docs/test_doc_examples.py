@@ -18,7 +18,15 @@ import pytest
 from tests.conftest import ValkeyAddress
 
 ROOT = Path(__file__).resolve().parents[2]
-DOCS = ("USAGE.md", "WORKFLOWS.md", "ADVANCED.md", "SERVERLESS.md", "AI.md")
+DOCS = (
+    "USAGE.md",
+    "WORKFLOWS.md",
+    "ADVANCED.md",
+    "SERVERLESS.md",
+    "AI.md",
+    "TASKS.md",
+    "MIGRATING.md",
+)
 FENCE = re.compile(r"^```python[^\n]*\n(.*?)^```", re.MULTILINE | re.DOTALL)
 
 
@@ -42,6 +50,19 @@ EXAMPLES = _examples()
 
 def test_the_docs_have_examples() -> None:
     assert EXAMPLES, "no '# example' blocks found in docs/"
+
+
+def test_every_complete_glidemq_snippet_of_the_migration_guide_is_run() -> None:
+    """In MIGRATING.md a block that imports glidemq and is not a one-off fragment of
+    decorators must be an example, so what it shows is what runs."""
+    text = (ROOT / "docs" / "MIGRATING.md").read_text()
+    unrun = [
+        text.count("\n", 0, m.start()) + 1
+        for m in FENCE.finditer(text)
+        if "import glidemq" in m.group(1) or "from glidemq" in m.group(1)
+        if not m.group(1).startswith("# example")
+    ]
+    assert unrun == [], f"glidemq snippets of MIGRATING.md that are not run: lines {unrun}"
 
 
 @pytest.mark.parametrize(("where", "code"), EXAMPLES, ids=[w for w, _ in EXAMPLES])
