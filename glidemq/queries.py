@@ -24,9 +24,26 @@ from .errors import ValidationError
 from .job import Job
 from .wire import ops
 
-__all__ = ["Metrics", "WorkerInfo"]
+__all__ = ["Metrics", "WorkerInfo", "state_name"]
 
 J = TypeVar("J", bound=Job[Any, Any])
+
+# The listing states whose names have two words, in their one spelling; the other one (the
+# separator swapped) is accepted as input everywhere.
+_SPELLINGS = {
+    "dead-letter": "dead_letter",
+    "waiting_children": "waiting-children",
+    "group_waiting": "group-waiting",
+    "rate_limited": "rate-limited",
+}
+
+
+def state_name(text: str) -> str:
+    """A state name in its one spelling (`dead_letter`, `waiting-children`, `group-waiting`,
+    `rate-limited`), given with either separator and in any case."""
+    lowered = str(text).strip().lower()
+    return _SPELLINGS.get(lowered, lowered)
+
 
 SEARCH_STATES = (
     "waiting",
@@ -155,6 +172,7 @@ async def search_jobs(
     if name is not None and (not isinstance(name, str) or name.count("*") > _MAX_STARS):
         raise ValidationError("name", f"must be a glob pattern with at most {_MAX_STARS} '*'")
     states = SEARCH_STATES if state is None else (state,) if isinstance(state, str) else state
+    states = tuple(state_name(s) for s in states)
     for s in states:
         if s not in SEARCH_STATES:
             raise ValidationError("state", f"unknown state {s!r}; one of {SEARCH_STATES}")

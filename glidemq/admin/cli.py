@@ -1,9 +1,10 @@
 """`glidemq`: look inside queues and act on them from a shell (docs/ADMIN.md).
 
 Every command reads or acts through `glidemq.admin.session.Admin` and only formats what it
-returns: tables for people, `--json` for scripts. Exit codes: 0 done, 1 failed (server
-unreachable, an unexpected error), 2 bad input (flags, unknown queue or job, a job in the
-wrong state, a destructive command without `--yes`).
+returns: tables for people, `--json` for scripts. Exit codes: 0 done, 1 failed (an unexpected
+error, the server failing a call), 2 bad input (flags, unknown queue or job, a job in the
+wrong state, a destructive command without `--yes`), 6 the server cannot be reached (as
+glidemq-run).
 """
 
 from __future__ import annotations
@@ -13,14 +14,14 @@ import asyncio
 import contextlib
 import os
 import signal
-import socket
 import sys
 from collections.abc import Awaitable, Callable, Sequence
-from typing import Any, NoReturn, TypeAlias
+from typing import Any, TypeAlias
 
 import orjson
 
 from ..argtypes import duration_ms, positive_int
+from ..cli_support import EXIT_UNREACHABLE, Parser, unreachable
 from ..connection import ConnectionOptions, has_password, resolve_connection
 from ..context import now_ms
 from ..errors import (
@@ -30,6 +31,7 @@ from ..errors import (
     QueueNotFoundError,
     ValidationError,
 )
+from ..queries import state_name
 from . import format as fmt
 from .actions import CLEAN_STATES, RETRY_STATES
 from .base import JOB_STATES
@@ -38,18 +40,11 @@ from .session import Admin
 
 __all__ = ["main"]
 
-OK, FAILED, USAGE = 0, 1, 2
+OK, FAILED, USAGE, UNREACHABLE = 0, 1, 2, EXIT_UNREACHABLE
 
 
 class _Usage(Exception):
     """Bad input found after parsing; the message is the one line to print."""
-
-
-class _Parser(argparse.ArgumentParser):
-    """An argparse parser whose errors are one line (and exit 2)."""
-
-    def error(self, message: str) -> NoReturn:
-        self.exit(USAGE, f"{self.prog}: error: {message} (see {self.prog} -h)\n")
 
 
 _EXAMPLES = """examples:
@@ -62,12 +57,12 @@ _EXAMPLES = """examples:
   glidemq events emails --follow
 
 The server is --url, else $GLIDEMQ_URL, else valkey://127.0.0.1:6379. Every command takes
---json. Exit codes: 0 done, 1 failed, 2 bad input."""
+--json. Exit codes: 0 done, 1 failed, 2 bad input, 6 server unreachable."""
 
 
-def _common() -> _Parser:
+def _common() -> Parser:
     # SUPPRESS: given before or after the command, neither place resets the other.
-    p = _Parser(add_help=False, allow_abbrev=False)
+    p = Parser(add_help=False, allow_abbrev=False)
     p.add_argument("--url", default=argparse.SUPPRESS, help="server (default: $GLIDEMQ_URL)")
     p.add_argument("--prefix", default=argparse.SUPPRESS, help="key prefix (default: glide)")
     p.add_argument(
@@ -81,7 +76,7 @@ def build_parser() -> argparse.ArgumentParser:
     from ..version import __version__
 
     common = _common()
-    p = _Parser(
+    p = Parser(
         prog="glidemq",
         description="Look inside glidemq queues and act on them.",
         epilog=_EXAMPLES,
@@ -90,7 +85,7 @@ def build_parser() -> argparse.ArgumentParser:
         allow_abbrev=False,
     )
     p.add_argument("--version", action="version", version=f"glidemq {__version__}")
-    sub = p.add_subparsers(dest="command", metavar="COMMAND", required=True, parser_class=_Parser)
+    sub = p.add_subparsers(dest="command", metavar="COMMAND", required=True, parser_class=Parser)
 
     def command(name: str, help: str) -> argparse.ArgumentParser:
         return sub.add_parser(
@@ -108,7 +103,11 @@ def build_parser() -> argparse.ArgumentParser:
     c = command("jobs", "list a queue's jobs (newest finished first)")
     queue_arg(c)
     c.add_argument(
-        "--state", action="append", choices=JOB_STATES, help="only this state (repeatable)"
+        "--state",
+        action="append",
+        type=state_name,
+        choices=JOB_STATES,
+        help="only this state (repeatable; dead_letter or dead-letter alike)",
     )
     c.add_argument("--limit", type=positive_int, default=20, help="jobs per page (default 20)")
     c.add_argument("--offset", type=int, default=0, help="skip this many (default 0)")
@@ -120,7 +119,12 @@ def build_parser() -> argparse.ArgumentParser:
     c = command("retry", "send failed / dead-letter / completed jobs back to waiting")
     queue_arg(c)
     c.add_argument("ids", nargs="*", metavar="ID")
-    c.add_argument("--state", choices=RETRY_STATES, help="every job in this state (not with IDs)")
+    c.add_argument(
+        "--state",
+        type=state_name,
+        choices=RETRY_STATES,
+        help="every job in this state (not with IDs)",
+    )
     c.add_argument("--limit", type=positive_int, help="with --state: at most this many")
     c = command("remove", "delete jobs that are not running")
     queue_arg(c)
@@ -133,7 +137,7 @@ def build_parser() -> argparse.ArgumentParser:
     queue_arg(command("resume", "let workers take jobs again"))
     c = command("clean", "remove old jobs of one state")
     queue_arg(c)
-    c.add_argument("--state", required=True, choices=CLEAN_STATES)
+    c.add_argument("--state", type=state_name, required=True, choices=CLEAN_STATES)
     c.add_argument(
         "--grace", type=duration_ms, required=True, help="only jobs older than this: 30s, 1h, 2d"
     )
@@ -164,19 +168,6 @@ def _emit(args: argparse.Namespace, value: Any, text: str) -> None:
         _out(orjson.dumps(to_jsonable(value), option=orjson.OPT_INDENT_2).decode())
     else:
         _out(text)
-
-
-def _reachable(conn: ConnectionOptions, timeout: float = 3.0) -> str | None:
-    """None when some address accepts a TCP connection, else why not (a fast, clear error
-    instead of the client's reconnect loop)."""
-    last = ""
-    for host, port in conn.addresses:
-        try:
-            with socket.create_connection((host, port), timeout=timeout):
-                return None
-        except OSError as exc:
-            last = f"{host}:{port}: {exc.strerror or exc}"
-    return f"cannot reach Valkey at {conn.url} ({last})"
 
 
 def _confirm(args: argparse.Namespace, what: str) -> None:
@@ -356,10 +347,11 @@ def main(argv: Sequence[str] | None = None) -> int:
             file=sys.stderr,
             flush=True,
         )
-    problem = _reachable(conn)
+    # a fast, clear error instead of the client's reconnect loop
+    problem = unreachable(conn.url, conn.addresses)
     if problem is not None:
         print(f"glidemq: error: {problem}", file=sys.stderr)
-        return FAILED
+        return UNREACHABLE
     try:
         return asyncio.run(_run(args, conn))
     except (_Usage, ValidationError, QueueNotFoundError, JobNotFoundError) as exc:

@@ -19,7 +19,7 @@ from ..events import QueueEvent, parse_event
 from ..flowview import parse_ref
 from ..job import Job
 from ..keys import validate_queue_name
-from ..queries import SEARCH_STATES
+from ..queries import SEARCH_STATES, state_name
 from ..scheduler import JobScheduler
 from .base import JOB_STATES, JobCounts
 from .model import (
@@ -164,7 +164,9 @@ async def job_page(
     """Jobs `offset ..` of the listing of `states` (default: every state, in the order of
     `JOB_STATES`), at most `limit`; with `search`, only jobs whose name matches it (a glob,
     or a substring) among the searchable states."""
-    chosen = tuple(dict.fromkeys(states)) or (SEARCH_STATES if search else JOB_STATES)
+    chosen = tuple(dict.fromkeys(state_name(s) for s in states)) or (
+        SEARCH_STATES if search else JOB_STATES
+    )
     _check_page(chosen, limit, offset)
     if search is not None:
         for state in chosen:

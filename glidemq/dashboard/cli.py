@@ -6,9 +6,9 @@ from __future__ import annotations
 import argparse
 import sys
 from collections.abc import Sequence
-from typing import NoReturn
 
 from ..argtypes import port
+from ..cli_support import Parser
 from ..connection import resolve_connection
 from ..errors import ValidationError
 from ..keys import validate_prefix
@@ -27,18 +27,11 @@ The basic auth file holds 'user:password' lines (or 'user:pbkdf2_sha256$...' has
 --hash-password). Exit codes: 0 stopped, 1 failed, 2 bad input."""
 
 
-class _Parser(argparse.ArgumentParser):
-    """Errors are one line and exit 2."""
-
-    def error(self, message: str) -> NoReturn:
-        self.exit(USAGE, f"{self.prog}: error: {message} (see {self.prog} -h)\n")
-
-
 def build_parser() -> argparse.ArgumentParser:
     """The `glidemq-dashboard` argument parser."""
     from ..version import __version__
 
-    p = _Parser(
+    p = Parser(
         prog="glidemq-dashboard",
         description="Serve the glidemq web dashboard.",
         epilog=_EXAMPLES,

@@ -14,6 +14,7 @@ from ..admin.base import JOB_STATES
 from ..admin.model import QueueSummary
 from ..errors import ValidationError
 from ..keys import validate_job_id, validate_queue_name
+from ..queries import state_name
 from . import data
 from .state import dashboard_of
 
@@ -57,7 +58,7 @@ async def queue(request: Request) -> Response:
     jobs a search found)."""
     dash = dashboard_of(request)
     name = _queue_param(request)
-    state = request.query_params.get("state") or "waiting"
+    state = state_name(request.query_params.get("state") or "waiting")
     if state not in JOB_STATES:
         raise ValidationError("state", f"unknown state {state!r}")
     size = _int(request, "size", DEFAULT_SIZE, 1, max(PAGE_SIZES))

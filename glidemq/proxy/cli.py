@@ -6,9 +6,9 @@ from __future__ import annotations
 import argparse
 import sys
 from collections.abc import Sequence
-from typing import NoReturn
 
 from ..argtypes import port, positive_int
+from ..cli_support import Parser
 from ..connection import has_password, resolve_connection
 from ..errors import ValidationError
 from ..keys import validate_prefix, validate_queue_name
@@ -32,18 +32,11 @@ Routes and their JSON: GET /openapi.json, and docs/PROXY.md. The basic auth file
 Exit codes: 0 stopped, 1 failed, 2 bad input."""
 
 
-class _Parser(argparse.ArgumentParser):
-    """Errors are one line and exit 2."""
-
-    def error(self, message: str) -> NoReturn:
-        self.exit(USAGE, f"{self.prog}: error: {message} (see {self.prog} -h)\n")
-
-
 def build_parser() -> argparse.ArgumentParser:
     """The `glidemq-proxy` argument parser."""
     from ..version import __version__
 
-    p = _Parser(
+    p = Parser(
         prog=PROG,
         description="Serve glidemq's queues over HTTP (JSON and server-sent events).",
         epilog=_EXAMPLES,

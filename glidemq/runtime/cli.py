@@ -4,9 +4,7 @@ from __future__ import annotations
 
 import logging
 import os
-import socket
 import sys
-import time
 import traceback
 from collections.abc import Mapping, Sequence
 from functools import partial
@@ -14,6 +12,7 @@ from typing import Any
 
 import orjson
 
+from ..cli_support import unreachable
 from ..connection import DEFAULT_URL, ConnectionOptions, has_password
 from ..errors import GlideMQError
 from ..process.setup import run_as_child
@@ -66,13 +65,51 @@ def _probe_in_child(cfg: RuntimeConfig, w: int) -> int:
         msg: dict[str, object] = {"ok": True, "schedules": [dict(s) for s in spec.schedules]}
     except BaseException as exc:
         code = ExitCode.USAGE
-        msg = {
-            "ok": False,
-            "error": f"{type(exc).__name__}: {exc}",
-            "traceback": traceback.format_exc(),
-        }
+        msg = {"ok": False, "error": f"{type(exc).__name__}: {exc}", "traceback": _user_trace(exc)}
+        if isinstance(exc, ModuleNotFoundError) and _is_target_module(cfg.target, exc.name):
+            msg["error"] = f"no module named {exc.name!r}{_path_hint()}"
+            msg["usage"] = True
     os.write(w, orjson.dumps(msg))
     return code
+
+
+_OWN_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def _user_trace(exc: BaseException) -> str:
+    """The traceback of `exc` without glidemq's and importlib's frames: what happened in the
+    user's code ('' when none of it ran)."""
+    frames = [
+        f
+        for f in traceback.extract_tb(exc.__traceback__)
+        if not f.filename.startswith((_OWN_DIR + os.sep, "<frozen importlib"))
+        and "/importlib/" not in f.filename
+    ]
+    if not frames:
+        return ""
+    lines = ["Traceback (most recent call last):\n", *traceback.format_list(frames)]
+    lines.extend(traceback.format_exception_only(type(exc), exc))
+    return "".join(lines)
+
+
+def _is_target_module(target: str, missing: str | None) -> bool:
+    """Whether the module that is missing is the target's own (or a package of its path),
+    not something the target imports."""
+    module = target.partition(":")[0]
+    if not missing or module.endswith(".py") or os.sep in module:
+        return False
+    return module == missing or module.startswith(missing + ".")
+
+
+def _path_hint() -> str:
+    where = os.environ.get("PYTHONPATH")
+    searched = f"the working directory {os.getcwd()}"
+    if where:
+        searched += f" and PYTHONPATH={where}"
+    return (
+        f" (searched {searched}; run glidemq-run from the directory that holds it, "
+        "or add that directory to PYTHONPATH)"
+    )
 
 
 def _probe_processor(cfg: RuntimeConfig) -> tuple[str | None, list[dict[str, Any]]]:
@@ -98,9 +135,11 @@ def _probe_processor(cfg: RuntimeConfig) -> tuple[str | None, list[dict[str, Any
         return "the processor check crashed before reporting", []
     if reply.get("ok"):
         return None, list(reply.get("schedules", []))
-    if reply.get("error", "").startswith(("UsageError", "ValidationError", "TaskArgumentError")):
-        return str(reply["error"]), []
-    return f"{reply['error']}\n{reply.get('traceback', '')}".rstrip(), []
+    error = str(reply.get("error", ""))
+    usage = error.startswith(("UsageError", "ValidationError", "TaskArgumentError"))
+    if usage or reply.get("usage"):
+        return error, []
+    return f"{error}\n{reply.get('traceback', '')}".rstrip(), []
 
 
 def _upsert_in_child(
@@ -150,22 +189,15 @@ def upsert_schedules(
 
 
 def _wait_reachable(conn: ConnectionOptions, timeout: float) -> str | None:
-    """TCP-connect to a server address, retrying with backoff; an error text on failure."""
-    deadline = time.monotonic() + timeout
-    delay = 0.1
-    last = ""
-    while True:
-        for host, port in conn.addresses:
-            try:
-                with socket.create_connection((host, port), timeout=2.0):
-                    return None
-            except OSError as exc:
-                last = f"{host}:{port}: {exc}"
-        if time.monotonic() + delay > deadline:
-            return f"cannot reach Valkey at {conn.url} ({last}) within {timeout:g} s"
+    """TCP-connect to a server address, retrying with backoff for `timeout` seconds (a host
+    that does not exist fails at once); an error text on failure."""
+
+    def retrying(last: str, delay: float) -> None:
         log.warning("Valkey not reachable yet (%s); retrying in %.1f s", last, delay)
-        time.sleep(delay)
-        delay = min(delay * 2, 2.0)
+
+    return unreachable(
+        conn.url, conn.addresses, wait=timeout, attempt_timeout=2.0, on_retry=retrying
+    )
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -211,7 +243,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         problem = _wait_reachable(conn, cfg.connect_timeout)
         if problem is not None:
             print(f"glidemq-run: error: {problem}", file=sys.stderr)
-            return ExitCode.USAGE
+            return ExitCode.UNREACHABLE
         if schedules and not upsert_schedules(conn, cfg.prefix, schedules):
             return ExitCode.USAGE
         from .supervisor import Supervisor

@@ -8,6 +8,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 from ..argtypes import non_negative_float, non_negative_int, port, positive_int
+from ..cli_support import EXIT_UNREACHABLE, Parser
 from ..errors import ValidationError
 from ..keys import validate_prefix, validate_queue_name
 
@@ -19,10 +20,11 @@ class ExitCode:
 
     OK = 0  # drained cleanly
     INTERNAL = 1  # unexpected error in the supervisor
-    USAGE = 2  # bad flag, bad processor, server unreachable: nothing was started
+    USAGE = 2  # bad flag, bad processor: nothing was started
     BOOT = 3  # worker processes failed while starting (import error, crash at boot)
     IMMEDIATE = 4  # immediate shutdown (SIGQUIT, second SIGINT): jobs recovered by stall recovery
     GRACE_EXPIRED = 5  # some workers outlived --grace and were killed
+    UNREACHABLE = EXIT_UNREACHABLE  # server unreachable at start: nothing was started
 
 
 class UsageError(Exception):
@@ -89,7 +91,7 @@ def build_parser() -> argparse.ArgumentParser:
     """The glidemq-run argument parser."""
     from ..version import __version__
 
-    p = argparse.ArgumentParser(
+    p = Parser(
         prog="glidemq-run",
         description="Run a glidemq processor in several supervised worker processes.",
         epilog=_EXAMPLES,

@@ -442,9 +442,9 @@ async def test_bad_input_exits_2_with_one_line(
     assert done.stdout == ""
 
 
-def test_an_unreachable_server_exits_1_with_one_line() -> None:
+def test_an_unreachable_server_exits_6_with_one_line() -> None:
     done = run("valkey://127.0.0.1:1", "queues")
-    assert done.returncode == 1
+    assert done.returncode == 6  # as glidemq-run's ExitCode.UNREACHABLE
     assert done.stderr.strip().splitlines() == [
         "glidemq: error: cannot reach Valkey at valkey://127.0.0.1:1 "
         "(127.0.0.1:1: Connection refused)"
@@ -477,3 +477,61 @@ async def test_queues_and_jobs_on_a_cluster(valkey_cluster: Any, queue_name: str
     for name in names:
         async with Queue(name, connection=url, prefix=prefix) as q:
             await q.obliterate(force=True)
+
+
+def test_a_host_that_does_not_exist_fails_at_once_with_the_unreachable_code() -> None:
+    done = run("valkey://no-such-host.invalid:6379", "queues")
+    assert done.returncode == 6
+    assert "no such host 'no-such-host.invalid'" in done.stderr
+
+
+@pytest.mark.parametrize(
+    ("args", "hint"),
+    [
+        (["queus"], "(did you mean 'queues'?)"),
+        (["jobs", "q", "--stat", "failed"], "(did you mean --state?)"),
+        (["clean", "q", "--grace", "1h", "--state", "failed", "--yess"], "(did you mean --yes?)"),
+    ],
+    ids=["command", "flag", "flag-of-a-command"],
+)
+def test_a_mistyped_command_or_flag_gets_a_suggestion(args: list[str], hint: str) -> None:
+    done = run("valkey://127.0.0.1:1", *args)  # refused before any connection
+    assert done.returncode == 2
+    assert hint in done.stderr and len(done.stderr.strip().splitlines()) == 1, done.stderr
+
+
+async def test_state_names_are_accepted_with_either_separator(
+    glidemq: Runner, queue: Queue[Any, Any], valkey_server: ValkeyAddress
+) -> None:
+    async def dead(job: Job[Any, Any]) -> None:
+        raise UnrecoverableError("no")
+
+    job = await queue.add("x", 1)
+    assert job is not None
+    async with Worker(queue.name, dead, connection=valkey_server.url, dead_letter=True, **FAST):
+        await wait_for(lambda: _dead_letters(queue), timeout=20)
+    for spelling in ("dead_letter", "dead-letter", "DEAD-LETTER"):
+        page = await as_json(glidemq, "jobs", queue.name, "--state", spelling)
+        assert [j["id"] for j in page["jobs"]] == [job.id], spelling
+    children = await as_json(glidemq, "jobs", queue.name, "--state", "waiting_children")
+    assert children["jobs"] == []
+    assert [j.id for j in await queue.get_jobs("dead-letter")] == [job.id]  # the API too
+    retried = await glidemq("retry", queue.name, "--state", "dead-letter")
+    assert retried.returncode == 0, retried.stderr
+
+
+async def _dead_letters(queue: Queue[Any, Any]) -> bool:
+    return (await queue.get_job_counts()).dead_letter == 1
+
+
+async def test_queues_shows_waiting_children(
+    glidemq: Runner, queue: Queue[Any, Any], valkey_server: ValkeyAddress
+) -> None:
+    from glidemq import FlowJob, FlowProducer
+
+    async with FlowProducer(connection=valkey_server.url) as flows:
+        await flows.add(FlowJob("parent", queue.name, children=[FlowJob("kid", queue.name)]))
+    table = (await glidemq("queues")).stdout.splitlines()
+    header = table[0].split()
+    row = next(line.split() for line in table if line.split()[0] == queue.name)
+    assert row[header.index("WAITING-CHILDREN")] == "1"

@@ -441,12 +441,6 @@ def _failed_start(cli: CLIProcess) -> str:
             ["--max-memory-per-child"],
             id="env-max-memory-0",
         ),
-        pytest.param(
-            [f"{APP}:record", "--queue", "q", "--url", "valkey://127.0.0.1:1"],
-            {"GLIDEMQ_CONNECT_TIMEOUT": "0.5"},
-            ["cannot reach Valkey at valkey://127.0.0.1:1"],
-            id="unreachable-server",
-        ),
     ],
 )
 async def test_bad_input_exits_2_before_any_worker_starts(
@@ -464,6 +458,45 @@ async def test_bad_input_exits_2_before_any_worker_starts(
     assert "error" in err.lower()
 
 
+async def test_errors_name_the_problem_without_a_usage_dump_or_glidemq_internals(
+    run_cli: Launcher, valkey_server: Any
+) -> None:
+    missing = run_cli("no_such_module_xyz", "--queue", "q", "--url", valkey_server.url)
+    assert await missing.wait_exit(20) == ExitCode.USAGE
+    err = _failed_start(missing)
+    assert "no module named 'no_such_module_xyz'" in err and "PYTHONPATH" in err
+    assert "Traceback" not in err
+
+    typo = run_cli(f"{APP}:record", "--proc", "2")
+    assert await typo.wait_exit(20) == ExitCode.USAGE
+    err = typo.stderr().strip()
+    assert err.splitlines() == [
+        "glidemq-run: error: unrecognized arguments: --proc 2 (did you mean --procs?) "
+        "(see glidemq-run -h)"
+    ]
+
+    broken = run_cli(
+        "tests.fixtures.broken_app:process", "--queue", "q", "--url", valkey_server.url
+    )
+    assert await broken.wait_exit(20) == ExitCode.USAGE
+    err = _failed_start(broken)
+    assert "broken_app.py" in err and "RuntimeError" in err  # the user's own frames stay
+    assert "glidemq/processor.py" not in err and "importlib" not in err
+
+
+async def test_a_host_that_does_not_exist_fails_at_once_with_the_unreachable_code(
+    run_cli: Launcher,
+) -> None:
+    cli = run_cli(
+        f"{APP}:record",
+        *("--queue", "q", "--url", "valkey://no-such-host.invalid:6379", "--connect-timeout", "60"),
+    )
+    assert await cli.wait_exit(30) == ExitCode.UNREACHABLE == 6
+    err = _failed_start(cli)
+    assert "no such host 'no-such-host.invalid'" in err
+    assert "Valkey not reachable yet" not in err  # no retries for a name that does not exist
+
+
 async def test_unreachable_server_gives_up_after_connect_timeout(
     run_cli: Launcher,
 ) -> None:
@@ -471,7 +504,7 @@ async def test_unreachable_server_gives_up_after_connect_timeout(
         f"{APP}:record",
         *("--queue", "q", "--url", "valkey://127.0.0.1:1", "--connect-timeout", "1.5"),
     )
-    assert await cli.wait_exit(15) == ExitCode.USAGE
+    assert await cli.wait_exit(15) == ExitCode.UNREACHABLE
     elapsed = time.monotonic() - cli.started
     err = _failed_start(cli)
     assert "glidemq-run: error: cannot reach Valkey at valkey://127.0.0.1:1" in err
