@@ -42,13 +42,13 @@ SHARDS: dict[str, tuple[str, ...]] = {
         "tests/bench",
         "tests/cli",
         "tests/dashboard",
+        "tests/proxy",
     ),
     "engine": (
         "tests/integration",
         "tests/behaviour",
         "tests/spark",
         "tests/sandbox",
-        "tests/proxy",
         "tests/unit",
         "tests/docs",
     ),
@@ -64,9 +64,9 @@ WEIGHTS: dict[str, float] = {
     "tests/sandbox": 1.5,
     "tests/dashboard": 1.0,
     "tests/behaviour": 1.0,
-    "tests/proxy": 0.5,
+    "tests/proxy": 2.0,
     "tests/unit": 0.5,
-    "tests/docs": 0.5,
+    "tests/docs": 4.0,
 }
 
 # pytest options whose value is the next argument (so that value is not a path).
