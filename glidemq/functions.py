@@ -37,8 +37,8 @@ __all__ = [
 ]
 
 LIBRARY_NAME = "glidemq"
-LIBRARY_VERSION = 22
-LIBRARY_SOURCE_SHA256 = "825b7d0461f0a9512366c438f48993be06cbcf6e34ed4b4fa2010f3812d592c0"
+LIBRARY_VERSION = 23
+LIBRARY_SOURCE_SHA256 = "45c446bd56ff93f93de188cf87efa34e0bdd7ba9cb0e9e2d858ddb6743c1dfd3"
 LIBRARY_FILES = (
     "00_prelude.lua",  # shebang, version placeholder, constants, input checks, shared helpers
     "10_limits.lua",  # queue-wide limits, groups, token buckets, ordering keys, LIFO

@@ -17,6 +17,7 @@ from .errors import CostExceedsCapacityError, ValidationError
 
 __all__ = [
     "MAX_KEY_BYTES",
+    "PLAIN_EXT",
     "SLIDING_MAX",
     "RateLimit",
     "TokenBucket",
@@ -66,7 +67,7 @@ def rate_guard(duration: int) -> int:
 
 _BAD_KEY = re.compile(r"[\x00-\x1f\x7f]")
 _MAX_CONCURRENCY = 1_000_000
-_PLAIN_EXT = ("",)
+PLAIN_EXT = ("",)
 
 
 def _positive_int(field: str, value: object, high: int | None = None) -> int:
@@ -227,7 +228,7 @@ def compact_limit_args(o: LimitedJob) -> tuple[str, ...]:
     extension arguments (addJob's 9-15 and the LIFO flag)."""
     key = o.ordering_key if o.ordering_key is not None else o.group_key
     if key is None and not o.lifo:
-        return _PLAIN_EXT
+        return PLAIN_EXT
     return ("1", *addjob_limit_args(o))
 
 

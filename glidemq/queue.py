@@ -10,6 +10,8 @@ from datetime import datetime
 from types import TracebackType
 from typing import Any, Generic, Self, TypeVar, cast
 
+import orjson
+
 from . import otel, queue_limits, scheduler
 from .budget import QueueBudget
 from .connection import Client, ConnectionLike, close_client, resolve_connection
@@ -46,6 +48,11 @@ R = TypeVar("R")
 _BULK_CHUNK = 1000  # most coalesced single adds in one FCALL
 _BULK_PER_CALL = 250  # jobs per bulk-add call inside add_bulk
 _PIPELINE_CALLS = 8  # calls per pipelined batch
+
+
+def _lone_reply(call: Call, reply: Any) -> Any:
+    """The addJob reply of a lone add: glidemq_add's whole reply, addBulk's first item."""
+    return reply if call.function == adds.ADD.name else reply[0]
 
 
 class Queue(
@@ -185,7 +192,7 @@ class Queue(
             job_id,
             name,
             data,
-            opts.to_wire(),
+            orjson.loads(wire_opts(opts)),  # the cached JSON: a fresh dict, built faster
             now,
             opts.delay,
             opts.priority,
@@ -223,18 +230,18 @@ class Queue(
             now = self.connection.clock.now_ms()
             reply = await send(ctx, self._dedup_call(name, data, options, now, traceparent))
             return self._added(reply, name, data, options, now)
-        args = self._compact(name, data, options, traceparent)
         if not self._add_in_flight and not self._add_scheduled:
             # No other add under way: send this one now, from this task. A lone add then
             # costs what the client's call costs, with no hop through another task.
             self._add_in_flight = True
             try:
                 now = self.connection.clock.now_ms()
-                call = adds.add_bulk_call(self.keys, now, [args], safe=bool(args[6]))
-                reply = (await send(ctx, call))[0]
+                call = self._lone_add_call(name, data, options, traceparent, now)
+                reply = _lone_reply(call, await send(ctx, call))
             finally:
                 self._add_in_flight = False
             return self._added(reply, name, data, options, now)
+        args = self._compact(name, data, options, traceparent)
         loop = asyncio.get_running_loop()
         future: asyncio.Future[Any] = loop.create_future()
         self._adds.append((args, future))
@@ -260,15 +267,28 @@ class Queue(
             or self.connection.backend is not None
         ):
             return None
-        args = self._compact(name, data, options, None)
         now = self.connection.clock.now_ms()
-        return adds.add_bulk_call(self.keys, now, [args], safe=bool(args[6])), options, now
+        return self._lone_add_call(name, data, options, None, now), options, now
 
     def plain_add_done(
-        self, reply: Any, name: str, data: D | None, options: JobOptions, now: int
+        self, call: Call, reply: Any, name: str, data: D | None, options: JobOptions, now: int
     ) -> Job[D, R] | None:
-        """The Job a `plain_add_call` made, from the first item of the call's reply."""
-        return self._added(reply[0], name, data, options, now)
+        """The Job a `plain_add_call` made, from the call's reply."""
+        return self._added(_lone_reply(call, reply), name, data, options, now)
+
+    def _lone_add_call(
+        self, name: Any, data: Any, options: JobOptions, traceparent: str | None, now: int
+    ) -> Call:
+        """One add on its own: glidemq_add for a plain job (the server's cheapest add),
+        else a one-job glidemq_addBulk."""
+        if adds.is_plain(options):
+            if not isinstance(name, str):
+                raise ValidationError("name", "must be a string")
+            encoded = encode_data(data, compress=self.compression, serializer=self._serializer)
+            opts_json = self._opts_json(options, traceparent)
+            return adds.add_call(self.keys, now, name, opts_json, encoded, options.attempts)
+        args = self._compact(name, data, options, traceparent)
+        return adds.add_bulk_call(self.keys, now, [args], safe=bool(args[6]))
 
     def _start_add_task(
         self, loop: asyncio.AbstractEventLoop, coro: Coroutine[Any, Any, None]

@@ -103,6 +103,23 @@ redis.register_function('glidemq_addJob', function(keys, args)
   return addJobCore(keys[1], keys[4], args, 1, v)
 end)
 
+-- KEYS: id (the queue's other keys share its prefix). ARGS: now, name, opts, data,
+-- maxAttempts. One job without delay, priority, ttl, custom id, group or LIFO: what most adds
+-- are, in a third of addJob's arguments. Replies as addJob (the job id, or an error code).
+-- @wire glidemq_add keys=1 args=5
+redis.register_function('glidemq_add', function(keys, args)
+  local err = shape('glidemq_add', keys, args, 1, 5, 5)
+  if err then return err end
+  local a = {args[2], args[4], args[3], args[1], '0', '0', '', args[5], '',
+    '0', '0', '0', '0', '0', '0', '0', '', ''}
+  local bad, v = checkAdd(a, 1)
+  if bad then return bad end
+  local prefix = prefixOf(keys[1], 'id')
+  local room = waitingRoom(prefix)
+  if room and room <= 0 then return QUEUE_FULL end
+  return addJobCore(keys[1], prefix .. 'events', a, 1, v)
+end)
+
 -- KEYS: id, stream, scheduled, events. ARGS: now, then runs of jobs that share everything but
 -- their data. A run is n, name, opts, delay, priority, maxAttempts, ttl, customJobId, ext; when
 -- ext is '1', 8 more follow: orderingKey, groupConcurrency, groupRateMax, groupRateDuration,

@@ -131,7 +131,7 @@ class Queue(Generic[D, R]):
                 except Retryable:
                     pass  # not run: the async path reloads the library or reconnects
                 else:
-                    return self._job(queue.plain_add_done(reply, name, data, options, now))
+                    return self._job(queue.plain_add_done(call, reply, name, data, options, now))
         return self._job(self._call(lambda q: q.add(name, data, opts)))
 
     def add_bulk(

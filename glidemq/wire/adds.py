@@ -1,5 +1,5 @@
-"""Adding jobs: glidemq_addJob, glidemq_addBulk, glidemq_dedup and the job schedulers'
-glidemq_setScheduler and glidemq_fireScheduler.
+"""Adding jobs: glidemq_add, glidemq_addJob, glidemq_addBulk, glidemq_dedup and the job
+schedulers' glidemq_setScheduler and glidemq_fireScheduler.
 
 The positional addJob arguments (docs/WIRE_PROTOCOL.md: 17 documented, an 18th for LIFO)
 are built by `job_args` alone; glidemq_dedup and glidemq_fireScheduler take the same
@@ -18,28 +18,32 @@ from ..errors import (
     ServerError,
 )
 from ..keys import QueueKeys
-from ..limit_options import addjob_limit_args, compact_limit_args
+from ..limit_options import PLAIN_EXT, addjob_limit_args, compact_limit_args
 from ..types import JobOptions
 from . import codes
 from .layout import Call, layout
 
 __all__ = [
+    "ADD",
     "ADD_BULK",
     "ADD_JOB",
     "DEDUP",
     "FIRE_SCHEDULER",
     "SET_SCHEDULER",
     "add_bulk_call",
+    "add_call",
     "add_job_call",
     "added_id",
     "bulk_job",
     "dedup_call",
     "fire_scheduler_call",
+    "is_plain",
     "job_args",
     "pack_bulk",
     "set_scheduler_call",
 ]
 
+ADD = layout("glidemq_add", keys="1", args="5")
 ADD_JOB = layout("glidemq_addJob", keys="4", args="17..18")
 ADD_BULK = layout("glidemq_addBulk", keys="4", args="1..")
 DEDUP = layout("glidemq_dedup", keys="5", args="20..21", safe=True)
@@ -70,6 +74,26 @@ def job_args(
         job_id or "",
         lifo,
     ]
+
+
+def is_plain(opts: JobOptions) -> bool:
+    """Whether a job with these options can be added by glidemq_add: no delay, priority,
+    ttl, custom id, group, ordering key or LIFO (deduplication is the caller's check)."""
+    return (
+        not opts.delay
+        and not opts.priority
+        and not opts.ttl
+        and opts.job_id is None
+        and compact_limit_args(opts) == PLAIN_EXT
+    )
+
+
+def add_call(
+    keys: QueueKeys, now: int, name: str, opts_json: bytes, data: str | bytes, attempts: int
+) -> Call:
+    """glidemq_add of one job whose options are `is_plain`; the reply is one addJob reply.
+    Never safe to resend: it has no custom id to find it by."""
+    return ADD.call([keys.id], [str(now), name, opts_json, data, str(attempts)], False)
 
 
 def add_job_call(keys: QueueKeys, args: list[str | bytes]) -> Call:

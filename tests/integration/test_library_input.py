@@ -174,6 +174,7 @@ def build_cases(r: Any, p: str) -> list[Case]:
             max_args=18,
             wrong_keys=[add_keys[:2], add_keys[:3], [*add_keys, f"{p}:x"]],
         ),
+        Case("glidemq_add", k("id"), [now, "n", "{}", "data", "1"], {0: TS, 4: OPT}),
         Case(
             "glidemq_addBulk",
             add_keys,
@@ -422,7 +423,13 @@ async def test_valid_calls_of_the_table_do_write(queue: Queue[Any, Any], raw: An
     """The table's valid calls are real calls: the checks above are not trivially met."""
     p = f"glide:{{{queue.name}}}"
     cases = {c.name: c for c in build_cases(raw, p)}
-    for name in ("glidemq_addJob", "glidemq_fail", "glidemq_changeDelay", "glidemq_drain"):
+    for name in (
+        "glidemq_add",
+        "glidemq_addJob",
+        "glidemq_fail",
+        "glidemq_changeDelay",
+        "glidemq_drain",
+    ):
         case = cases[name]
         before = snapshot(raw, p)
         got = answer(raw, case, case.keys, case.args)

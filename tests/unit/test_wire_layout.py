@@ -41,6 +41,7 @@ def _bulk(opts: JobOptions, data: str = "{}") -> list[str | bytes]:
 
 # Sample calls of every builder: the shortest and the longest forms each can take.
 SAMPLES: dict[str, Callable[[], Iterable[Call]]] = {
+    "glidemq_add": lambda: [adds.add_call(K, 1, "n", b"{}", b"{}", 1)],
     "glidemq_addJob": lambda: [
         adds.add_job_call(K, _jobs(PLAIN)),
         adds.add_job_call(K, _jobs(LIMITED, "id1")),
