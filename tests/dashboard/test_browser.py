@@ -145,3 +145,43 @@ async def test_a_browser_retries_a_failed_job_and_sees_live_updates(
     for name in ("overview.png", "queue-failed.png", "job-failed.png", "job-retried.png"):
         assert (shots / name).stat().st_size > 10_000, name
     print(f"screenshots in {shots}")
+
+
+def _overflow(driver: Any) -> int:
+    """How many px the page is wider than the window (0: it fits; tables scroll inside)."""
+    return int(
+        driver.execute_script(
+            "var e = document.documentElement; return e.scrollWidth - e.clientWidth;"
+        )
+    )
+
+
+def _narrow_pages(driver: Any, base: str, p: Populated, shots: Path) -> dict[str, int]:
+    from urllib.parse import urlencode
+
+    from selenium.webdriver.common.by import By
+
+    driver.set_window_size(400, 900)
+    width = int(driver.execute_script("return window.innerWidth;"))
+    assert width <= 420, f"the window is {width} px wide, not a narrow screen"
+    failed = p.ids["failed"][0]
+    pages = {
+        "overview": "/",
+        "queue": "/queue?" + urlencode({"name": p.name, "state": "delayed"}),
+        "job": "/job?" + urlencode({"queue": p.name, "id": failed}),
+    }
+    out = {}
+    for label, path in pages.items():
+        driver.get(base + path)
+        _wait(driver, lambda d: d.find_elements(By.CSS_SELECTOR, "main h1"))
+        driver.save_screenshot(str(shots / f"narrow-{label}.png"))
+        out[label] = _overflow(driver)
+    return out
+
+
+async def test_at_400_px_the_pages_fit_and_only_tables_scroll(
+    populated: Populated, browser: Any, shots: Path
+) -> None:
+    with running_dashboard(populated.url, "--prefix", populated.prefix) as (base, _):
+        overflow = await asyncio.to_thread(_narrow_pages, browser, base, populated, shots)
+    assert overflow == {"overview": 0, "queue": 0, "job": 0}, overflow
