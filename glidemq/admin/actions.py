@@ -1,4 +1,4 @@
-"""The admin layer's state changes: retry, remove and promote jobs by id; retry, clean and
+"""The admin layer's state changes: retry, remove, promote and revoke jobs by id; retry, clean and
 drain by state; pause, resume and obliterate a queue. Each runs the `Queue` / `Job` method
 (one FCALL per state change) and reports what happened as `ActionResult` / `BulkResult`; a
 job that cannot take the action is reported, not raised."""
@@ -25,6 +25,7 @@ __all__ = [
     "resume",
     "retry",
     "retry_state",
+    "revoke",
 ]
 
 RETRY_STATES = ("failed", "dead_letter", "completed")
@@ -119,6 +120,21 @@ async def promote(view: QueueView, ids: Sequence[str]) -> list[ActionResult]:
             out.append(ActionResult(view.name, "promote", job_id, False, str(exc)))
         else:
             out.append(ActionResult(view.name, "promote", job_id, True, f"now {job.state}"))
+    return out
+
+
+async def revoke(view: QueueView, ids: Sequence[str]) -> list[ActionResult]:
+    """Cancel jobs: one not started yet fails at once ('revoked'); a running one is flagged
+    and its worker stops it at its next heartbeat ('flagged'). Finished jobs are reported."""
+    out = []
+    for job_id in _ids(ids):
+        try:
+            outcome = await view.revoke(job_id)
+        except (JobNotFoundError, JobStateError) as exc:
+            detail = "not found" if isinstance(exc, JobNotFoundError) else str(exc)
+            out.append(ActionResult(view.name, "revoke", job_id, False, detail))
+        else:
+            out.append(ActionResult(view.name, "revoke", job_id, True, outcome))
     return out
 
 

@@ -133,6 +133,9 @@ def build_parser() -> argparse.ArgumentParser:
     c = command("promote", "run delayed jobs now")
     queue_arg(c)
     c.add_argument("ids", nargs="+", metavar="ID")
+    c = command("revoke", "cancel jobs: not started ones fail now, running ones are stopped")
+    queue_arg(c)
+    c.add_argument("ids", nargs="+", metavar="ID")
     queue_arg(command("pause", "stop workers from taking new jobs"))
     queue_arg(command("resume", "let workers take jobs again"))
     c = command("clean", "remove old jobs of one state")
@@ -266,6 +269,11 @@ async def _promote(admin: Admin, args: argparse.Namespace, now: int) -> int:
     return _results(args, await admin.promote(args.queue, args.ids))
 
 
+async def _revoke(admin: Admin, args: argparse.Namespace, now: int) -> int:
+    await admin.view(args.queue)
+    return _results(args, await admin.revoke(args.queue, args.ids))
+
+
 async def _pause_or_resume(admin: Admin, args: argparse.Namespace, now: int) -> None:
     bulk = await (admin.pause if args.command == "pause" else admin.resume)(args.queue)
     _emit(args, bulk, fmt.bulk_result(bulk))
@@ -321,6 +329,7 @@ _COMMANDS: dict[str, _Command] = {
     "retry": _retry,
     "remove": _remove,
     "promote": _promote,
+    "revoke": _revoke,
     "pause": _pause_or_resume,
     "resume": _pause_or_resume,
     "clean": _clean,

@@ -168,6 +168,10 @@ class Admin:
         """Make delayed jobs runnable now, one result per id."""
         return await actions.promote(await self.view(queue), ids)
 
+    async def revoke(self, queue: str, ids: Sequence[str]) -> list[ActionResult]:
+        """Cancel jobs (running ones at their worker's next heartbeat), one result per id."""
+        return await actions.revoke(await self.view(queue), ids)
+
     async def change_priority(self, queue: str, job_id: str, priority: int) -> ActionResult:
         """Give a job that has not started yet a new priority."""
         return await actions.change_priority(await self.view(queue), job_id, priority)

@@ -23,7 +23,17 @@ from .state import dashboard_of, set_notice
 
 __all__ = ["ACTIONS", "act"]
 
-ACTIONS = ("retry", "remove", "promote", "priority", "retry-all", "clean", "pause", "resume")
+ACTIONS = (
+    "retry",
+    "remove",
+    "promote",
+    "revoke",
+    "priority",
+    "retry-all",
+    "clean",
+    "pause",
+    "resume",
+)
 _MAX_IDS = 1000
 
 
@@ -82,6 +92,8 @@ async def _run(request: Request, queue: str, action: str, form: dict[str, list[s
         return await admin.remove(queue, _ids(form))
     if action == "promote":
         return await admin.promote(queue, _ids(form))
+    if action == "revoke":
+        return await admin.revoke(queue, _ids(form))
     if action == "priority":
         try:
             priority = int(_one(form, "priority"))

@@ -331,6 +331,22 @@ async def test_promote_makes_delayed_jobs_runnable(glidemq: Runner, queue: Queue
     assert await later.get_state() == "waiting"
 
 
+async def test_revoke_cancels_jobs_that_have_not_finished(
+    glidemq: Runner, queue: Queue[Any, Any]
+) -> None:
+    later = await queue.add("later", 1, {"delay": 3_600_000})
+    gone = await queue.add("gone", 2)
+    assert later is not None and gone is not None
+    await gone.remove()
+    done = await glidemq("revoke", queue.name, later.id, gone.id, "--json")
+    assert done.returncode == 2  # one of them does not exist
+    results = json.loads(done.stdout)
+    assert [(r["id"], r["ok"]) for r in results] == [(later.id, True), (gone.id, False)]
+    assert results[0]["detail"] == "revoked"
+    await later.refresh()
+    assert later.state == "failed" and later.failed_reason == "revoked"
+
+
 async def test_pause_and_resume(glidemq: Runner, queue: Queue[Any, Any]) -> None:
     await queue.add("x", 1)
     paused = await glidemq("pause", queue.name)

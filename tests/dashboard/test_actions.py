@@ -184,3 +184,47 @@ async def test_redirect_after_an_action_stays_on_the_dashboard(
         r = await _post(client, populated, "pause", token, next=target)
         assert r.status_code == 303
         assert r.headers["location"] == f"/queue?name={populated.name}", target
+
+
+async def test_cancel_revokes_a_job_that_has_not_run_and_refuses_a_finished_one(
+    populated: Populated, client_for: Any
+) -> None:
+    client = await client_for(populated)
+    token = await _token(client, populated)
+    delayed = populated.ids["delayed"][0]
+    page = await client.get("/job", params={"queue": populated.name, "id": delayed})
+    assert 'id="job-revoke"' in page.text
+    r = await _post(client, populated, "revoke", token, id=[delayed])
+    assert r.status_code == 303
+    async with Queue(populated.name, connection=populated.url, prefix=populated.prefix) as q:
+        job = await q.get_job(delayed)
+        assert job is not None and job.state == "failed" and job.failed_reason == "revoked"
+    done = populated.ids["completed"][0]
+    r = await client.post(
+        "/action",
+        data={"csrf": token, "queue": populated.name, "action": "revoke", "id": [done]},
+        headers={"accept": "application/json"},
+    )
+    [result] = r.json()
+    assert result["ok"] is False and await _state(populated, done) == "completed"
+    page = await client.get("/job", params={"queue": populated.name, "id": done})
+    assert 'id="job-revoke"' not in page.text  # a finished job offers no Cancel
+
+
+@pytest.mark.parametrize(
+    ("state", "offered"),
+    [
+        ("waiting", {"revoke", "remove"}),
+        ("delayed", {"promote", "revoke", "remove"}),
+        ("failed", {"retry", "remove"}),
+        ("dead_letter", {"retry", "remove"}),
+        ("completed", {"retry", "remove"}),
+    ],
+)
+async def test_each_tab_offers_only_the_bulk_actions_that_apply(
+    populated: Populated, client_for: Any, state: str, offered: set[str]
+) -> None:
+    client = await client_for(populated)
+    page = await client.get("/queue", params={"name": populated.name, "state": state})
+    shown = set(re.findall(r'id="bulk-(\w+)"', page.text))
+    assert shown == offered, (state, shown)

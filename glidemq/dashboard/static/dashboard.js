@@ -148,7 +148,8 @@
     if (bulk) {
       bulk.addEventListener("submit", function (e) {
         var button = e.submitter;
-        if (button && button.value === "remove" && !window.confirm(bulk.getAttribute("data-confirm-remove"))) {
+        var ask = button && bulk.getAttribute("data-confirm-" + button.value);
+        if (ask && !window.confirm(ask)) {
           e.preventDefault();
         }
       });
