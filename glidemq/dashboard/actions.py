@@ -18,6 +18,7 @@ from ..argtypes import duration_ms
 from ..errors import ValidationError
 from ..keys import validate_queue_name
 from ..web import csrf
+from ..web.auth import allowed
 from ..web.forms import read_form
 from .state import dashboard_of, set_notice
 
@@ -127,6 +128,8 @@ async def act(request: Request) -> Response:
         return PlainTextResponse("CSRF token missing or wrong; reload the page", status_code=403)
     queue = validate_queue_name(_one(form, "queue"))
     action = _one(form, "action")
+    if not await allowed(dash.authorize, request, action, queue):
+        return PlainTextResponse(f"not allowed: {action} on queue {queue}", status_code=403)
     await dash.admin.view(queue)  # an unknown queue is a 404, not an empty action
     result = await _run(request, queue, action, form)
     if "application/json" in request.headers.get("accept", ""):

@@ -18,7 +18,7 @@ from ..admin.session import Admin
 from ..connection import ConnectionLike
 from ..errors import GlideMQError, ValidationError
 from ..keys import DEFAULT_PREFIX
-from ..web.auth import AuthHook, BasicAuth, check_auth
+from ..web.auth import AuthHook, AuthorizeHook, BasicAuth, check_auth
 from ..web.errors import SecurityHeaders, status_for
 from ..web.hosts import HostGuard, allowed_hosts_of
 from . import actions, live, pages
@@ -55,6 +55,7 @@ def create_app(
     read_only: bool = False,
     auth: AuthHook | None = None,
     basic_auth: BasicAuth | None = None,
+    authorize: AuthorizeHook | None = None,
     queues: Sequence[str] | None = None,
     names_ttl: float = 30.0,
     refresh: float = 2.0,
@@ -66,7 +67,9 @@ def create_app(
     `connection`: a URL, `ConnectionOptions`, None for `GLIDEMQ_URL`, or an open `Admin`
     (then closing it is the caller's business). `read_only` hides every action and refuses
     them with 403. `auth` is called with each request and must return True (or an awaitable
-    of True) to let it through; `basic_auth` asks the browser for a user and password.
+    of True) to let it through; `basic_auth` asks the browser for a user and password;
+    `authorize(request, action, queue)` is asked before each action and must return True
+    (or an awaitable of True) to let it run, else the action is refused with 403.
     `queues` names the queues to show instead of scanning for them; the scanned list is
     cached `names_ttl` seconds. Live views poll the server every `refresh` seconds (0.1 to
     3600). `allowed_hosts`: the `Host` names it answers besides the loopback ones (a name,
@@ -87,6 +90,7 @@ def create_app(
     dash = Dashboard(
         admin,
         read_only=read_only,
+        authorize=authorize,
         queues=queues,
         names_ttl=names_ttl,
         refresh=float(refresh),

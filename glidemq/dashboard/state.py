@@ -18,6 +18,7 @@ from ..admin.session import Admin
 from ..errors import GlideMQError
 from ..keys import validate_queue_name
 from ..web import csrf
+from ..web.auth import AuthorizeHook
 from . import format
 
 __all__ = ["NOTICE_COOKIE", "Dashboard", "dashboard_of", "set_notice"]
@@ -50,12 +51,14 @@ class Dashboard:
         *,
         read_only: bool,
         queues: Sequence[str] | None,
+        authorize: AuthorizeHook | None = None,
         names_ttl: float,
         refresh: float,
         title: str,
     ) -> None:
         self.admin = admin
         self.read_only = read_only
+        self.authorize = authorize
         self.fixed_queues = None if queues is None else [validate_queue_name(q) for q in queues]
         self.names_ttl = names_ttl
         self.refresh = refresh

@@ -19,11 +19,26 @@ from starlette.responses import PlainTextResponse, Response
 
 from ..errors import ValidationError
 
-__all__ = ["AuthHook", "BasicAuth", "check_auth", "hash_password"]
+__all__ = ["AuthHook", "AuthorizeHook", "BasicAuth", "allowed", "check_auth", "hash_password"]
 
 AuthHook: TypeAlias = Callable[[Request], bool | Awaitable[bool]]
 """Called with every request before it is served; True lets it through, False refuses it
 with 403 (or 401 when basic auth is configured). May be async."""
+
+AuthorizeHook: TypeAlias = Callable[[Request, str, str], bool | Awaitable[bool]]
+"""Called as `authorize(request, action, queue)` before each action (`retry`, `remove`,
+`revoke`, `pause`, ...); True lets it run, False refuses it with 403. May be async."""
+
+
+async def allowed(hook: AuthorizeHook | None, request: Request, action: str, queue: str) -> bool:
+    """Whether `hook` lets `action` on `queue` run (no hook: yes). Only True counts."""
+    if hook is None:
+        return True
+    verdict = hook(request, action, queue)
+    if inspect.isawaitable(verdict):
+        verdict = await verdict
+    return verdict is True
+
 
 _SCHEME = "pbkdf2_sha256"
 _ITERATIONS = 200_000

@@ -228,3 +228,24 @@ async def test_each_tab_offers_only_the_bulk_actions_that_apply(
     page = await client.get("/queue", params={"name": populated.name, "state": state})
     shown = set(re.findall(r'id="bulk-(\w+)"', page.text))
     assert shown == offered, (state, shown)
+
+
+async def test_the_authorize_hook_decides_each_action_by_name_and_queue(
+    populated: Populated, client_for: Any
+) -> None:
+    asked: list[tuple[str, str]] = []
+
+    async def authorize(request: Any, action: str, queue: str) -> bool:
+        asked.append((action, queue))
+        return action == "promote"  # this user may promote, nothing else
+
+    client = await client_for(populated, authorize=authorize)
+    token = await _token(client, populated)
+    done = populated.ids["completed"][0]
+    refused = await _post(client, populated, "remove", token, id=[done])
+    assert refused.status_code == 403 and "not allowed: remove" in refused.text
+    assert await _state(populated, done) == "completed"
+    delayed = populated.ids["delayed"][0]
+    assert (await _post(client, populated, "promote", token, id=[delayed])).status_code == 303
+    assert await _state(populated, delayed) == "waiting"
+    assert asked == [("remove", populated.name), ("promote", populated.name)]
