@@ -6,12 +6,14 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import AsyncIterator, Sequence
+from pathlib import Path
 
 from starlette.applications import Starlette
 from starlette.middleware import Middleware
 from starlette.requests import Request
-from starlette.responses import Response
-from starlette.routing import Route
+from starlette.responses import HTMLResponse, Response
+from starlette.routing import Mount, Route
+from starlette.staticfiles import StaticFiles
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from ..connection import ConnectionLike
@@ -26,12 +28,39 @@ from .table import Handler, Spec, openapi
 
 __all__ = ["SPECS", "create_app"]
 
+_STATIC = Path(__file__).resolve().parent / "static"
+
 
 async def health(request: Request) -> Response:
     """200 `{"status": "ok"}` when the server answers, else 503."""
     view = await proxy_of(request).admin.view("health", must_exist=False)
     await view.ctx.command(lambda c: c.ping())
     return json_response({"status": "ok"})
+
+
+_DOCS_PAGE = """<!doctype html>
+<html lang="en">
+<head>
+<meta charset="utf-8">
+<meta name="viewport" content="width=device-width, initial-scale=1">
+<title>glidemq proxy API</title>
+<link rel="stylesheet" href="docs/static/explorer.css">
+<script src="docs/static/explorer.js" defer></script>
+</head>
+<body>
+<header><h1>glidemq proxy API</h1>
+<p><span id="version"></span> &middot; every route of <a href="openapi.json">openapi.json</a>,
+each with a form that sends a real request to this proxy</p></header>
+<main id="ops" aria-live="polite"></main>
+</body>
+</html>
+"""
+
+
+async def docs(request: Request) -> Response:
+    """An API explorer for people: each route with a form that calls it (served from this
+    proxy alone, under the same CSP as everything else)."""
+    return HTMLResponse(_DOCS_PAGE)
 
 
 async def schema(request: Request) -> Response:
@@ -44,6 +73,7 @@ async def schema(request: Request) -> Response:
 SPECS: list[Spec] = [
     Spec("GET", "/health", health, "Is the server reachable", "service"),
     Spec("GET", "/openapi.json", schema, "The OpenAPI schema", "service"),
+    Spec("GET", "/docs", docs, "This API in a browser: every route with a form", "service"),
     *queues.SPECS,
     *suspend.SPECS,
     *flows.SPECS,
@@ -115,10 +145,11 @@ def create_app(
         yield
         await proxy.close()
 
-    routes = [
+    routes: list[Route | Mount] = [
         Route(s.path, _answering(s.handler), methods=[s.method], name=s.handler.__name__)
         for s in SPECS
     ]
+    routes.append(Mount("/docs/static", app=StaticFiles(directory=_STATIC), name="static"))
     app = Starlette(
         routes=routes,
         middleware=[
