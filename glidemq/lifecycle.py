@@ -21,8 +21,13 @@ class WorkerLifecycle:
 
     events: Emitter
     opts: WorkerOptions
+    completed_count: int
+    """Jobs this worker completed since it was made."""
+    failed_count: int
+    """Tries of this worker that failed since it was made."""
 
     def __init__(self) -> None:
+        self.completed_count = self.failed_count = 0
         self._started = False
         self._closing = False
         self._closed = asyncio.Event()

@@ -93,6 +93,16 @@ class WorkerLink:
         """The worker's `token_limiter` option (jobs read it when they report usage)."""
         return self.opts.token_limiter
 
+    def running_now(self, most: int = 20) -> list[str]:
+        """Ids of up to `most` jobs this worker is running (not those it only holds)."""
+        held = {job.id for _, job in self.slots.held_jobs()}
+        return [job.id for _, job in self.slots.jobs() if job.id not in held][:most]
+
+    @property
+    def finished_counts(self) -> tuple[int, int]:
+        """(completed, failed) of this worker since it was made."""
+        return self._state.completed_count, self._state.failed_count
+
     @property
     def closing(self) -> bool:
         """Whether the worker's close has begun (re-read after every await)."""

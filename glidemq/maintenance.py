@@ -122,7 +122,9 @@ class Maintenance:
         w = self.link
         try:
             assert w.ctx is not None
-            await self.registration.beat(w.ctx)
+            completed, failed = w.finished_counts
+            stats = {"running": w.running_now(), "completed": completed, "failed": failed}
+            await self.registration.beat(w.ctx, stats)
             await worker_limits.refresh_global_pacer(w)
         except GlideMQError as exc:
             w.events.emit("error", exc)

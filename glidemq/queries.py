@@ -248,6 +248,17 @@ class WorkerInfo:
     started: int
     concurrency: int
     last_heartbeat: int
+    running: tuple[str, ...] = ()
+    """Ids of the jobs it ran at its last heartbeat (at most 20)."""
+    completed: int = 0
+    """Jobs it completed since it started (as of its last heartbeat)."""
+    failed: int = 0
+    """Tries of it that failed since it started."""
+
+    def per_minute(self) -> float:
+        """Jobs it finished (completed or failed) per minute since it started."""
+        minutes = max(self.last_heartbeat - self.started, 1000) / 60_000
+        return (self.completed + self.failed) / minutes
 
 
 def workers_key(ctx: QueueContext) -> str:
@@ -267,11 +278,12 @@ class WorkerRegistration:
             "interval": interval_ms,
         }
 
-    async def beat(self, ctx: QueueContext) -> None:
-        """Write the entry with the current time (one HSET)."""
+    async def beat(self, ctx: QueueContext, stats: Mapping[str, Any] | None = None) -> None:
+        """Write the entry with the current time and `stats` (what it runs, what it
+        finished), in one HSET."""
         now = ctx.now_ms()
         self.base.setdefault("started", now)
-        value = orjson.dumps({**self.base, "heartbeat": now})
+        value = orjson.dumps({**self.base, **(stats or {}), "heartbeat": now})
         await ctx.command(lambda c: c.hset(workers_key(ctx), {self.consumer: value}))
 
 
@@ -300,6 +312,9 @@ async def get_workers(ctx: QueueContext, now: int) -> list[WorkerInfo]:
                     started=int(e.get("started", 0)),
                     concurrency=int(e.get("concurrency", 0)),
                     last_heartbeat=beat,
+                    running=tuple(str(i) for i in e.get("running", ())[:20]),
+                    completed=int(e.get("completed", 0)),
+                    failed=int(e.get("failed", 0)),
                 )
             )
         except (orjson.JSONDecodeError, KeyError, TypeError, ValueError):

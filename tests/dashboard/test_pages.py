@@ -157,7 +157,53 @@ async def test_workers_page_shows_each_worker_with_queue_host_pid_concurrency(
     assert row is not None, html[-2000:]
     cells = re.findall(r"<td[^>]*>(.*?)</td>", row.group(0), re.S)
     assert cells[3] == str(os.getpid()) and cells[4] == "7"
-    assert "ago" in cells[6]
+    assert "ago" in cells[-1]
+
+
+async def test_workers_show_what_they_run_now_and_what_they_finished(
+    valkey_server: Any, client_for: Any, queue_name: str
+) -> None:
+    import asyncio
+
+    from .conftest import Populated as P
+
+    release = asyncio.Event()
+
+    async def slow(job: Job[Any, Any]) -> str:
+        if job.name == "slow":
+            await release.wait()
+        return "ok"
+
+    prefix = "dashw" + queue_name[-8:]
+    p = P(valkey_server.url, prefix, queue_name)
+    client = await client_for(p)
+    async with Queue(queue_name, connection=p.url, prefix=prefix) as q:
+        quick = await q.add("quick", 1)
+        assert quick is not None
+        await q.upsert_job_scheduler("tick", every_ms=3_600_000, template={"name": "quick"})
+        await wait_for(lambda: _overdue(client, queue_name), timeout=10)  # no worker yet
+        async with Worker(queue_name, slow, connection=p.url, prefix=prefix, concurrency=2, **FAST):
+            await quick.wait_until_finished(timeout=10)
+            busy = await q.add("slow", 2)
+            assert busy is not None
+
+            async def seen() -> bool:
+                [w] = await q.get_workers()
+                return busy.id in w.running and w.completed >= 2  # quick and the tick's job
+
+            await wait_for(seen, timeout=20)
+            html = (await client.get("/workers")).text
+            queue_page = (await client.get("/queue", params={"name": queue_name})).text
+            release.set()
+        await q.obliterate(force=True)
+    running = re.search(r'<td class="running"[^>]*>(.*?)</td>', html, re.S)
+    assert running is not None and f">{busy.id}</a>" in running.group(1)
+    assert "overdue" not in queue_page  # a worker serves it now
+
+
+async def _overdue(client: Any, queue: str) -> bool:
+    page = (await client.get("/queue", params={"name": queue})).text
+    return "overdue: no worker serves this queue" in page
 
 
 async def test_unknown_queue_or_job_is_404_and_bad_input_400(
