@@ -40,9 +40,9 @@ _SPELLINGS = {
 
 def state_name(text: str) -> str:
     """A state name in its one spelling (`dead_letter`, `waiting-children`, `group-waiting`,
-    `rate-limited`), given with either separator and in any case."""
-    lowered = str(text).strip().lower()
-    return _SPELLINGS.get(lowered, lowered)
+    `rate-limited`), given with either separator."""
+    name = str(text)
+    return _SPELLINGS.get(name, name)
 
 
 SEARCH_STATES = (

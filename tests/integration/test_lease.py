@@ -88,9 +88,11 @@ async def test_a_frozen_worker_does_not_start_jobs_taken_over_while_it_was_stopp
         twice = {job_id for job_id, n in counted.items() if n > 1}
         assert held_at_stop > 1, "A held no job beyond the one running at the stop"
         assert len(counted) == 3000, f"{3000 - len(counted)} jobs never ran"
-        # Only the job A was running at the stop may run again (concurrency 1).
+        # Only jobs A had started may run again: the one running at the stop and, at
+        # concurrency 1, the one it had just finished if the stop came before its completion
+        # (sent with the next fetch) left the process. Held jobs never run twice.
         assert twice <= before, f"jobs A never started before the stop ran twice: {twice - before}"
-        assert len(twice) <= 1, f"{len(twice)} jobs ran twice: {sorted(twice)}"
+        assert len(twice) <= 2, f"{len(twice)} jobs ran twice: {sorted(twice)}"
         await queue.obliterate(force=True)
 
 
