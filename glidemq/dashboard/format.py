@@ -68,11 +68,31 @@ def compact(value: Any, limit: int = 120) -> str:
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
-def percent(progress: Any) -> float | None:
-    """A progress value as 0..100 if it is a number, else None."""
-    if isinstance(progress, bool) or not isinstance(progress, int | float):
+_PERCENT_KEYS = ("percent", "percentage", "progress", "pct", "value")
+_RATIO_KEYS = (("done", "total"), ("current", "total"), ("completed", "total"), ("step", "steps"))
+
+
+def _number(v: Any) -> float | None:
+    if isinstance(v, bool) or not isinstance(v, int | float) or v != v:  # v != v: nan
         return None
-    return max(0.0, min(100.0, float(progress)))
+    return float(v)
+
+
+def percent(progress: Any) -> float | None:
+    """A progress value as 0..100: a number, or the numeric part of an object
+    (`{"percent": 40, ...}`, `{"done": 3, "total": 12}`); None when there is none."""
+    if isinstance(progress, dict):
+        for key in _PERCENT_KEYS:
+            found = _number(progress.get(key))
+            if found is not None:
+                return max(0.0, min(100.0, found))
+        for part, whole in _RATIO_KEYS:
+            done, total = _number(progress.get(part)), _number(progress.get(whole))
+            if done is not None and total:
+                return max(0.0, min(100.0, 100.0 * done / total))
+        return None
+    found = _number(progress)
+    return None if found is None else max(0.0, min(100.0, found))
 
 
 def query(params: dict[str, Any]) -> str:

@@ -411,3 +411,37 @@ async def test_a_job_id_with_slashes_spaces_and_url_characters_links_to_its_page
     page = await client.get(html_module.unescape(href))
     assert page.status_code == 200
     assert f'id="job-id">{html_module.escape(odd, quote=False)}<' in page.text
+
+
+@pytest.mark.parametrize(
+    ("progress", "bar"),
+    [
+        (40, 40.0),
+        (150, 100.0),
+        ({"percent": 25, "stage": "upload"}, 25.0),
+        ({"done": 3, "total": 12}, 25.0),
+        ({"step": 1, "steps": 4}, 25.0),
+        ({"done": 3, "total": 0}, None),
+        ({"stage": "upload"}, None),
+        (True, None),
+        ("50", None),
+        (float("nan"), None),
+    ],
+)
+def test_progress_shows_the_numeric_part_of_an_object_as_a_bar(progress: Any, bar: Any) -> None:
+    from glidemq.dashboard.format import percent
+
+    assert percent(progress) == bar
+
+
+async def test_a_job_page_draws_a_bar_for_progress_given_as_an_object(
+    populated: Populated, client_for: Any
+) -> None:
+    client = await client_for(populated)
+    async with Queue(populated.name, connection=populated.url, prefix=populated.prefix) as q:
+        job = await q.add("upload", {"f": "a.bin"})
+        assert job is not None
+        await job.update_progress({"done": 3, "total": 4, "stage": "upload"})
+    page = (await client.get("/job", params={"queue": populated.name, "id": job.id})).text
+    assert 'id="job-progress" max="100" value="75.0"' in page
+    assert re.search(r"&#34;stage&#34;: &#34;upload&#34;", page), "the object is shown too"
