@@ -167,6 +167,12 @@ def _opts_from_wire(wire: Mapping[str, Any]) -> JobOptions:
 _DEFAULT_OPTIONS = dataclasses.asdict(JobOptions())
 
 
+def options_of_wire(wire: Mapping[str, Any]) -> dict[str, Any]:
+    """The main options of a stored `opts` JSON (delay, priority, attempts, timeout, ttl,
+    backoff, retention) by their Python names, as `JobOptions.coerce` reads them."""
+    return _options_dict(_opts_from_wire(wire))
+
+
 def _options_dict(opts: JobOptions) -> dict[str, Any]:
     """The options that differ from the defaults, by their Python names (JobOptions.coerce
     reads them back, nested options included)."""

@@ -6,15 +6,19 @@ job that cannot take the action is reported, not raised."""
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
+from ..connection import ConnectionOptions
 from ..errors import JobNotFoundError, JobStateError, ValidationError
 from ..keys import validate_job_id
+from ..types import JobOptions
 from .model import ActionResult, BulkResult
 from .view import QueueView
 
 __all__ = [
     "CLEAN_STATES",
     "RETRY_STATES",
+    "add_job",
     "change_priority",
     "clean",
     "drain",
@@ -26,7 +30,11 @@ __all__ = [
     "retry",
     "retry_state",
     "revoke",
+    "update_data",
 ]
+
+EDITABLE_STATES = ("waiting", "delayed", "prioritized", "waiting-children")
+"""States whose jobs' data may be replaced: they have not started."""
 
 RETRY_STATES = ("failed", "dead_letter", "completed")
 CLEAN_STATES = ("completed", "failed", "dead_letter", "waiting", "delayed", "prioritized")
@@ -136,6 +144,37 @@ async def revoke(view: QueueView, ids: Sequence[str]) -> list[ActionResult]:
         else:
             out.append(ActionResult(view.name, "revoke", job_id, True, outcome))
     return out
+
+
+async def add_job(
+    view: QueueView, connection: ConnectionOptions, name: str, data: Any, opts: Any
+) -> ActionResult:
+    """Add one job (`opts`: JobOptions names); skipped by a custom id or deduplication is
+    reported, not raised."""
+    from ..queue import Queue
+
+    if not isinstance(name, str) or not name:
+        raise ValidationError("name", "a job needs a name")
+    options = JobOptions.coerce(opts)  # unknown or bad options fail before connecting
+    queue: Queue[Any, Any] = Queue(view.name, connection=connection, prefix=view.keys.prefix)
+    async with queue:
+        job = await queue.add(name, data, options)
+    if job is None:
+        return ActionResult(view.name, "add", options.job_id or "", False, "skipped: id taken")
+    return ActionResult(view.name, "add", job.id, True, f"added as {job.state}")
+
+
+async def update_data(view: QueueView, job_id: str, data: Any) -> ActionResult:
+    """Replace the data of a job that has not started."""
+    job = await view.get_job(validate_job_id(job_id, "id"))
+    if job is None:
+        return ActionResult(view.name, "update-data", job_id, False, "not found")
+    state = await job.get_state()
+    if state not in EDITABLE_STATES:
+        detail = f"it is {state}; only jobs that have not started can be edited"
+        return ActionResult(view.name, "update-data", job_id, False, detail)
+    await job.update_data(data)
+    return ActionResult(view.name, "update-data", job_id, True, "data replaced")
 
 
 async def change_priority(view: QueueView, job_id: str, priority: int) -> ActionResult:

@@ -14,7 +14,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Sequence
 from types import TracebackType
-from typing import Self
+from typing import Any, Self
 
 from ..connection import Client, ConnectionLike, resolve_connection
 from ..context import QueueContext
@@ -171,6 +171,15 @@ class Admin:
     async def revoke(self, queue: str, ids: Sequence[str]) -> list[ActionResult]:
         """Cancel jobs (running ones at their worker's next heartbeat), one result per id."""
         return await actions.revoke(await self.view(queue), ids)
+
+    async def add_job(self, queue: str, name: str, data: Any, opts: Any = None) -> ActionResult:
+        """Add one job to `queue` (which need not exist yet)."""
+        view = await self.view(queue, must_exist=False)
+        return await actions.add_job(view, self.connection, name, data, opts)
+
+    async def update_data(self, queue: str, job_id: str, data: Any) -> ActionResult:
+        """Replace the data of a job that has not started."""
+        return await actions.update_data(await self.view(queue), job_id, data)
 
     async def change_priority(self, queue: str, job_id: str, priority: int) -> ActionResult:
         """Give a job that has not started yet a new priority."""

@@ -10,6 +10,7 @@ import argparse
 from typing import Any
 from urllib.parse import quote, urlsplit
 
+import orjson
 from starlette.requests import Request
 from starlette.responses import JSONResponse, PlainTextResponse, RedirectResponse, Response
 
@@ -34,7 +35,20 @@ ACTIONS = (
     "clean",
     "pause",
     "resume",
+    "add",
+    "update-data",
 )
+
+
+def _json(form: dict[str, list[str]], name: str, default: str) -> Any:
+    """A form field holding JSON, decoded; ValidationError naming the field otherwise."""
+    text = (form.get(name) or [""])[0].strip() or default
+    try:
+        return orjson.loads(text)
+    except orjson.JSONDecodeError as exc:
+        raise ValidationError(name, f"is not JSON: {exc}") from None
+
+
 _MAX_IDS = 1000
 
 
@@ -95,6 +109,13 @@ async def _run(request: Request, queue: str, action: str, form: dict[str, list[s
         return await admin.promote(queue, _ids(form))
     if action == "revoke":
         return await admin.revoke(queue, _ids(form))
+    if action == "add":
+        opts = _json(form, "opts", "{}")
+        if not isinstance(opts, dict):
+            raise ValidationError("opts", "must be a JSON object of job options")
+        return await admin.add_job(queue, _one(form, "name"), _json(form, "data", "null"), opts)
+    if action == "update-data":
+        return await admin.update_data(queue, _ids(form)[0], _json(form, "data", "null"))
     if action == "priority":
         try:
             priority = int(_one(form, "priority"))
@@ -130,7 +151,8 @@ async def act(request: Request) -> Response:
     action = _one(form, "action")
     if not await allowed(dash.authorize, request, action, queue):
         return PlainTextResponse(f"not allowed: {action} on queue {queue}", status_code=403)
-    await dash.admin.view(queue)  # an unknown queue is a 404, not an empty action
+    if action != "add":  # adding the first job makes a queue
+        await dash.admin.view(queue)  # an unknown queue is a 404, not an empty action
     result = await _run(request, queue, action, form)
     if "application/json" in request.headers.get("accept", ""):
         return JSONResponse(to_jsonable(result))

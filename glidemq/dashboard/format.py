@@ -51,6 +51,14 @@ def ago(ms: int | None, now: int | None = None) -> str:
     return f"{duration(delta)} ago" if delta >= 0 else f"in {duration(-delta)}"
 
 
+def as_json(value: Any) -> str:
+    """Any value as indented JSON text, strings quoted (what a JSON editor starts from)."""
+    try:
+        return orjson.dumps(value, option=orjson.OPT_INDENT_2 | orjson.OPT_NON_STR_KEYS).decode()
+    except TypeError:
+        return orjson.dumps(repr(value)).decode()
+
+
 def pretty(value: Any) -> str:
     """Any value as indented JSON text (strings as they are)."""
     if isinstance(value, str):
@@ -103,6 +111,12 @@ def query(params: dict[str, Any]) -> str:
 def install(env: Environment) -> None:
     """Register the filters and helpers on a Jinja environment."""
     env.filters.update(
-        when=when, ago=ago, duration=duration, pretty=pretty, compact=compact, percent=percent
+        when=when,
+        ago=ago,
+        duration=duration,
+        pretty=pretty,
+        as_json=as_json,
+        compact=compact,
+        percent=percent,
     )
     env.globals.update(query=query, now_ms=lambda: int(time.time() * 1000))

@@ -7,14 +7,16 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
+import orjson
 from starlette.requests import Request
 from starlette.responses import Response
 
 from ..admin.base import JOB_STATES
 from ..admin.model import QueueSummary
-from ..errors import ValidationError
+from ..errors import JobNotFoundError, ValidationError
 from ..keys import validate_job_id, validate_queue_name
 from ..queries import state_name
+from ..scheduler import options_of_wire
 from . import data
 from .state import dashboard_of
 
@@ -53,6 +55,24 @@ async def overview(request: Request) -> Response:
     )
 
 
+async def _add_form(dash: Any, queue: str, source: str | None) -> dict[str, Any]:
+    """The "Add a job" form: empty, or filled from job `source` (Duplicate)."""
+    form = {"open": False, "name": "", "data": "{}", "opts": "{}", "source": ""}
+    if source:
+        view = await dash.admin.view(queue)
+        job = await view.get_job(validate_job_id(source, "from"))
+        if job is None:
+            raise JobNotFoundError(queue, source)
+        form.update(
+            open=True,
+            name=job.name,
+            data=orjson.dumps(job.data, option=orjson.OPT_INDENT_2, default=str).decode(),
+            opts=orjson.dumps(options_of_wire(job.opts), option=orjson.OPT_INDENT_2).decode(),
+            source=job.id,
+        )
+    return form
+
+
 async def queue(request: Request) -> Response:
     """One queue: status, limits, schedulers, and a page of its jobs in one state (or the
     jobs a search found)."""
@@ -84,6 +104,7 @@ async def queue(request: Request) -> Response:
         chart=data.chart_of(status.completed, status.failed),
         live_queue=name,
         now=status.now,
+        add_form=await _add_form(dash, name, request.query_params.get("from")),
     )
     if request.query_params.get("fragment") == "jobs":
         return dash.render(request, "_jobs.html", **context)

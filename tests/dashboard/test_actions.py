@@ -249,3 +249,55 @@ async def test_the_authorize_hook_decides_each_action_by_name_and_queue(
     assert (await _post(client, populated, "promote", token, id=[delayed])).status_code == 303
     assert await _state(populated, delayed) == "waiting"
     assert asked == [("remove", populated.name), ("promote", populated.name)]
+
+
+async def test_add_a_job_and_duplicate_one_through_the_editor(
+    populated: Populated, client_for: Any
+) -> None:
+    client = await client_for(populated)
+    token = await _token(client, populated)
+    r = await _post(
+        client, populated, "add", token,
+        name="by-hand", data='{"to": "ada", "n": [1, 2]}', opts='{"attempts": 3, "delay": 60000}',
+    )  # fmt: skip
+    assert r.status_code == 303
+    async with Queue(populated.name, connection=populated.url, prefix=populated.prefix) as q:
+        [added] = [j for j in await q.get_jobs("delayed") if j.name == "by-hand"]
+        assert added.data == {"to": "ada", "n": [1, 2]} and added.max_attempts == 3
+        # Duplicate: the queue page's editor comes filled from the job
+        page = await client.get("/queue", params={"name": populated.name, "from": added.id})
+        assert f"Duplicate job {added.id}" in page.text and 'id="add-job" open' in page.text
+        assert "&#34;attempts&#34;: 3" in page.text and "&#34;to&#34;: &#34;ada&#34;" in page.text
+        job_page = await client.get("/job", params={"queue": populated.name, "id": added.id})
+        assert f"from={added.id}" in job_page.text  # the Duplicate link
+    for bad, field in (({"data": "{not json"}, "data"), ({"opts": "[1]"}, "opts"),
+                       ({"opts": '{"atempts": 3}'}, "atempts")):  # fmt: skip
+        refused = await _post(client, populated, "add", token, name="x", **bad)
+        assert refused.status_code == 400 and field in refused.text, (bad, refused.text[:300])
+
+
+async def test_edit_the_data_of_a_job_that_has_not_started_only(
+    populated: Populated, client_for: Any
+) -> None:
+    client = await client_for(populated)
+    token = await _token(client, populated)
+    waiting = populated.ids["waiting"][0]
+    page = await client.get("/job", params={"queue": populated.name, "id": waiting})
+    assert 'id="edit-data"' in page.text
+    r = await _post(client, populated, "update-data", token, id=[waiting], data='"plain text"')
+    assert r.status_code == 303
+    done = populated.ids["completed"][0]
+    r = await client.post(
+        "/action",
+        data={"csrf": token, "queue": populated.name, "action": "update-data", "id": [done],
+              "data": "{}"},
+        headers={"accept": "application/json"},
+    )  # fmt: skip
+    assert r.json()["ok"] is False and "not started" in r.json()["detail"]
+    async with Queue(populated.name, connection=populated.url, prefix=populated.prefix) as q:
+        job = await q.get_job(waiting)
+        assert job is not None and job.data == "plain text"
+        finished = await q.get_job(done)
+        assert finished is not None and finished.data != {}
+    page = await client.get("/job", params={"queue": populated.name, "id": done})
+    assert 'id="edit-data"' not in page.text

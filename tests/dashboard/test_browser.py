@@ -185,3 +185,35 @@ async def test_at_400_px_the_pages_fit_and_only_tables_scroll(
     with running_dashboard(populated.url, "--prefix", populated.prefix) as (base, _):
         overflow = await asyncio.to_thread(_narrow_pages, browser, base, populated, shots)
     assert overflow == {"overview": 0, "queue": 0, "job": 0}, overflow
+
+
+def _add_through_the_editor(driver: Any, base: str, p: Populated) -> str:
+    from urllib.parse import urlencode
+
+    from selenium.webdriver.common.by import By
+
+    driver.get(base + "/queue?" + urlencode({"name": p.name}))
+    driver.find_element(By.CSS_SELECTOR, "#add-job summary").click()
+    driver.find_element(By.ID, "add-name").send_keys("typed")
+    data = driver.find_element(By.ID, "add-data")
+    data.clear()
+    data.send_keys('{"n": 1,')  # not JSON: the browser must not send it
+    driver.find_element(By.ID, "add-submit").click()
+    error = driver.find_element(By.CSS_SELECTOR, "#add-job .json-error")
+    _wait(driver, lambda d: error.is_displayed())
+    assert "is not JSON" in error.text and not driver.find_elements(By.ID, "notice")
+    data.send_keys(' "m": 2}')
+    driver.find_element(By.ID, "add-submit").click()
+    _wait(driver, lambda d: d.find_elements(By.ID, "notice"))
+    return str(driver.find_element(By.ID, "notice").text)
+
+
+async def test_the_json_editor_refuses_bad_json_in_the_browser_and_adds_good_json(
+    populated: Populated, browser: Any
+) -> None:
+    with running_dashboard(populated.url, "--prefix", populated.prefix) as (base, _):
+        notice = await asyncio.to_thread(_add_through_the_editor, browser, base, populated)
+    assert notice.startswith("add ") and notice.endswith(": done"), notice
+    async with Queue(populated.name, connection=populated.url, prefix=populated.prefix) as q:
+        typed = [j for j in await q.get_jobs("waiting") if j.name == "typed"]
+        assert [j.data for j in typed] == [{"n": 1, "m": 2}]

@@ -138,7 +138,35 @@
     source.addEventListener("snapshot", onSnapshot);
   }
 
+  // JSON editors: refuse to send text that is not JSON (or not an object where one is due).
+  function checkJson(form) {
+    var problem = "";
+    form.querySelectorAll("textarea[data-json]").forEach(function (area) {
+      var text = area.value.trim();
+      var bad = "";
+      if (text) {
+        try {
+          var value = JSON.parse(text);
+          if (area.getAttribute("data-json") === "object" && (value === null || typeof value !== "object" || Array.isArray(value))) {
+            bad = "must be a JSON object";
+          }
+        } catch (err) { bad = "is not JSON: " + err.message; }
+      }
+      area.classList.toggle("invalid", !!bad);
+      if (bad && !problem) problem = (area.getAttribute("aria-label") || area.name) + " " + bad;
+    });
+    var out = form.querySelector(".json-error");
+    if (out) { out.textContent = problem; out.hidden = !problem; }
+    return !problem;
+  }
+
   function wire(root) {
+    root.querySelectorAll("form.editor").forEach(function (form) {
+      form.addEventListener("submit", function (e) { if (!checkJson(form)) e.preventDefault(); });
+      form.querySelectorAll("textarea[data-json]").forEach(function (area) {
+        area.addEventListener("input", function () { checkJson(form); });
+      });
+    });
     root.querySelectorAll("form[data-confirm]").forEach(function (form) {
       form.addEventListener("submit", function (e) {
         if (!window.confirm(form.getAttribute("data-confirm"))) e.preventDefault();
