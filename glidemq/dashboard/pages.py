@@ -19,6 +19,7 @@ from ..queries import state_name
 from ..scheduler import options_of_wire
 from . import data
 from .state import dashboard_of
+from .timeline import rows_of
 
 __all__ = ["job", "overview", "queue", "workers"]
 
@@ -131,7 +132,7 @@ async def job(request: Request) -> Response:
     ]
     context: dict[str, Any] = dict(
         job=detail,
-        events=mine,
+        events=rows_of(mine),
         children_done=children_done,
         children_failed=children_failed,
         live_queue=name,

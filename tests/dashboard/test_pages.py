@@ -445,3 +445,41 @@ async def test_a_job_page_draws_a_bar_for_progress_given_as_an_object(
     page = (await client.get("/job", params={"queue": populated.name, "id": job.id})).text
     assert 'id="job-progress" max="100" value="75.0"' in page
     assert re.search(r"&#34;stage&#34;: &#34;upload&#34;", page), "the object is shown too"
+
+
+def test_the_timeline_says_what_happened_and_folds_progress_runs() -> None:
+    from glidemq.dashboard.timeline import rows_of
+    from glidemq.events import QueueEvent
+
+    events = [
+        QueueEvent("1000-0", "added", "7", {"name": "resize"}),
+        QueueEvent("1001-0", "active", "7"),
+        *(QueueEvent(f"{1002 + i}-0", "progress", "7", {"data": str(i * 10)}) for i in range(25)),
+        QueueEvent("1030-0", "retrying", "7", {"failedReason": "boom", "attemptsMade": "1"}),
+        QueueEvent("1031-0", "active", "7"),
+        QueueEvent("1040-0", "completed", "7", {"returnvalue": '"ok"'}),
+    ]
+    rows = rows_of(events)
+    assert [(r.what, r.count) for r in rows] == [
+        ("added", 1), ("started", 1), ("progress", 25), ("try 1 failed, will retry", 1),
+        ("started", 1), ("completed", 1),
+    ]  # fmt: skip
+    assert rows[2].detail == "240" and rows[2].at == 1026  # the last of the run
+    assert rows[3].detail == "boom" and rows[5].detail == 'returned "ok"'
+
+
+async def test_a_job_page_timeline_has_no_raw_stream_ids(
+    populated: Populated, client_for: Any
+) -> None:
+    client = await client_for(populated)
+    async with Queue(populated.name, connection=populated.url, prefix=populated.prefix) as q:
+        job = await q.add("long", {})
+        assert job is not None
+        for pct in range(0, 100, 5):
+            await job.update_progress(pct)
+    page = (await client.get("/job", params={"queue": populated.name, "id": job.id})).text
+    timeline = re.search(r'<ol class="timeline" id="timeline">(.*?)</ol>', page, re.S)
+    assert timeline is not None
+    assert len(re.findall(r'class="event event-progress"', timeline.group(1))) == 1
+    assert "&times;20, the last" in timeline.group(1)
+    assert not re.search(r"\d{13}-\d+", timeline.group(1)), "a raw stream id is shown"
