@@ -217,3 +217,41 @@ async def test_the_json_editor_refuses_bad_json_in_the_browser_and_adds_good_jso
     async with Queue(populated.name, connection=populated.url, prefix=populated.prefix) as q:
         typed = [j for j in await q.get_jobs("waiting") if j.name == "typed"]
         assert [j.data for j in typed] == [{"n": 1, "m": 2}]
+
+
+def _json_tools(driver: Any, base: str, queue: str, job_id: str) -> tuple[list[str], str]:
+    from urllib.parse import urlencode, urlsplit
+
+    from selenium.webdriver.common.by import By
+
+    origin = "{0.scheme}://{0.netloc}".format(urlsplit(base))
+    driver.execute_cdp_cmd(
+        "Browser.grantPermissions",
+        {"origin": origin, "permissions": ["clipboardReadWrite", "clipboardSanitizedWrite"]},
+    )
+    driver.get(base + "/job?" + urlencode({"queue": queue, "id": job_id}))
+    data = driver.find_element(By.ID, "job-data")
+    tools = data.find_element(By.XPATH, "preceding-sibling::div[@class='block-tools']")
+    tools.find_element(By.CSS_SELECTOR, "button.as-tree").click()
+    view = data.find_element(By.XPATH, "following-sibling::div[contains(@class,'json-tree')]")
+    _wait(driver, lambda d: view.is_displayed() and not data.is_displayed())
+    keys = [str(k.text) for k in view.find_elements(By.CSS_SELECTOR, ".json-key")]
+    tools.find_element(By.CSS_SELECTOR, "button.copy").click()
+    _wait(driver, lambda d: tools.find_element(By.CSS_SELECTOR, "button.copy").text != "Copy")
+    copied = driver.execute_async_script(
+        "var done = arguments[0]; navigator.clipboard.readText().then(done, function (e) "
+        "{ done('unreadable: ' + e); });"
+    )
+    return keys, str(copied)
+
+
+async def test_json_blocks_have_a_tree_and_a_copy_button(
+    populated: Populated, browser: Any
+) -> None:
+    async with Queue(populated.name, connection=populated.url, prefix=populated.prefix) as q:
+        job = await q.add("nested", {"order": {"id": 7, "lines": ["a", "b"]}, "ok": True})
+        assert job is not None
+    with running_dashboard(populated.url, "--prefix", populated.prefix) as (base, _):
+        keys, copied = await asyncio.to_thread(_json_tools, browser, base, populated.name, job.id)
+    assert keys[:3] == ['"order":', '"id":', '"lines":'] and '"ok":' in keys, keys
+    assert '"lines"' in copied and '"id": 7' in copied, copied

@@ -160,7 +160,76 @@
     return !problem;
   }
 
+  // JSON blocks: a Copy button, and a collapsible tree beside the text.
+  function tree(value, depth) {
+    if (value === null || typeof value !== "object") {
+      var leaf = document.createElement("span");
+      leaf.className = "json-" + (value === null ? "null" : typeof value);
+      leaf.textContent = JSON.stringify(value);
+      return leaf;
+    }
+    var keys = Object.keys(value);
+    var box = document.createElement("details");
+    if (depth < 2) box.open = true;
+    var head = document.createElement("summary");
+    head.textContent = Array.isArray(value) ? "[" + keys.length + " items]" : "{" + keys.length + " keys}";
+    box.appendChild(head);
+    var list = document.createElement("ul");
+    keys.forEach(function (k) {
+      var item = document.createElement("li");
+      var name = document.createElement("span");
+      name.className = "json-key";
+      name.textContent = (Array.isArray(value) ? k : JSON.stringify(k)) + ": ";
+      item.appendChild(name);
+      item.appendChild(tree(value[k], depth + 1));
+      list.appendChild(item);
+    });
+    box.appendChild(list);
+    return box;
+  }
+
+  function tools(root) {
+    root.querySelectorAll("pre.block.json, pre.block.copyable").forEach(function (pre) {
+      if (pre.previousElementSibling && pre.previousElementSibling.classList.contains("block-tools")) return;
+      var bar = document.createElement("div");
+      bar.className = "block-tools";
+      var copy = document.createElement("button");
+      copy.type = "button";
+      copy.className = "copy";
+      copy.textContent = "Copy";
+      copy.addEventListener("click", function () {
+        var done = function () { copy.textContent = "Copied"; setTimeout(function () { copy.textContent = "Copy"; }, 1500); };
+        if (navigator.clipboard && navigator.clipboard.writeText) {
+          navigator.clipboard.writeText(pre.textContent).then(done, function () { copy.textContent = "Copy failed"; });
+        } else { copy.textContent = "Copy failed"; }
+      });
+      bar.appendChild(copy);
+      var raw = pre.getAttribute("data-json");
+      var value;
+      try { value = raw === null ? undefined : JSON.parse(raw); } catch (err) { value = undefined; }
+      if (value !== null && typeof value === "object") {
+        var toggle = document.createElement("button");
+        toggle.type = "button";
+        toggle.className = "as-tree";
+        toggle.textContent = "Tree";
+        var view = document.createElement("div");
+        view.className = "json-tree block";
+        view.hidden = true;
+        view.appendChild(tree(value, 0));
+        toggle.addEventListener("click", function () {
+          view.hidden = !view.hidden;
+          pre.hidden = !view.hidden;
+          toggle.textContent = view.hidden ? "Tree" : "Text";
+        });
+        bar.appendChild(toggle);
+        pre.parentNode.insertBefore(view, pre.nextSibling);
+      }
+      pre.parentNode.insertBefore(bar, pre);
+    });
+  }
+
   function wire(root) {
+    tools(root);
     root.querySelectorAll("form.editor").forEach(function (form) {
       form.addEventListener("submit", function (e) { if (!checkJson(form)) e.preventDefault(); });
       form.querySelectorAll("textarea[data-json]").forEach(function (area) {
