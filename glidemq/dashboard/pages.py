@@ -5,6 +5,8 @@ replace."""
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import orjson
@@ -26,6 +28,8 @@ __all__ = ["job", "overview", "queue", "workers"]
 PAGE_SIZES = (10, 25, 50, 100, 200)
 DEFAULT_SIZE = 25
 JOB_EVENTS = 500  # recent queue events searched for a job's timeline
+FLOW_LEVELS = 20  # parents followed up to the root of a job's flow
+FLOW_NODES = 200  # jobs of a flow shown on a job's page
 
 
 def _int(request: Request, name: str, default: int, low: int, high: int) -> int:
@@ -112,6 +116,30 @@ async def queue(request: Request) -> Response:
     return dash.render(request, "queue.html", **context)
 
 
+async def _flow_root(
+    dash: Any, queue: str, job_id: str, parents: Sequence[Any]
+) -> tuple[str, str]:
+    """The topmost job above this one (following each job's first parent, a bounded
+    number of levels): where the page's flow tree starts."""
+    here = (queue, job_id)
+    for _ in range(FLOW_LEVELS):
+        if not parents:
+            break
+        here = (parents[0].queue, parents[0].id)
+        view = await dash.admin.view(here[0], must_exist=False)
+        job = await view.get_job(here[1])
+        if job is None:
+            break
+        parents = [_Ref(q, i) for q, i in await job.get_parents()]
+    return here
+
+
+@dataclass(frozen=True, slots=True)
+class _Ref:
+    queue: str
+    id: str
+
+
 async def job(request: Request) -> Response:
     """One job in full: data, options, progress, logs, stacktrace, result, attempts and
     timeline, flow links, and its actions."""
@@ -130,8 +158,14 @@ async def job(request: Request) -> Response:
         (ref.partition(":")[0], ref.partition(":")[2], reason)
         for ref, reason in detail.children_failures.items()
     ]
+    flow = None
+    if detail.parents or detail.children_pending or children_done or children_failed:
+        root_queue, root_id = await _flow_root(dash, name, job_id, detail.parents)
+        view = await dash.admin.view(root_queue, must_exist=False)
+        flow = await view.get_flow(root_id, max_nodes=FLOW_NODES)
     context: dict[str, Any] = dict(
         job=detail,
+        flow=flow,
         events=rows_of(mine),
         children_done=children_done,
         children_failed=children_failed,

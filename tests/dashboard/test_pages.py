@@ -483,3 +483,35 @@ async def test_a_job_page_timeline_has_no_raw_stream_ids(
     assert len(re.findall(r'class="event event-progress"', timeline.group(1))) == 1
     assert "&times;20, the last" in timeline.group(1)
     assert not re.search(r"\d{13}-\d+", timeline.group(1)), "a raw stream id is shown"
+
+
+async def test_a_job_page_shows_its_whole_flow_tree_with_each_state(
+    populated: Populated, client_for: Any
+) -> None:
+    from glidemq import FlowJob, FlowProducer
+
+    client = await client_for(populated)
+    name = populated.name
+    tree = FlowJob("root", name, children=[
+        FlowJob("mid", name, children=[FlowJob("leaf", name), FlowJob("leaf2", name)]),
+        FlowJob("side", name),
+    ])  # fmt: skip
+    async with FlowProducer(connection=populated.url, prefix=populated.prefix) as flows:
+        node = await flows.add(tree)
+    leaf = node.children[0].children[0].job
+    page = (await client.get("/job", params={"queue": name, "id": leaf.id})).text
+    section = re.search(r'<section class="flow-tree" id="flow-tree">(.*?)</section>', page, re.S)
+    assert section is not None, "no flow tree"
+    refs = re.findall(r'data-ref="([^"]+)"', section.group(1))
+    everyone = [
+        node.job,
+        *(c.job for c in node.children),
+        *(c.job for c in node.children[0].children),
+    ]
+    assert refs[0] == f"{name}:{node.job.id}"  # from the root down, though the leaf was asked
+    assert sorted(refs) == sorted(f"{name}:{j.id}" for j in everyone)
+    mid = node.children[0].job.id
+    under_mid = re.search(rf'data-ref="{name}:{mid}">(.*?)</ul>', section.group(1), re.S)
+    assert under_mid is not None and f"{name}:{leaf.id}" in under_mid.group(1)
+    assert f'current" data-ref="{name}:{leaf.id}"' in section.group(1)
+    assert section.group(1).count("badge state-waiting-children") == 2  # root and mid
