@@ -37,8 +37,8 @@ __all__ = [
 ]
 
 LIBRARY_NAME = "glidemq"
-LIBRARY_VERSION = 23
-LIBRARY_SOURCE_SHA256 = "45c446bd56ff93f93de188cf87efa34e0bdd7ba9cb0e9e2d858ddb6743c1dfd3"
+LIBRARY_VERSION = 24
+LIBRARY_SOURCE_SHA256 = "e4abfeb1ea13f7eaffc1a6d0e97e88da6853cccb02b4314e5e76538d601df4e9"
 LIBRARY_FILES = (
     "00_prelude.lua",  # shebang, version placeholder, constants, input checks, shared helpers
     "10_limits.lua",  # queue-wide limits, groups, token buckets, ordering keys, LIFO

@@ -73,6 +73,19 @@ def _opt_int(value: bytes | None) -> int | None:
     return None if value is None else _int(value)
 
 
+def _failures(raw: bytes | None) -> list[dict[str, Any]]:
+    """The job's `failures` field (a JSON array of tries), [] when absent or unreadable."""
+    if not raw:
+        return []
+    try:
+        value = orjson.loads(raw)
+    except orjson.JSONDecodeError:
+        return []
+    if isinstance(value, dict):  # cjson writes a one-item array the same; guard anyway
+        value = [value]
+    return [v for v in value if isinstance(v, dict)] if isinstance(value, list) else []
+
+
 def _str(value: bytes | None) -> str | None:
     return None if value is None else value.decode(errors="replace")
 
@@ -161,6 +174,7 @@ class Job(Generic[D, R]):
         "entry_id",
         "expire_at",
         "failed_reason",
+        "failures",
         "finished_on",
         "group_key",
         "id",
@@ -228,6 +242,9 @@ class Job(Generic[D, R]):
         self.returnvalue: R | None = decode_json(rv) if rv is not None else None
         self.failed_reason: str | None = _str(g(b"failedReason"))
         self.stacktrace: str | None = _str(g(b"stacktrace"))
+        self.failures: list[dict[str, Any]] = _failures(g(b"failures"))
+        """The last failed tries, oldest first: attempt, at (ms), reason, stack, logs (the
+        job's log length when the try ended)."""
         pr = g(b"progress")
         self.progress: Any = decode_json(pr) if pr is not None else 0
         self.parent_id: str | None = _str(g(b"parentId"))
@@ -285,6 +302,7 @@ class Job(Generic[D, R]):
         job.state = "delayed" if delay else ("prioritized" if priority else "waiting")
         job.processed_on = job.finished_on = job.returnvalue = None
         job.failed_reason = job.stacktrace = job.parent_id = job.entry_id = None
+        job.failures = []
         job.progress, job.revoked, job.stalled_count = 0, False, 0
         ttl = opts.get("ttl")  # the server stores expireAt = timestamp + ttl (ttl > 0)
         job.expire_at = timestamp + ttl if isinstance(ttl, int) and ttl > 0 else None

@@ -16,6 +16,7 @@ from .base import JobCounts
 __all__ = [
     "ActionResult",
     "BulkResult",
+    "FailedTry",
     "JobDetail",
     "JobPage",
     "JobRef",
@@ -164,9 +165,25 @@ class JobDetail:
     logs: list[str]
     log_count: int
     fields: dict[str, str] = field(default_factory=dict)
+    tries: list[FailedTry] = field(default_factory=list)
+    """The last failed tries (up to 5, oldest first), each with its own log lines."""
     decode_error: str | None = None
     """Why the stored data or options could not be decoded: then `data` is the stored text
     (a string) and `opts` is {}. None for a well-formed job."""
+
+
+@dataclass(frozen=True, slots=True)
+class FailedTry:
+    """One failed try of a job: its number, when it ended (epoch ms), why, its traceback
+    (the first 2000 characters), and the log lines written during it (of those read;
+    `logs_complete` False when some fell outside them)."""
+
+    attempt: int
+    at: int
+    reason: str
+    stack: str
+    logs: list[str]
+    logs_complete: bool
 
 
 @dataclass(frozen=True, slots=True)

@@ -23,6 +23,7 @@ from ..queries import SEARCH_STATES, state_name
 from ..scheduler import JobScheduler
 from .base import JOB_STATES, JobCounts
 from .model import (
+    FailedTry,
     JobDetail,
     JobPage,
     JobRef,
@@ -275,9 +276,37 @@ async def job_detail(view: QueueView, job_id: str, *, log_lines: int = 100) -> J
         children_failures=failures,
         logs=logs,
         log_count=log_count,
+        tries=tries_of(job.failures, logs, log_count),
         fields=_raw_fields(fields),
         decode_error=job.decode_error,
     )
+
+
+def tries_of(failures: list[dict[str, Any]], logs: list[str], log_count: int) -> list[FailedTry]:
+    """The job's failed tries with the log lines of each: the lines written after the try
+    before it ended and up to its end (`logs` are the last lines of `log_count`)."""
+    first = log_count - len(logs)  # the index of logs[0] in the whole log
+    out, start = [], 0
+    for f in failures:
+        try:
+            end = int(f.get("logs", 0))
+            attempt, at = int(f.get("attempt", 0)), int(f.get("at", 0))
+        except (TypeError, ValueError):
+            continue
+        lo, hi = max(start, first), min(end, log_count)
+        lines = logs[lo - first : hi - first] if hi > lo else []
+        out.append(
+            FailedTry(
+                attempt,
+                at,
+                str(f.get("reason", "")),
+                str(f.get("stack", "")),
+                lines,
+                start >= first,
+            )
+        )
+        start = end
+    return out
 
 
 def _ref_order(ref: JobRef) -> tuple[str, int, str]:

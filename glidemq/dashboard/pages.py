@@ -116,9 +116,7 @@ async def queue(request: Request) -> Response:
     return dash.render(request, "queue.html", **context)
 
 
-async def _flow_root(
-    dash: Any, queue: str, job_id: str, parents: Sequence[Any]
-) -> tuple[str, str]:
+async def _flow_root(dash: Any, queue: str, job_id: str, parents: Sequence[Any]) -> tuple[str, str]:
     """The topmost job above this one (following each job's first parent, a bounded
     number of levels): where the page's flow tree starts."""
     here = (queue, job_id)

@@ -17,6 +17,25 @@ local function finalFail(prefix, jobKey, jobId, reason, now, failedSet, keepCoun
   if emitEvents then emit(events, 'failed', jobId, 'failedReason', reason) end
 end
 
+-- The job's failed tries (job field 'failures', a JSON array, the last FAILURES_KEPT of
+-- them): each {attempt, at, reason, stack (its first FAILURE_STACK bytes), logs (how many log
+-- lines the job had when the try ended, so a reader can tell each try's lines)}.
+local FAILURES_KEPT = 5
+local FAILURE_STACK = 2000
+local function recordFailure(prefix, jobKey, jobId, attempt, reason, stack, now)
+  local list = {}
+  local raw = redis.call('HGET', jobKey, 'failures')
+  if raw then
+    local ok, v = pcall(cjson.decode, raw)
+    if ok and type(v) == 'table' then list = v end
+  end
+  list[#list + 1] = {attempt = attempt, at = now, reason = reason or '',
+    stack = string.sub(stack or '', 1, FAILURE_STACK),
+    logs = redis.call('LLEN', prefix .. 'log:' .. jobId)}
+  while #list > FAILURES_KEPT do table.remove(list, 1) end
+  redis.call('HSET', jobKey, 'failures', cjson.encode(list))
+end
+
 -- An at-most-once job (job field atMostOnce) whose run was interrupted (its worker died,
 -- stalled, or handed it back on close) never runs again: it is dead-lettered, 'interrupted'.
 local function interrupted(prefix, jobKey, jobId, now, events, emitEvents)
@@ -59,6 +78,7 @@ redis.register_function('glidemq_fail', function(keys, args)
   local h = redis.call('HMGET', jobKey, 'maxAttempts', 'priority', 'revoked')
   local maxAttempts = tonumber(h[1]) or 0
   if stack ~= '' then redis.call('HSET', jobKey, 'stacktrace', stack) end
+  recordFailure(prefix, jobKey, jobId, attempts, reason, stack, now)
   if retryDelay >= 0 and attempts < maxAttempts and h[3] ~= '1' then
     redis.call('HSET', jobKey, 'failedReason', reason)
     leaveActive(prefix, jobKey, jobId, 'retry', reason, now)
@@ -174,8 +194,9 @@ redis.register_function('glidemq_reclaimStalled', function(keys, args)
         interrupted(prefix, jobKey, jobId, now, events, emitEvents)
         failed = failed + 1
       elseif stalls > maxStalled or revoked then
-        redis.call('HINCRBY', jobKey, 'attemptsMade', 1)
+        local tries = redis.call('HINCRBY', jobKey, 'attemptsMade', 1)
         local reason = revoked and 'revoked' or 'job stalled more than allowable limit'
+        recordFailure(prefix, jobKey, jobId, tries, reason, '', now)
         local rttl = leaveActive(prefix, jobKey, jobId, 'failed', reason, now)
         if rttl then
           keepResult(prefix, jobId, rttl, 'state', 'failed', 'failedReason', reason, 'finishedOn', now)

@@ -239,7 +239,7 @@ redis.register_function('glidemq_retryJobs', function(keys, args)
       local priority = tonumber(redis.call('HGET', jobKey, 'priority')) or 0
       redis.call('HSET', jobKey, 'attemptsMade', 0, 'stalledCount', 0)
       redis.call('HDEL', jobKey, 'finishedOn', 'processedOn', 'returnvalue', 'failedReason',
-        'deadLetter', 'revoked', 'stacktrace', 'expireAt')
+        'deadLetter', 'revoked', 'stacktrace', 'expireAt', 'failures')
       redis.call('DEL', prefix .. 'result:' .. jobId) -- the cached outcome is stale now
       requeue(prefix, jobKey, jobId, priority, now, now)
       emit(events, 'waiting', jobId, 'reason', 'retried')

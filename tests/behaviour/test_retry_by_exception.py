@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from glidemq import Backoff, JobOptions, Retry, ValidationError
+from glidemq import Backoff, Job, JobOptions, Retry, ValidationError
 from tests.behaviour.conftest import Backend
 from tests.helpers import wait_for, wait_state
 
@@ -55,3 +55,25 @@ def test_a_bad_delay_is_refused() -> None:
         with pytest.raises(ValidationError):
             Retry(delay=bad)  # type: ignore[arg-type]
     assert Retry().delay is None
+
+
+async def test_each_failed_try_is_kept_with_its_reason_and_a_retry_by_hand_clears_them(
+    backend: Backend,
+) -> None:
+    async def always(job: Job[Any, Any]) -> None:
+        await job.log(f"try {job.attempts_made + 1}")
+        raise ValueError(f"no {job.attempts_made + 1}")
+
+    job = await backend.queue.add("x", {}, {"attempts": 2})
+    assert job is not None
+    async with backend.worker(always):
+        await wait_state(backend.queue, job.id, "failed")
+    stored = await backend.queue.get_job(job.id)
+    assert stored is not None
+    assert [(f["attempt"], f["reason"], f["logs"]) for f in stored.failures] == [
+        (1, "no 1", 1), (2, "no 2", 2),
+    ]  # fmt: skip
+    assert all("ValueError" in f["stack"] for f in stored.failures)
+    await stored.retry()
+    again = await backend.queue.get_job(job.id)
+    assert again is not None and again.failures == [] and again.state == "waiting"

@@ -515,3 +515,34 @@ async def test_a_job_page_shows_its_whole_flow_tree_with_each_state(
     assert under_mid is not None and f"{name}:{leaf.id}" in under_mid.group(1)
     assert f'current" data-ref="{name}:{leaf.id}"' in section.group(1)
     assert section.group(1).count("badge state-waiting-children") == 2  # root and mid
+
+
+async def test_a_job_page_shows_each_failed_try_with_its_stacktrace_and_logs(
+    populated: Populated, client_for: Any
+) -> None:
+    async def flaky(job: Job[Any, Any]) -> str:
+        await job.log(f"line of try {job.attempts_made + 1}")
+        if job.attempts_made < 2:
+            raise ValueError(f"boom in try {job.attempts_made + 1}")
+        return "done"
+
+    client = await client_for(populated)
+    name = f"{populated.name}-tries"
+    async with Queue(name, connection=populated.url, prefix=populated.prefix) as q:
+        job = await q.add("flaky", {}, {"attempts": 3})
+        assert job is not None
+        async with Worker(name, flaky, connection=populated.url, prefix=populated.prefix, **FAST):
+            assert await job.wait_until_finished(timeout=20) == "completed"
+        stored = await q.get_job(job.id)
+        assert stored is not None
+        assert [(f["attempt"], f["reason"], f["logs"]) for f in stored.failures] == [
+            (1, "boom in try 1", 1), (2, "boom in try 2", 2),
+        ]  # fmt: skip
+        page = (await client.get("/job", params={"queue": name, "id": job.id})).text
+        await q.obliterate(force=True)
+    for n in (1, 2):
+        block = re.search(rf'<details class="try" id="try-{n}".*?</details>', page, re.S)
+        assert block is not None, f"no try {n}"
+        text = html_module.unescape(block.group(0))
+        assert f"boom in try {n}" in text and "ValueError" in text  # reason and stacktrace
+        assert f"line of try {n}" in text and f"line of try {3 - n}" not in text  # its own logs
