@@ -16,6 +16,7 @@ from typing import Any
 import pytest
 
 from glidemq import Queue
+from tests.helpers import wait_for
 
 from .conftest import Populated, running_dashboard
 
@@ -255,3 +256,71 @@ async def test_json_blocks_have_a_tree_and_a_copy_button(
         keys, copied = await asyncio.to_thread(_json_tools, browser, base, populated.name, job.id)
     assert keys[:3] == ['"order":', '"id":', '"lines":'] and '"ok":' in keys, keys
     assert '"lines"' in copied and '"id": 7' in copied, copied
+
+
+def _cancel_flow_and_workers(
+    driver: Any, base: str, p: Populated, delayed: str, leaf: str, busy: str
+) -> dict[str, Any]:
+    from urllib.parse import urlencode
+
+    from selenium.webdriver.common.by import By
+
+    seen: dict[str, Any] = {}
+    # 2. Cancel a delayed job from its page (the confirmation is accepted)
+    driver.get(base + "/job?" + urlencode({"queue": p.name, "id": delayed}))
+    driver.find_element(By.ID, "job-revoke").click()
+    _wait(driver, lambda d: d.switch_to.alert).accept()
+    _wait(driver, lambda d: d.find_elements(By.ID, "notice"))
+    seen["cancelled"] = _text(driver, "#job-state")
+    # 4. The flow tree of a leaf, from its root
+    driver.get(base + "/job?" + urlencode({"queue": p.name, "id": leaf}))
+    nodes = driver.find_elements(By.CSS_SELECTOR, "#flow-tree li.flow-node")
+    seen["flow"] = [n.get_attribute("data-ref") for n in nodes]
+    seen["current"] = driver.find_element(
+        By.CSS_SELECTOR, "#flow-tree li.flow-node.current"
+    ).get_attribute("data-ref")
+    # 5. The workers page names the job a worker runs now
+    driver.get(base + "/workers")
+    cells = driver.find_elements(By.CSS_SELECTOR, "#workers td.running a")
+    seen["running"] = [str(c.text) for c in cells]
+    seen["busy_link"] = busy in seen["running"]
+    return seen
+
+
+async def test_in_a_browser_cancel_the_flow_tree_and_what_workers_run(
+    populated: Populated, browser: Any
+) -> None:
+    from glidemq import FlowJob, FlowProducer, Job, Worker
+
+    release = asyncio.Event()
+
+    async def hold(job: Job[Any, Any]) -> None:
+        await release.wait()
+
+    url, prefix, name = populated.url, populated.prefix, populated.name
+    async with FlowProducer(connection=url, prefix=prefix) as flows:
+        node = await flows.add(
+            FlowJob("top", name, children=[FlowJob("mid", name, children=[FlowJob("leaf", name)])])
+        )
+    leaf = node.children[0].children[0].job.id
+    busy_queue = f"{name}-busy"
+    async with Queue(busy_queue, connection=url, prefix=prefix) as q:
+        busy = await q.add("hold", {})
+        assert busy is not None
+        async with Worker(busy_queue, hold, connection=url, prefix=prefix, lock_duration=3000):
+
+            async def running() -> bool:
+                return any(busy.id in w.running for w in await q.get_workers())
+
+            await wait_for(running, timeout=20)
+            with running_dashboard(url, "--prefix", prefix) as (base, _):
+                seen = await asyncio.to_thread(
+                    _cancel_flow_and_workers, browser, base, populated,
+                    populated.ids["delayed"][0], leaf, busy.id,
+                )  # fmt: skip
+            release.set()
+        await q.obliterate(force=True)
+    assert seen["cancelled"] == "failed"
+    assert seen["flow"][0] == f"{name}:{node.job.id}" and len(seen["flow"]) == 3
+    assert seen["current"] == f"{name}:{leaf}"
+    assert seen["busy_link"], seen["running"]
