@@ -80,7 +80,10 @@ def _failures(raw: bytes | None) -> list[dict[str, Any]]:
     try:
         value = orjson.loads(raw)
     except orjson.JSONDecodeError:
-        return []
+        try:  # the server cuts each traceback at a byte count, maybe inside a character
+            value = orjson.loads(raw.decode("utf-8", errors="replace"))
+        except orjson.JSONDecodeError:
+            return []
     if isinstance(value, dict):  # cjson writes a one-item array the same; guard anyway
         value = [value]
     return [v for v in value if isinstance(v, dict)] if isinstance(value, list) else []

@@ -77,3 +77,18 @@ async def test_each_failed_try_is_kept_with_its_reason_and_a_retry_by_hand_clear
     await stored.retry()
     again = await backend.queue.get_job(job.id)
     assert again is not None and again.failures == [] and again.state == "waiting"
+
+
+async def test_a_traceback_cut_inside_a_character_keeps_the_failed_tries_readable(
+    backend: Backend,
+) -> None:
+    async def wide(job: Job[Any, Any]) -> None:
+        raise ValueError("失敗" * 3000)  # the stored traceback is cut at a byte count
+
+    job = await backend.queue.add("x", {}, {"attempts": 1})
+    assert job is not None
+    async with backend.worker(wide):
+        await wait_state(backend.queue, job.id, "failed")
+    stored = await backend.queue.get_job(job.id)
+    assert stored is not None and [f["attempt"] for f in stored.failures] == [1]
+    assert stored.failures[0]["reason"].startswith("失敗")
