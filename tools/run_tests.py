@@ -169,7 +169,11 @@ def run(shards: list[Shard], options: list[str]) -> None:
         cache = (
             [] if "no:cacheprovider" in options else ["-o", f"cache_dir=.pytest_cache/{shard.name}"]
         )
-        cmd = [sys.executable, "-m", "pytest", "--color=no", *cache, *shard.paths, *options]
+        # the slowest tests of each process, so a shard drifting past its budget shows why
+        slowest = [] if any(o.startswith("--durations") for o in options) else ["--durations=15"]
+        cmd = [
+            sys.executable, "-m", "pytest", "--color=no", *cache, *slowest, *shard.paths, *options
+        ]  # fmt: skip
         print(f"run_tests: [{shard.name}] {' '.join(shard.paths)}", flush=True)
         shard.proc = subprocess.Popen(
             cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT
