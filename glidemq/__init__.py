@@ -22,6 +22,7 @@ from .errors import (
     DuplicateJobError,
     ForeignLibraryError,
     GlideMQError,
+    GroupFullError,
     JobFailedError,
     JobIdsExhaustedError,
     JobNotFoundError,
@@ -47,6 +48,7 @@ from .errors import (
 from .events import QueueEvent, QueueEvents
 from .flow import FlowJob, FlowProducer, JobNode
 from .flowview import Dependencies, Flow, FlowNode
+from .groups import GroupInfo
 from .job import Job
 from .limit_options import RateLimit, TokenBucket
 from .processor import ProcessorSpec, processor
@@ -91,6 +93,8 @@ __all__ = [
     "ForeignLibraryError",
     "GlideMQError",
     "GracefulShutdown",
+    "GroupFullError",
+    "GroupInfo",
     "Job",
     "JobCounts",
     "JobFailedError",

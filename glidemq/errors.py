@@ -15,6 +15,7 @@ __all__ = [
     "DuplicateJobError",
     "ForeignLibraryError",
     "GlideMQError",
+    "GroupFullError",
     "JobFailedError",
     "JobIdsExhaustedError",
     "JobNotFoundError",
@@ -206,6 +207,17 @@ class QueueFullError(GlideMQError):
         self.queue = queue
         self.results = list(results) if results is not None else []
         self.refused = list(refused) if refused is not None else []
+
+
+class GroupFullError(QueueFullError):
+    """An add was refused because its group (or ordering key) holds its maximum of jobs not
+    yet started: `Queue.set_max_group_size`, else `Queue.set_max_waiting_per_key`. Other
+    groups still take jobs. `group` is the key."""
+
+    def __init__(self, queue: str, group: str) -> None:
+        super().__init__(queue)
+        self.args = (f"group {group!r} of queue {queue!r} is full: 1 job(s) refused",)
+        self.group = group
 
 
 class UnrecoverableError(GlideMQError):

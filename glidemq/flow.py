@@ -61,6 +61,7 @@ _LIMIT_OPTIONS = (
     "ordering_key",
     "group_key",
     "group_concurrency",
+    "group_weight",
     "group_rate_limit",
     "token_bucket",
     "cost",

@@ -37,10 +37,11 @@ __all__ = [
 ]
 
 LIBRARY_NAME = "glidemq"
-LIBRARY_VERSION = 24
-LIBRARY_SOURCE_SHA256 = "e4abfeb1ea13f7eaffc1a6d0e97e88da6853cccb02b4314e5e76538d601df4e9"
+LIBRARY_VERSION = 25
+LIBRARY_SOURCE_SHA256 = "a1c84b90532950104175669497b7428b3a2df5b87bfe1a6029fbdba090b177cf"
 LIBRARY_FILES = (
     "00_prelude.lua",  # shebang, version placeholder, constants, input checks, shared helpers
+    "05_groups.lua",  # group wait sets, fair scheduling across groups, pausing a group
     "10_limits.lua",  # queue-wide limits, groups, token buckets, ordering keys, LIFO
     "20_ai_native.lua",  # usage, output streams, suspend and signal
     "30_add.lua",  # add, bulk add, dedup, promotion of due jobs
@@ -49,6 +50,7 @@ LIBRARY_FILES = (
     "60_fail_stall.lua",  # failure, stall recovery, hand-back, heartbeats, delays, rate limits
     "70_flows.lua",  # adding flows and budgets, parents waiting for children
     "80_admin.lua",  # pause/resume, single-job and bulk operations, job schedulers
+    "85_groups.lua",  # one group paused, resumed, its limits changed; groups listed
     "90_queries.lua",  # search, counts, job id pages
     "95_broadcast.lua",  # broadcast stream trimming
 )

@@ -311,7 +311,8 @@ class Job(Generic[D, R]):
         job.expire_at = timestamp + ttl if isinstance(ttl, int) and ttl > 0 else None
         key = opts.get("orderingKey", opts.get("groupKey"))
         job.group_key, job.cost = key, opts.get("cost")
-        job.ordering_key = key if opts.get("groupConcurrency", 1) == 1 else None
+        strict = opts.get("groupConcurrency", 1) == 1 and "groupWeight" not in opts
+        job.ordering_key = key if strict else None
         job.step = job.usage = job.decode_error = None
         job.signals = []
         return job

@@ -16,12 +16,16 @@ from typing import Any, Protocol
 from .errors import CostExceedsCapacityError, ValidationError
 
 __all__ = [
+    "MAX_GROUP_SIZE",
+    "MAX_GROUP_WEIGHT",
     "MAX_KEY_BYTES",
     "PLAIN_EXT",
     "SLIDING_MAX",
     "RateLimit",
     "TokenBucket",
     "check_job_limits",
+    "check_key",
+    "check_positive",
     "compact_limit_args",
     "limiter_args",
     "limits_to_wire",
@@ -39,6 +43,8 @@ class LimitedJob(Protocol):
     def group_key(self) -> str | None: ...
     @property
     def group_concurrency(self) -> int | None: ...
+    @property
+    def group_weight(self) -> int | None: ...
     @property
     def group_rate_limit(self) -> RateLimit | None: ...
     @property
@@ -67,7 +73,20 @@ def rate_guard(duration: int) -> int:
 
 _BAD_KEY = re.compile(r"[\x00-\x1f\x7f]")
 _MAX_CONCURRENCY = 1_000_000
+MAX_GROUP_WEIGHT = 1000
+MAX_GROUP_SIZE = 1_000_000_000
 PLAIN_EXT = ("",)
+
+
+def check_positive(field: str, value: object, high: int = _MAX_CONCURRENCY) -> int:
+    """`value` as an integer from 1 to `high`, else ValidationError naming `field`."""
+    return _positive_int(field, value, high)
+
+
+def check_key(field: str, key: object) -> None:
+    """A group or ordering key: a non-empty string of at most MAX_KEY_BYTES bytes, without
+    control characters; else ValidationError naming `field`."""
+    _check_key(field, key)
 
 
 def _positive_int(field: str, value: object, high: int | None = None) -> int:
@@ -148,6 +167,7 @@ def check_job_limits(o: LimitedJob) -> None:
     key = _check_keys(o)
     for name, value in (
         ("group_concurrency", o.group_concurrency),
+        ("group_weight", o.group_weight),
         ("group_rate_limit", o.group_rate_limit),
         ("token_bucket", o.token_bucket),
     ):
@@ -173,6 +193,14 @@ def _check_keys(o: LimitedJob) -> str | None:
         _check_key("group_key", o.group_key)
     if o.group_concurrency is not None:
         _positive_int("group_concurrency", o.group_concurrency, _MAX_CONCURRENCY)
+    if o.group_weight is not None:
+        _positive_int("group_weight", o.group_weight, MAX_GROUP_WEIGHT)
+        if o.ordering_key is not None or o.group_concurrency == 1:
+            raise ValidationError(
+                "group_weight",
+                "applies to groups that run jobs side by side (an ordering key, or "
+                "group_concurrency=1, already takes one job per turn)",
+            )
     return o.ordering_key if o.ordering_key is not None else o.group_key
 
 
@@ -203,14 +231,16 @@ def _check_lifo(o: LimitedJob, key: str | None) -> None:
 
 
 def limits_to_wire(o: LimitedJob, out: dict[str, Any]) -> None:
-    """Add the limit options to a job's `opts` JSON (informational: the server reads the
-    addJob arguments)."""
+    """Add the limit options to a job's `opts` JSON. The server reads the addJob arguments
+    for them, and `groupWeight` from here (the argument list has no place for it)."""
     if o.ordering_key is not None:
         out["orderingKey"] = o.ordering_key
     if o.group_key is not None:
         out["groupKey"] = o.group_key
     if o.group_concurrency is not None:
         out["groupConcurrency"] = o.group_concurrency
+    if o.group_weight is not None:
+        out["groupWeight"] = o.group_weight  # read by the server: the group is fair
     if o.group_rate_limit is not None:
         r = o.group_rate_limit
         out["groupRateLimit"] = {"max": r.max, "duration": r.duration}
@@ -240,7 +270,7 @@ def addjob_limit_args(o: LimitedJob) -> tuple[str, ...]:
     rate, bucket = o.group_rate_limit, o.token_bucket
     return (
         key,
-        "0" if o.ordering_key is not None else str(o.group_concurrency or 1),
+        _concurrency_arg(o),
         str(rate.max) if rate else "0",
         str(rate.duration) if rate else "0",
         str(millitokens(bucket.capacity)) if bucket else "0",
@@ -248,6 +278,14 @@ def addjob_limit_args(o: LimitedJob) -> tuple[str, ...]:
         str(millitokens(o.cost)) if o.cost is not None else "0",
         "",
     )
+
+
+def _concurrency_arg(o: LimitedJob) -> str:
+    """addJob's groupConcurrency: '0' for an ordering key, and for a fair group without a
+    concurrency (no limit); else the group's concurrency (1 by default)."""
+    if o.ordering_key is not None or (o.group_weight is not None and o.group_concurrency is None):
+        return "0"
+    return str(o.group_concurrency or 1)
 
 
 class LimitedWorker(Protocol):

@@ -24,6 +24,7 @@ from .errors import (
     ValidationError,
 )
 from .functions import connect_with_library
+from .groups import QueueGroups
 from .job import Job
 from .keys import DEFAULT_PREFIX, QueueKeys
 from .queue_admin import JobCounts, QueueAdmin
@@ -62,6 +63,7 @@ class Queue(
     QueueBudget,
     QueueStreams,
     QueueSuspend,
+    QueueGroups[D, R],
     Generic[D, R],
 ):
     """Add jobs to a queue and manage it.

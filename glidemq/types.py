@@ -177,10 +177,11 @@ class JobOptions:
     the failure recorded) is set (docs/WORKFLOWS.md).
     Jobs with one `ordering_key` run one at a time in the order they were added; jobs with one
     `group_key` run at most `group_concurrency` at a time (default 1, which is an ordering
-    key); both may add a `group_rate_limit` and a `token_bucket` that each job takes `cost`
-    tokens from; `lifo` jobs run newest first (docs/ADVANCED.md). `fallbacks` lists models
-    to try after a failed try (`job.current_fallback`); `attempts` is at least one more than
-    its length (docs/AI.md).
+    key). A `group_weight` makes a group fair: fair groups take turns, `group_weight` jobs
+    each per turn, and its `group_concurrency` defaults to no limit. Both kinds may add a
+    `group_rate_limit` and a `token_bucket` that each job takes `cost` tokens from; `lifo`
+    jobs run newest first (docs/ADVANCED.md). `fallbacks` lists models to try after a failed
+    try (`job.current_fallback`); `attempts` is at least one more than its length (docs/AI.md).
     `lock_duration` gives the job a lock of its own: stall recovery leaves it alone until it
     has been silent that long, even past the worker's `lock_duration`. An `at_most_once` job
     whose run is interrupted (worker died, stalled, or closed) is never run again: it goes to
@@ -204,6 +205,7 @@ class JobOptions:
     ordering_key: str | None = None
     group_key: str | None = None
     group_concurrency: int | None = None
+    group_weight: int | None = None
     group_rate_limit: RateLimit | None = None
     token_bucket: TokenBucket | None = None
     cost: float | None = None

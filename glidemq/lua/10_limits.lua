@@ -29,19 +29,6 @@
 
 local CONCURRENCY_POLL_MS = 50 -- retry hint when the global concurrency is used up
 
--- Counts d more (or fewer) jobs of group k not started yet, never below 0.
-local function groupWaiting(prefix, k, d)
-  local gk = prefix .. 'group:' .. k
-  if redis.call('HINCRBY', gk, 'waiting', d) < 0 then redis.call('HSET', gk, 'waiting', 0) end
-end
-
--- Per-key backpressure: whether key k already holds the queue's maxWaitingPerKey (meta field)
--- jobs not started yet.
-local function keyFull(prefix, k)
-  local max = tonumber(redis.call('HGET', prefix .. 'meta', 'maxWaitingPerKey'))
-  if not max then return false end
-  return (tonumber(redis.call('HGET', prefix .. 'group:' .. k, 'waiting')) or 0) >= max
-end
 local SLIDING_MAX = 10000      -- rate limits up to this max keep a sliding log of starts
 
 -- Sliding window: drops starts that left the window from log; returns how many starts the
@@ -69,7 +56,6 @@ local function slidingCharge(log, dur, now, used, seqKey, seqField)
   redis.call('ZADD', log, unpack(z))
   redis.call('PEXPIRE', log, dur + rateGuard(dur))
 end
-local MAX_WAKE = 1000          -- parked jobs woken per call, bounds the work of one call
 
 -- LIFO jobs wait in the list, newest at the tail; move up to n of them, newest first, to the
 -- stream. Returns how many moved.
@@ -109,39 +95,9 @@ local function unstream(stream, jobKey, entryId)
   redis.call('HDEL', jobKey, 'sid')
 end
 
--- A stream entry's place in the stream as a sorted-set score: ms * 2048 + seq, exact below
--- 2^53 (ms up to the year 2109); entries past the 2048th of one ms tie.
-local function entryScore(entryId)
-  local ms, seq = string.match(entryId, '^(%d+)-(%d+)$')
-  if not ms then return math.huge end
-  return tonumber(ms) * 2048 + math.min(tonumber(seq), 2047)
-end
-
-local function parkInGroup(prefix, jobKey, jobId, k, score)
-  redis.call('ZADD', prefix .. 'groupq:' .. k, score, jobId)
-  redis.call('HSET', jobKey, 'state', 'group-waiting')
-  redis.call('HINCRBY', prefix .. 'meta', 'groupWaiting', 1)
-end
-
 local function parkRateLimited(prefix, jobKey, jobId, at)
   redis.call('ZADD', prefix .. 'ratelimited', at, jobId)
   redis.call('HSET', jobKey, 'state', 'rate-limited')
-end
-
--- A parked job runs again (to the stream, or its priority band); with reserve it holds one of
--- the group's slots meanwhile. Returns false when it was not parked (or is gone).
-local function wakeParked(prefix, k, jobId, reserve, now)
-  if redis.call('ZREM', prefix .. 'groupq:' .. k, jobId) == 0 then return false end
-  redis.call('HINCRBY', prefix .. 'meta', 'groupWaiting', -1)
-  local jobKey = prefix .. 'job:' .. jobId
-  local priority = redis.call('HGET', jobKey, 'priority')
-  if not priority then return false end
-  if reserve then
-    redis.call('HSET', jobKey, 'groupSlot', '1')
-    redis.call('HINCRBY', prefix .. 'group:' .. k, 'reserved', 1)
-  end
-  requeue(prefix, jobKey, jobId, tonumber(priority) or 0, now, now)
-  return true
 end
 
 -- Hand free slots of a concurrency group to its first parked jobs.
@@ -160,13 +116,18 @@ end
 -- unused: the slot was a reservation whose job never started.
 local function passSlot(prefix, k, now, unused)
   local gk = prefix .. 'group:' .. k
-  local g = redis.call('HMGET', gk, 'maxConcurrency', 'active', 'reserved')
+  local g = redis.call('HMGET', gk, 'maxConcurrency', 'active', 'reserved', 'weight', 'paused')
   local max, active, reserved = tonumber(g[1]) or 1, tonumber(g[2]) or 0, tonumber(g[3]) or 0
   if unused and reserved > 0 then
     reserved = reserved - 1
     redis.call('HSET', gk, 'reserved', reserved)
   end
-  if active <= max then
+  if g[4] then -- a fair group: the slot goes to the next job of its turn
+    redis.call('HSET', gk, 'active', math.max(0, active - 1))
+    fairPump(prefix, k, now)
+    return
+  end
+  if active <= max and g[5] ~= '1' then
     local gq = prefix .. 'groupq:' .. k
     for _ = 1, MAX_WAKE do
       local head = redis.call('ZRANGE', gq, 0, 0)
@@ -197,6 +158,7 @@ local function orderingDone(prefix, k, seq, now)
   nextSeq = nextSeq + 1
   while redis.call('HDEL', pending, nextSeq) == 1 do nextSeq = nextSeq + 1 end
   redis.call('HSET', gk, 'nextSeq', nextSeq)
+  if redis.call('HGET', gk, 'paused') == '1' then return end -- resumeGroup wakes it
   local gq = prefix .. 'groupq:' .. k
   local ids = redis.call('ZRANGEBYSCORE', gq, nextSeq, nextSeq, 'LIMIT', 0, 1)
   if ids[1] then wakeParked(prefix, k, ids[1], false, now) end
@@ -222,9 +184,30 @@ local function admitGroupJob(prefix, stream, entryId, jobId, jobKey, k, now, emi
   local j = redis.call('HMGET', jobKey, 'orderingKey', 'orderingSeq', 'groupSlot', 'cost')
   local g = redis.call('HMGET', gk, 'maxConcurrency', 'active', 'nextSeq', 'rateMax',
     'rateDuration', 'rateWindowStart', 'rateCount', 'tbCapacity', 'tbRefillRate', 'tbTokens',
-    'tbLastRefill', 'tbRefillRemainder', 'reserved')
+    'tbLastRefill', 'tbRefillRemainder', 'reserved', 'weight', 'paused')
   local strict, seq, reserved = j[1] and true or false, tonumber(j[2]) or 0, j[3] == '1'
-  if strict then
+  local fair = g[14] and not strict
+  if g[15] == '1' then -- the group is paused: the job waits in its wait set, in its place
+    unstream(stream, jobKey, entryId)
+    if reserved then -- a slot handed to it goes back; resumeGroup hands slots out again
+      redis.call('HDEL', jobKey, 'groupSlot')
+      redis.call('HSET', gk, 'active', math.max(0, (tonumber(g[2]) or 0) - 1),
+        'reserved', math.max(0, (tonumber(g[13]) or 0) - 1))
+    end
+    local score = entryScore(entryId)
+    if strict then score = seq elseif fair then score = fairScore(jobKey) end
+    parkInGroup(prefix, jobKey, jobId, k, score)
+    return false
+  end
+  if fair then
+    -- a fair group lets a job into the stream only with a slot for it, so this is rare:
+    -- slots taken meanwhile by its jobs that were retried, delayed or recovered
+    if (tonumber(g[2]) or 0) >= (tonumber(g[1]) or 1) then
+      unstream(stream, jobKey, entryId)
+      parkInGroup(prefix, jobKey, jobId, k, fairScore(jobKey))
+      return false
+    end
+  elseif strict then
     if seq > (tonumber(g[3]) or 1) then -- an earlier job of the key has not finished
       unstream(stream, jobKey, entryId)
       parkInGroup(prefix, jobKey, jobId, k, seq)
@@ -338,11 +321,13 @@ local function forgetJob(prefix, jobKey, jobId, now)
   end
   releaseHold(prefix, jobKey, k, j[5] and true or false, tonumber(j[6]) or 0, j[7] == '1', true,
     now, state ~= 'active')
+  fairLeave(prefix, k, jobId, now)
 end
 
--- The group arguments of addJob (10-15) for a job with ordering key k: a table, or an error
--- reply. Cost is checked against the capacity here, before anything is written.
-local function groupArgs(a, o)
+-- The group arguments of addJob (10-15) for a job with ordering key k, and its weight from
+-- the job's opts (jo.groupWeight: a fair group; its concurrency 0 means no limit): a table,
+-- or an error reply. Cost is checked against the capacity here, before anything is written.
+local function groupArgs(a, o, jo)
   local g = {}
   for i, name in ipairs({'concurrency', 'rateMax', 'rateDuration', 'tbCapacity', 'tbRefillRate',
     'cost'}) do
@@ -351,6 +336,12 @@ local function groupArgs(a, o)
     if raw and raw ~= '' then v = int(raw, 0, MAX_INT) end
     if not v then return 'ERR:BAD_OPTION' end
     g[name] = v
+  end
+  if jo.groupWeight ~= nil then
+    g.weight = int(jo.groupWeight, 1, 1000)
+    if not g.weight then return 'ERR:BAD_OPTION' end
+    if g.concurrency == 0 then g.concurrency = UNLIMITED end
+    if g.concurrency == 1 then return 'ERR:BAD_OPTION' end -- an ordering key takes turns anyway
   end
   if g.concurrency < 1 then g.concurrency = 1 end
   if g.rateMax > 0 and g.rateDuration <= 0 then return 'ERR:BAD_OPTION' end
@@ -366,15 +357,25 @@ end
 local function joinGroup(prefix, k, g, now)
   local gk = prefix .. 'group:' .. k
   local cur = redis.call('HMGET', gk, 'maxConcurrency', 'rateMax', 'rateDuration', 'tbCapacity',
-    'tbRefillRate')
+    'tbRefillRate', 'weight', 'pinConcurrency', 'pinRate')
   local set, del = {}, {}
   local function put(f, v) set[#set + 1] = f; set[#set + 1] = v end
-  if tonumber(cur[1]) ~= g.concurrency then put('maxConcurrency', g.concurrency) end
-  if g.rateMax > 0 then
+  -- settings given at run time (setGroup) stay until they are cleared there
+  if tonumber(cur[1]) ~= g.concurrency and not cur[7] then put('maxConcurrency', g.concurrency) end
+  if g.weight then
+    if tonumber(cur[6]) ~= g.weight then put('weight', g.weight) end
+    redis.call('SADD', prefix .. 'fair', k)
+  elseif cur[6] then
+    del[#del + 1] = 'weight'
+  end
+  -- a rate limit set at run time (pinRate) stays as it is
+  if not cur[8] and g.rateMax > 0 then
     if tonumber(cur[2]) ~= g.rateMax then put('rateMax', g.rateMax) end
     if tonumber(cur[3]) ~= g.rateDuration then put('rateDuration', g.rateDuration) end
-  elseif cur[2] then
-    del = {'rateMax', 'rateDuration', 'rateWindowStart', 'rateCount'}
+  elseif not cur[8] and cur[2] then
+    for _, f in ipairs({'rateMax', 'rateDuration', 'rateWindowStart', 'rateCount'}) do
+      del[#del + 1] = f
+    end
   end
   if g.tbCapacity > 0 then
     if not cur[4] then
@@ -396,7 +397,12 @@ local function joinGroup(prefix, k, g, now)
     fields[5], fields[6] = 'orderingSeq', redis.call('HINCRBY', prefix .. 'ordering', k, 1)
   end
   if g.cost > 0 then fields[#fields + 1] = 'cost'; fields[#fields + 1] = g.cost end
-  return fields
+  local seq
+  if g.weight and g.concurrency > 1 then
+    seq = redis.call('HINCRBY', gk, 'fairSeq', 1)
+    fields[#fields + 1] = 'fairSeq'; fields[#fields + 1] = seq
+  end
+  return fields, seq
 end
 
 -- Queue-wide limits on how many jobs one fetch may start. m: meta fields {paused,
@@ -482,6 +488,7 @@ local function takeParked(prefix, now)
   for _, k in ipairs(redis.call('SMEMBERS', prefix .. 'groups')) do
     local gq = prefix .. 'groupq:' .. k
     take(gq, redis.call('ZRANGE', gq, 0, -1), 'group-waiting')
+    redis.call('DEL', prefix .. 'fairin:' .. k)
   end
   redis.call('HDEL', prefix .. 'meta', 'groupWaiting')
   for _, jobId in ipairs(ids) do

@@ -27,7 +27,7 @@ local function checkAdd(a, o)
   local orderingKey = a[o + 8] or ''
   local group
   if orderingKey ~= '' then
-    group = groupArgs(a, o)
+    group = groupArgs(a, o, jo)
     if type(group) == 'string' then return group end
   else
     for i = 9, 14 do
@@ -66,12 +66,19 @@ local function addJobCore(idKey, events, a, o, v)
   if group and keyFull(prefix, orderingKey) then return KEY_FULL end
 
   local jobKey = prefix .. 'job:' .. jobId
-  local state, sid
+  local state, sid, groupFields, fairSeq
+  if group then groupFields, fairSeq = joinGroup(prefix, orderingKey, group, now) end
   if lifo then
     redis.call('RPUSH', prefix .. 'list', jobId)
     state = 'waiting'
+  elseif fairSeq and delay == 0 and priority == 0 and fairHolds(prefix, orderingKey) then
+    -- a fair group's job waits its turn in the group's backlog (05_groups)
+    redis.call('ZADD', prefix .. 'groupq:' .. orderingKey, fairSeq, jobId)
+    redis.call('HINCRBY', prefix .. 'meta', 'groupWaiting', 1)
+    state = 'group-waiting'
   else
     state, sid = enqueue(prefix, jobId, priority, now + delay, now)
+    if fairSeq and sid then redis.call('SADD', prefix .. 'fairin:' .. orderingKey, jobId) end
   end
   local fields = {'id', jobId, 'name', name, 'data', data, 'opts', opts, 'timestamp', now,
     'attemptsMade', 0, 'delay', delay, 'priority', priority, 'maxAttempts', maxAttempts,
@@ -83,8 +90,8 @@ local function addJobCore(idKey, events, a, o, v)
   if lifo then fields[#fields + 1] = 'lifo'; fields[#fields + 1] = '1' end
   if v.lockMs then fields[#fields + 1] = 'lockDuration'; fields[#fields + 1] = v.lockMs end
   if v.atMostOnce then fields[#fields + 1] = 'atMostOnce'; fields[#fields + 1] = '1' end
-  if group then
-    for _, f in ipairs(joinGroup(prefix, orderingKey, group, now)) do fields[#fields + 1] = f end
+  if groupFields then
+    for _, f in ipairs(groupFields) do fields[#fields + 1] = f end
   end
   redis.call('HSET', jobKey, unpack(fields))
   if not v.skipEvents then emit(events, 'added', jobId, 'name', name) end
@@ -268,6 +275,7 @@ redis.register_function('glidemq_promote', function(keys, args)
   local due = redis.call('ZRANGEBYSCORE', scheduled, 0, now + LAST_TIE, 'LIMIT', 0, limit)
   releaseDue(prefix, scheduled, due)
   local moved = #due + promoteRateLimited(prefix, now, limit)
+  fairHeal(prefix, now)
   if prioLimit > 0 then
     local ok, pending = pcall(redis.call, 'XPENDING', keys[2], GROUP)
     local active = 0

@@ -88,6 +88,7 @@ local function activate(prefix, stream, entries, now, out, emitEvents, events, m
       out[#out + 1] = redis.call('HGETALL', jobKey)
       if emitEvents then emit(events, 'active', jobId) end
     end
+    if h and h[2] then fairLeave(prefix, h[2], jobId, now) end -- a fair group's next turn
   end
 end
 

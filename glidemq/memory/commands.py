@@ -7,6 +7,7 @@ bytes, None (nil), a list, or a Status; it raises CommandError for an error repl
 
 from __future__ import annotations
 
+import random
 import re
 from collections.abc import Callable
 from typing import Any
@@ -339,6 +340,21 @@ def _scard(ks: Keyspace, a: list[bytes]) -> int:
     return len(ks.typed(a[0], set) or ())
 
 
+def _sscan(ks: Keyspace, a: list[bytes]) -> list[Any]:
+    # Every member in one reply (cursor 0), as _scan does for keys.
+    return [b"0", sorted(ks.typed(a[0], set) or ())]
+
+
+def _srandmember(ks: Keyspace, a: list[bytes]) -> Any:
+    members = sorted(ks.typed(a[0], set) or ())
+    if len(a) == 1:
+        return random.choice(members) if members else None
+    n = parse_int(a[1])
+    if n < 0:
+        return [random.choice(members) for _ in range(-n)] if members else []
+    return random.sample(members, min(n, len(members)))
+
+
 # -- sorted sets ------------------------------------------------------------------------
 
 
@@ -515,6 +531,8 @@ COMMANDS: dict[bytes, Command] = {
     b"SMEMBERS": _smembers,
     b"SISMEMBER": _sismember,
     b"SCARD": _scard,
+    b"SSCAN": _sscan,
+    b"SRANDMEMBER": _srandmember,
     b"ZADD": _zadd,
     b"ZREM": _zrem,
     b"ZCARD": _zcard,

@@ -10,7 +10,7 @@ Pipelined calls go through `QueueContext.pipeline`.
 
 from __future__ import annotations
 
-from . import adds, features, fetch, flows, ops
+from . import adds, features, fetch, flows, groups, ops
 from .layout import LAYOUTS, UNWRAPPED, Call, Layout, Sender, retry_safe_functions, send
 
 __all__ = [
@@ -24,6 +24,7 @@ __all__ = [
     "features",
     "fetch",
     "flows",
+    "groups",
     "ops",
     "send",
 ]

@@ -14,6 +14,7 @@ from typing import Any
 
 from ..errors import (
     CostExceedsCapacityError,
+    GroupFullError,
     QueueFullError,
     ServerError,
 )
@@ -174,7 +175,10 @@ def added_id(reply: Any, queue: str, opts: JobOptions) -> str | None:
     if job_id == codes.COST_EXCEEDS_CAPACITY:
         bucket = opts.token_bucket
         raise CostExceedsCapacityError(opts.cost or 1.0, bucket.capacity if bucket else 0)
-    if job_id in (codes.QUEUE_FULL, codes.KEY_FULL):
+    if job_id == codes.KEY_FULL:
+        key = opts.ordering_key if opts.ordering_key is not None else opts.group_key
+        raise GroupFullError(queue, key or "")
+    if job_id == codes.QUEUE_FULL:
         raise QueueFullError(queue)
     raise ServerError(f"add: {job_id}")
 

@@ -12,7 +12,7 @@ from glidemq import wire
 from glidemq.functions import library_source
 from glidemq.keys import QueueKeys
 from glidemq.types import Backoff, JobOptions
-from glidemq.wire import adds, features, fetch, flows, ops
+from glidemq.wire import adds, features, fetch, flows, groups, ops
 from glidemq.wire.layout import Call, Layout
 from tests.lua_headers import Arity, WireHeader, registered_functions, wire_headers
 
@@ -134,6 +134,12 @@ SAMPLES: dict[str, Callable[[], Iterable[Call]]] = {
     ],
     "glidemq_pause": lambda: [ops.pause_call(K)],
     "glidemq_resume": lambda: [ops.resume_call(K)],
+    "glidemq_setGroup": lambda: [
+        groups.set_group_call(K, 1, "g", "paused"),
+        groups.set_group_call(K, 1, "g", "maxSize", "5"),
+        groups.set_group_call(K, 1, "g", "rate", "5", "1000"),
+    ],
+    "glidemq_groups": lambda: [groups.groups_call(K, "0", 100), groups.group_call(K, "g")],
     "glidemq_drain": lambda: [ops.drain_call(K, "-", 1000, True)],
     "glidemq_clean": lambda: [ops.clean_call(K, "completed", 1, 1000)],
     "glidemq_obliterate": lambda: [ops.obliterate_call(K, "0", False)],
