@@ -55,6 +55,7 @@ _EXAMPLES = """examples:
   glidemq retry emails 42 43            glidemq retry emails --state failed
   glidemq clean emails --state completed --grace 1h --yes
   glidemq events emails --follow
+  glidemq groups emails                 glidemq pause-group emails tenant-42
 
 The server is --url, else $GLIDEMQ_URL, else valkey://127.0.0.1:6379. Every command takes
 --json. Exit codes: 0 done, 1 failed, 2 bad input, 6 server unreachable."""
@@ -159,6 +160,12 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--follow", "-f", action="store_true", help="keep printing new events")
     c.add_argument("--count", type=positive_int, default=20, help="recent events (default 20)")
     queue_arg(command("schedulers", "the queue's job schedulers"))
+    queue_arg(command("groups", "the queue's groups: waiting, parked, active, paused, limits"))
+    for name, what in (("pause-group", "stop one group's jobs from starting"),
+                       ("resume-group", "let one group's jobs start again")):  # fmt: skip
+        c = command(name, what)
+        queue_arg(c)
+        c.add_argument("key", metavar="GROUP")
     return p
 
 
@@ -321,6 +328,19 @@ async def _schedulers(admin: Admin, args: argparse.Namespace, now: int) -> None:
     _emit(args, found, fmt.schedulers(found, now))
 
 
+async def _groups(admin: Admin, args: argparse.Namespace, now: int) -> None:
+    await admin.view(args.queue)
+    found = await admin.groups(args.queue)
+    _emit(args, found, fmt.groups(found))
+
+
+async def _pause_or_resume_group(admin: Admin, args: argparse.Namespace, now: int) -> None:
+    act = admin.pause_group if args.command == "pause-group" else admin.resume_group
+    group = await act(args.queue, args.key)
+    done = "paused" if args.command == "pause-group" else "resumed"
+    _emit(args, group, f"group {args.key!r} of {args.queue!r} {done}")
+
+
 _COMMANDS: dict[str, _Command] = {
     "queues": _queues,
     "status": _status,
@@ -337,6 +357,9 @@ _COMMANDS: dict[str, _Command] = {
     "obliterate": _obliterate,
     "events": _events,
     "schedulers": _schedulers,
+    "groups": _groups,
+    "pause-group": _pause_or_resume_group,
+    "resume-group": _pause_or_resume_group,
 }
 
 

@@ -10,6 +10,7 @@ from typing import Any
 import orjson
 
 from ..events import QueueEvent
+from ..groups import GroupInfo
 from ..queries import Metrics
 from ..scheduler import JobScheduler
 from .model import ActionResult, BulkResult, JobDetail, JobPage, QueueStatus, QueueSummary
@@ -305,3 +306,41 @@ def bulk_result(r: BulkResult) -> str:
         return f"obliterated {r.queue} ({r.count} jobs)"
     verb = {"retry": "retried", "clean": "removed", "drain": "removed"}.get(r.action, r.action)
     return f"{verb} {r.count} jobs of {r.queue}"
+
+
+def group_limits(g: GroupInfo) -> str:
+    """A group's limits in words: 'fair x2, 5 at once, 10/1000ms, max 500, paused'."""
+    parts = []
+    if g.weight is not None:
+        parts.append(f"fair x{g.weight}")
+    if g.ordering:
+        parts.append("ordering key")
+    elif g.concurrency is not None:
+        parts.append(f"{g.concurrency} at once")
+    if g.rate_limit is not None:
+        parts.append(f"{g.rate_limit.max}/{g.rate_limit.duration}ms")
+    if g.token_capacity is not None:
+        parts.append(f"bucket {g.tokens:g}/{g.token_capacity:g}")
+    if g.max_size is not None:
+        parts.append(f"max {g.max_size}")
+    return ", ".join(parts) or "-"
+
+
+def groups(rows: Sequence[GroupInfo]) -> str:
+    """`glidemq groups QUEUE`."""
+    if not rows:
+        return "no groups"
+    return table(
+        ["GROUP", "WAITING", "PARKED", "ACTIVE", "PAUSED", "LIMITS"],
+        [
+            [
+                g.key,
+                g.waiting,
+                g.parked,
+                "-" if g.active is None else g.active,
+                "yes" if g.paused else "no",
+                group_limits(g),
+            ]
+            for g in rows
+        ],
+    )

@@ -20,6 +20,7 @@ from ..connection import Client, ConnectionLike, resolve_connection
 from ..context import QueueContext
 from ..errors import JobNotFoundError, QueueNotFoundError
 from ..events import QueueEvent, QueueEvents
+from ..groups import GroupInfo
 from ..keys import DEFAULT_PREFIX, QueueKeys, validate_prefix
 from ..lazy import LazyClient
 from ..scheduler import JobScheduler
@@ -192,6 +193,22 @@ class Admin:
     async def resume(self, queue: str) -> BulkResult:
         """Let workers take the queue's jobs again."""
         return await actions.resume(await self.view(queue))
+
+    async def groups(self, queue: str) -> list[GroupInfo]:
+        """The queue's groups (`Queue.get_groups`)."""
+        return await (await self.view(queue)).get_groups()
+
+    async def pause_group(self, queue: str, key: str) -> GroupInfo | None:
+        """Stop the group's jobs from starting; the group as it is now."""
+        view = await self.view(queue)
+        await view.pause_group(key)
+        return await view.get_group(key)
+
+    async def resume_group(self, queue: str, key: str) -> GroupInfo | None:
+        """Let the group's jobs start again; the group as it is now."""
+        view = await self.view(queue)
+        await view.resume_group(key)
+        return await view.get_group(key)
 
     async def clean(
         self, queue: str, state: str, grace_ms: int, limit: int | None = None

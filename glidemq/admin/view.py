@@ -1,7 +1,8 @@
 """QueueView: one queue read and maintained over a connection shared with other queues.
 
-It has every reading and maintenance method of `Queue` (the same code: `QueueAdmin` and
-`QueueLimits`), plus the scheduler and backpressure reads, without a client of its own.
+It has every reading and maintenance method of `Queue` (the same code: `QueueAdmin`,
+`QueueLimits` and `QueueGroups`), plus the scheduler and backpressure reads, without a
+client of its own.
 """
 
 from __future__ import annotations
@@ -10,6 +11,7 @@ from typing import Any
 
 from .. import queue_limits, scheduler
 from ..context import QueueContext
+from ..groups import QueueGroups
 from ..queue_limits import QueueLimits
 from ..scheduler import JobScheduler
 from .base import QueueAdmin
@@ -17,7 +19,7 @@ from .base import QueueAdmin
 __all__ = ["QueueView"]
 
 
-class QueueView(QueueAdmin[Any, Any], QueueLimits):
+class QueueView(QueueAdmin[Any, Any], QueueLimits, QueueGroups[Any, Any]):
     """A queue on a shared, connected `QueueContext`; closing is its owner's business."""
 
     def __init__(self, ctx: QueueContext) -> None:

@@ -12,6 +12,7 @@ from typing import Any, Generic, Self, TypeVar
 from .. import queue as async_queue
 from ..connection import ConnectionLike, resolve_connection
 from ..errors import GlideMQError, JobFailedError
+from ..groups import GroupInfo
 from ..job import Job as AsyncJob
 from ..job import JobState
 from ..keys import DEFAULT_PREFIX
@@ -221,6 +222,47 @@ class Queue(Generic[D, R]):
     def resume(self) -> None:
         """Let workers take jobs again."""
         self._call(lambda q: q.resume())
+
+    # -- groups (glidemq.groups) --------------------------------------------------------------
+
+    def pause_group(self, key: str) -> None:
+        """None of the group's jobs start until `resume_group`; the other groups go on."""
+        self._call(lambda q: q.pause_group(key))
+
+    def resume_group(self, key: str) -> None:
+        """The group's jobs start again."""
+        self._call(lambda q: q.resume_group(key))
+
+    def set_group_concurrency(self, key: str, concurrency: int | None) -> None:
+        """At most `concurrency` of the group's jobs run at once (None: adds decide)."""
+        self._call(lambda q: q.set_group_concurrency(key, concurrency))
+
+    def set_group_rate_limit(self, key: str, limit: RateLimit | None) -> None:
+        """At most `limit.max` of the group's jobs start per `limit.duration` ms (None: none)."""
+        self._call(lambda q: q.set_group_rate_limit(key, limit))
+
+    def set_max_group_size(self, key: str, size: int | None) -> None:
+        """Refuse adds past `size` jobs of the group not started yet (GroupFullError)."""
+        self._call(lambda q: q.set_max_group_size(key, size))
+
+    def get_groups(self) -> list[GroupInfo]:
+        """Every group of the queue."""
+        return self._call(lambda q: q.get_groups())
+
+    def get_group(self, key: str) -> GroupInfo | None:
+        """One group, or None."""
+        return self._call(lambda q: q.get_group(key))
+
+    def get_group_counts(self, key: str) -> dict[str, int]:
+        """The group's jobs by state (waiting, parked, active)."""
+        return self._call(lambda q: q.get_group_counts(key))
+
+    def get_group_jobs(
+        self, key: str, state: str = "group-waiting", start: int = 0, end: int = -1
+    ) -> list[Job[D, R]]:
+        """The group's jobs in `state`; as `glidemq.Queue.get_group_jobs`."""
+        jobs = self._call(lambda q: q.get_group_jobs(key, state, start, end))
+        return [Job(j, self) for j in jobs]
 
     def remove(self, job_id: str) -> None:
         """Delete a job that is not running."""

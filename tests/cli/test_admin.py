@@ -356,6 +356,28 @@ async def test_pause_and_resume(glidemq: Runner, queue: Queue[Any, Any]) -> None
     assert not await queue.is_paused()
 
 
+async def test_groups_lists_groups_and_pauses_and_resumes_one(
+    glidemq: Runner, queue: Queue[Any, Any]
+) -> None:
+    await queue.add_bulk([("j", i, {"group_key": "t1", "group_weight": 2}) for i in range(5)])
+    await queue.add("j", 0, {"ordering_key": "o"})
+    table = await glidemq("groups", queue.name)
+    assert table.returncode == 0, table.stderr
+    lines = table.stdout.splitlines()
+    assert lines[0].split() == ["GROUP", "WAITING", "PARKED", "ACTIVE", "PAUSED", "LIMITS"]
+    assert re.match(r"t1\s+5\s+3\s+0\s+no\s+fair x2$", lines[2]), lines
+    assert re.match(r"o\s+1\s+0\s+-\s+no\s+ordering key$", lines[1]), lines
+    paused = await glidemq("pause-group", queue.name, "t1")
+    assert (paused.returncode, paused.stdout.strip()) == (0, f"group 't1' of '{queue.name}' paused")
+    assert (await queue.get_group("t1")).paused  # type: ignore[union-attr]
+    rows = await as_json(glidemq, "groups", queue.name)
+    assert {r["key"]: r["paused"] for r in rows} == {"o": False, "t1": True}
+    resumed = await as_json(glidemq, "resume-group", queue.name, "t1")
+    assert resumed["key"] == "t1" and resumed["paused"] is False
+    bad = await glidemq("pause-group", queue.name, "")
+    assert bad.returncode == 2 and "key" in bad.stderr
+
+
 async def test_clean_removes_old_jobs_of_one_state(
     glidemq: Runner, queue: Queue[Any, Any], valkey_server: ValkeyAddress
 ) -> None:
