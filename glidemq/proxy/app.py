@@ -21,7 +21,7 @@ from ..keys import DEFAULT_PREFIX
 from ..web.auth import AuthHook, BasicAuth, check_auth
 from ..web.errors import SecurityHeaders
 from ..web.hosts import HostGuard, allowed_hosts_of
-from . import flows, output, queues, streams, suspend
+from . import flows, groups, output, queues, streams, suspend
 from .http import error_response, json_response
 from .state import DEFAULT_MAX_QUEUES, Proxy, proxy_of
 from .table import Handler, Spec, openapi
@@ -76,6 +76,7 @@ SPECS: list[Spec] = [
     Spec("GET", "/docs", docs, "This API in a browser: every route with a form", "service"),
     *queues.SPECS,
     *suspend.SPECS,
+    *groups.SPECS,
     *flows.SPECS,
     *streams.SPECS,
     *output.SPECS,
