@@ -141,19 +141,22 @@ class QueueGroups(Generic[D, R]):
         value = "" if size is None else str(check_positive("size", size, MAX_GROUP_SIZE))
         await self._set(key, "maxSize", value)
 
-    async def get_groups(self) -> list[GroupInfo]:
-        """Every group of the queue (keys still in use), in no particular order."""
+    async def get_groups(self, limit: int | None = None) -> list[GroupInfo]:
+        """The queue's groups (keys still in use), sorted by key; with `limit`, that many of
+        them at most (which ones is up to the server: a queue may hold very many)."""
+        if limit is not None:
+            check_positive("limit", limit, MAX_GROUP_SIZE)
         ctx = await self._context()
-        out: list[GroupInfo] = []
+        seen: dict[str, GroupInfo] = {}  # SSCAN may repeat a key
         cursor = "0"
-        while True:
+        while limit is None or len(seen) < limit:
             reply = await send(ctx, wire.groups_call(self.keys, cursor, _PAGE))
             cursor, rows = wire.group_rows(reply)
-            out += [GroupInfo.from_row(r) for r in rows]
+            seen.update((g.key, g) for g in map(GroupInfo.from_row, rows))
             if cursor in ("0", ""):
                 break
-        seen: dict[str, GroupInfo] = {g.key: g for g in out}  # SSCAN may repeat a key
-        return sorted(seen.values(), key=lambda g: g.key)
+        found = sorted(seen.values(), key=lambda g: g.key)
+        return found if limit is None else found[:limit]
 
     async def get_group(self, key: str) -> GroupInfo | None:
         """One group, or None when the queue knows no group `key`."""

@@ -194,9 +194,9 @@ class Admin:
         """Let workers take the queue's jobs again."""
         return await actions.resume(await self.view(queue))
 
-    async def groups(self, queue: str) -> list[GroupInfo]:
-        """The queue's groups (`Queue.get_groups`)."""
-        return await (await self.view(queue)).get_groups()
+    async def groups(self, queue: str, limit: int | None = None) -> list[GroupInfo]:
+        """The queue's groups (`Queue.get_groups`), at most `limit` of them."""
+        return await (await self.view(queue)).get_groups(limit)
 
     async def pause_group(self, queue: str, key: str) -> GroupInfo | None:
         """Stop the group's jobs from starting; the group as it is now."""

@@ -37,6 +37,8 @@ ACTIONS = (
     "resume",
     "add",
     "update-data",
+    "pause-group",
+    "resume-group",
 )
 
 
@@ -94,9 +96,22 @@ def _describe(result: Any) -> str:
         if failed:
             text += "; not done: " + "; ".join(f"{r.id} ({r.detail})" for r in failed[:5])
         return text
+    if isinstance(result, str):
+        return result
     if isinstance(result, ActionResult):
         return f"{result.action} {result.id}: " + ("done" if result.ok else result.detail)
     return "done"
+
+
+async def _pause_or_resume(admin: Any, queue: str, action: str, form: dict[str, list[str]]) -> Any:
+    """The queue, or one of its groups (form field `group`), paused or resumed."""
+    if action == "pause":
+        return await admin.pause(queue)
+    if action == "resume":
+        return await admin.resume(queue)
+    key = _one(form, "group")
+    await (admin.pause_group if action == "pause-group" else admin.resume_group)(queue, key)
+    return f"group {key}: {action.split('-')[0]}d"
 
 
 async def _run(request: Request, queue: str, action: str, form: dict[str, list[str]]) -> Any:
@@ -130,10 +145,8 @@ async def _run(request: Request, queue: str, action: str, form: dict[str, list[s
         except argparse.ArgumentTypeError as exc:
             raise ValidationError("grace", str(exc)) from None
         return await admin.clean(queue, _one(form, "state"), grace)
-    if action == "pause":
-        return await admin.pause(queue)
-    if action == "resume":
-        return await admin.resume(queue)
+    if action in ("pause", "resume", "pause-group", "resume-group"):
+        return await _pause_or_resume(admin, queue, action, form)
     raise ValidationError("action", f"unknown action {action!r}; one of {', '.join(ACTIONS)}")
 
 

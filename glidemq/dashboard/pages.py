@@ -13,6 +13,7 @@ import orjson
 from starlette.requests import Request
 from starlette.responses import Response
 
+from ..admin import format as admin_format
 from ..admin.base import JOB_STATES
 from ..admin.model import QueueSummary
 from ..errors import JobNotFoundError, ValidationError
@@ -26,6 +27,7 @@ from .timeline import rows_of
 __all__ = ["job", "overview", "queue", "workers"]
 
 PAGE_SIZES = (10, 25, 50, 100, 200)
+GROUPS_SHOWN = 50  # groups on a queue's page (a queue may have many thousands)
 DEFAULT_SIZE = 25
 JOB_EVENTS = 500  # recent queue events searched for a job's timeline
 FLOW_LEVELS = 20  # parents followed up to the root of a job's flow
@@ -110,6 +112,9 @@ async def queue(request: Request) -> Response:
         live_queue=name,
         now=status.now,
         add_form=await _add_form(dash, name, request.query_params.get("from")),
+        groups=await dash.admin.groups(name, limit=GROUPS_SHOWN),
+        groups_shown=GROUPS_SHOWN,
+        group_limits=admin_format.group_limits,
     )
     if request.query_params.get("fragment") == "jobs":
         return dash.render(request, "_jobs.html", **context)

@@ -301,3 +301,25 @@ async def test_edit_the_data_of_a_job_that_has_not_started_only(
         assert finished is not None and finished.data != {}
     page = await client.get("/job", params={"queue": populated.name, "id": done})
     assert 'id="edit-data"' not in page.text
+
+
+async def test_the_queue_page_lists_groups_and_pauses_and_resumes_one(
+    populated: Populated, client_for: Any
+) -> None:
+    async with Queue(populated.name, connection=populated.url, prefix=populated.prefix) as q:
+        await q.add_bulk([("j", i, {"group_key": "acme", "group_weight": 2}) for i in range(3)])
+        client = await client_for(populated)
+        token = await _token(client, populated)
+        page = await client.get("/queue", params={"name": populated.name})
+        row = re.search(r'<tr data-group="acme">.*?</tr>', page.text, re.S)
+        assert (
+            row is not None and "fair x2" in row.group(0) and 'value="pause-group"' in row.group(0)
+        )
+        r = await _post(client, populated, "pause-group", token, group="acme")
+        assert r.status_code == 303
+        assert (await q.get_group("acme")).paused  # type: ignore[union-attr]
+        page = await client.get(r.headers["location"])
+        assert "group acme: paused" in page.text and 'value="resume-group"' in page.text
+        await _post(client, populated, "resume-group", token, group="acme")
+        assert not (await q.get_group("acme")).paused  # type: ignore[union-attr]
+        assert (await _post(client, populated, "pause-group", token)).status_code == 400
