@@ -76,6 +76,8 @@ PROFILES: dict[str, list[ScenarioParams]] = {
     # a sync add one job at a time: glidemq's Task.delay against Celery's .delay() and RQ's
     # enqueue (run with --systems glidemq,celery,rq)
     "sync": [ScenarioParams("add-sync", jobs=3_000)],
+    # fair groups (glidemq only: BullMQ has groups in its paid Pro edition)
+    "groups": [ScenarioParams("fair", jobs=20_000, concurrency=100, queues=1000)],
     "python": [
         ScenarioParams("add-bulk", jobs=5_000),
         *(ScenarioParams("process", jobs=3_000, concurrency=c) for c in (1, 10, 100)),
@@ -94,6 +96,7 @@ _METRIC: dict[str, Ratio] = {
     "latency": ("p99_ms", False),
     "sandbox": ("jobs_per_s", True),
     "batch": ("jobs_per_s", True),
+    "fair": ("jobs_per_s", True),
     "cluster": ("jobs_per_s", True),
     "memory": ("rss_peak_mb", False),
     "cpu": ("cpu_us_per_job", False),
@@ -104,6 +107,7 @@ _EXTRA_FIELDS = (
     *("inprocess_jobs_per_s", "inprocess_seconds", "children", "queues", "note"),
     *("rss_start_mb", "rss_warm_mb", "rss_end_mb", "rss_peak_mb", "rss_growth_mb"),
     *("rss_flat", "rss_samples", "cpu_us_per_job", "unsupported"),
+    *("plain_jobs_per_s", "fair_cost", "small_first_ms", "small_last_ms", "small_done_within"),
 )
 
 # The systems compared with glidemq: (system, its field in summary rows, its ratios' field).
@@ -123,6 +127,8 @@ def scenario_key(rec: dict[str, Any]) -> str:
         return f"batch c={rec['concurrency']} b={rec.get('batch')}"
     if s == "cluster":
         return f"cluster {rec.get('queues')}q c={rec['concurrency']}"
+    if s == "fair":
+        return f"fair {rec.get('queues')} groups c={rec['concurrency']}"
     if s in ("sandbox", "memory", "cpu"):
         return f"{s} c={rec['concurrency']}"
     return s

@@ -230,6 +230,8 @@ def run_system(
     (their CPU is summed); `raw_out` asks for per-job records in that JSON-lines file."""
     if params.scenario == "add-sync" and system in ("bullmq", "bullmq-py"):
         return {"jobs": 0, "unsupported": f"{system} has no sync API to add from"}
+    if params.scenario == "fair" and system != "glidemq":
+        return {"jobs": 0, "unsupported": f"{system} has no fair groups in its free edition"}
     if system == "glidemq":
         cmd = [sys.executable, "-m", "glidemq.bench.scenario", params.scenario]
     elif system == "bullmq":

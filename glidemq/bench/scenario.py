@@ -29,7 +29,7 @@ __all__ = ["SCENARIOS", "main", "run_scenario"]
 
 SCENARIOS = (
     *("add-single", "add-concurrent", "add-bulk", "process", "procs", "latency"),
-    *("sandbox", "batch", "cluster", "memory", "cpu", "add-sync"),
+    *("sandbox", "batch", "cluster", "memory", "cpu", "add-sync", "fair"),
 )
 
 
@@ -126,6 +126,8 @@ async def run_scenario(o: argparse.Namespace) -> dict[str, Any]:
             result = await workloads.run_sandbox(o, q, url)
         elif o.scenario == "batch":
             result = await workloads.run_batch(o, q, url)
+        elif o.scenario == "fair":
+            result = await workloads.run_fair(o, q, url)
         elif o.scenario == "cluster":
             result = await workloads.run_cluster(o, url)
         elif o.scenario == "memory":
@@ -211,7 +213,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--rate", type=float, default=1000.0)
     p.add_argument("--seconds", type=float, default=5.0)
     p.add_argument("--batch", type=int, default=10, help="jobs per batch (batch)")
-    p.add_argument("--queues", type=int, default=6, help="queues (cluster)")
+    p.add_argument("--queues", type=int, default=6, help="queues (cluster); groups (fair)")
     p.add_argument("--url", help="server URL; overrides --host/--port (a cluster: host:p1,p2)")
     p.add_argument("--server-pid", help="server process id(s), comma-separated, for its CPU")
     p.add_argument("--raw-out", help="write per-job records (JSON lines) to this file")

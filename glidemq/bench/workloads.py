@@ -36,6 +36,7 @@ __all__ = [
     "run_batch",
     "run_cluster",
     "run_cpu",
+    "run_fair",
     "run_memory",
     "run_sandbox",
 ]
@@ -275,3 +276,67 @@ async def run_cpu(o: argparse.Namespace, q: Queue[Any, Any], url: str) -> dict[s
     raw.write()
     cpu = result["server_cpu"] + result["client_cpu"]
     return {**result, "cpu_us_per_job": 1e6 * cpu / o.jobs}
+
+
+_BACKLOG = 2_000  # the big tenant's jobs ahead of the small one in the fairness probe
+_SMALL = 10
+
+
+async def _timed_drain(q: Queue[Any, Any], url: str, o: argparse.Namespace) -> dict[str, Any]:
+    worker: Worker[Any, Any] = Worker(o.queue, noop_pid, connection=url, concurrency=o.concurrency)
+    w = Window(o.server_pids)
+    await worker.start()
+    await _drain([worker], o.jobs)
+    result = w.close()
+    await worker.close()
+    return result
+
+
+async def run_fair(o: argparse.Namespace, q: Queue[Any, Any], url: str) -> dict[str, Any]:
+    """Fair groups: the same no-op jobs without groups, then spread over `queues` fair groups
+    (weight 1) for the throughput cost of fairness; then a small tenant's 10 jobs behind a
+    big tenant's 2,000 for the time to the small tenant's first and last completion."""
+    await prefill(q, o.jobs, o.chunk)
+    plain = await _timed_drain(q, url, o)
+    for start in range(0, o.jobs, o.chunk):
+        await q.add_bulk(
+            [
+                {
+                    "name": "noop",
+                    "data": {"i": i},
+                    "opts": {"remove_on_complete": True, "group_key": f"t{i % o.queues}",
+                             "group_weight": 1},
+                }
+                for i in range(start, min(o.jobs, start + o.chunk))
+            ]
+        )  # fmt: skip
+    fair = await _timed_drain(q, url, o)
+    await q.obliterate(force=True)
+    order: list[str] = []
+    at: list[float] = []
+
+    async def record(job: Job[Any, Any]) -> None:
+        order.append(job.data)
+        at.append(time.perf_counter())
+
+    fair_opts = {"group_weight": 1, "remove_on_complete": True}
+    await q.add_bulk([("j", "big", {"group_key": "big", **fair_opts})] * _BACKLOG)
+    await q.add_bulk([("j", "small", {"group_key": "small", **fair_opts})] * _SMALL)
+    probe: Worker[Any, Any] = Worker(o.queue, record, connection=url, concurrency=o.concurrency)
+    t0 = time.perf_counter()
+    await probe.start()
+    while order.count("small") < _SMALL:  # noqa: ASYNC110
+        await asyncio.sleep(0.002)
+    await probe.close(force=True)
+    small = [i for i, t in enumerate(order) if t == "small"]
+    await q.obliterate(force=True)
+    return {
+        "jobs": o.jobs,
+        **fair,
+        "queues": o.queues,
+        "plain_jobs_per_s": o.jobs / plain["seconds"],
+        "fair_cost": 1 - plain["seconds"] / fair["seconds"],
+        "small_first_ms": 1000 * (at[small[0]] - t0),
+        "small_last_ms": 1000 * (at[small[-1]] - t0),
+        "small_done_within": small[-1] + 1,
+    }

@@ -156,7 +156,7 @@ async def test_a_rate_limit_set_at_run_time_holds_back_a_groups_starts(
         done.append(job.data)
 
     queue = backend.queue
-    await queue.set_group_rate_limit("r", RateLimit(2, 60_000))
+    await queue.set_group_rate_limit("r", RateLimit(2, 3000))
     async with backend.worker(run, concurrency=5):
         await queue.add_bulk(
             [("j", i, {"group_key": "r", "group_concurrency": 5}) for i in range(5)]
@@ -165,11 +165,11 @@ async def test_a_rate_limit_set_at_run_time_holds_back_a_groups_starts(
         await backend.elapse(300)
         assert len(done) == 2
         info = await queue.get_group("r")
-        assert info is not None and info.rate_limit == RateLimit(2, 60_000)
+        assert info is not None and info.rate_limit == RateLimit(2, 3000)
         await queue.set_group_rate_limit("r", None)
         # the held-back jobs wait for their window; the promotion loop brings them back
-        await backend.elapse(60_100)
-        await wait_for(lambda: len(done) == 5, timeout=70)
+        await backend.elapse(3100)
+        await wait_for(lambda: len(done) == 5, timeout=20)
     assert (await queue.get_group("r")).rate_limit is None  # type: ignore[union-attr]
 
 

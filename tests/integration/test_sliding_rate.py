@@ -16,10 +16,10 @@ import pytest
 from glidemq import ConnectionOptions, Job, Queue, RateLimit, Worker
 from tests.helpers import FAST
 
-MAX, DURATION_MS, RUN_S, RUNS = 5, 1000, 5.0, 20
+MAX, DURATION_MS, RUN_S, RUNS = 5, 1000, 4.0, 20
 # The worker's limiter paces starts the same way whatever the server: the 20 repeated runs
 # of the acceptance criterion go to standalone; the cluster repeats them fewer times to show
-# the same guarantee there (each run is 5 s of wall clock).
+# the same guarantee there (each run is 4 s of wall clock).
 CLUSTER_RUNS = 5
 
 
