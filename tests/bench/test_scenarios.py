@@ -78,6 +78,20 @@ async def test_batch_scenario(
     _check_jobs(rows, 200)
 
 
+async def test_fair_scenario_measures_the_cost_and_the_small_tenants_wait(
+    valkey_server: Any, queue_name: str, tmp_path: Path
+) -> None:
+    params = ScenarioParams("fair", jobs=400, concurrency=10, queues=50)
+    rec, _ = _run("glidemq", params, valkey_server, queue_name, tmp_path)
+    assert scenario_key(rec) == "fair 50 groups c=10"
+    assert rec["plain_jobs_per_s"] > 0 and rec["fair_cost"] < 1
+    assert 0 <= rec["small_first_ms"] <= rec["small_last_ms"]
+    # the small tenant's 10 jobs were served in turn with the big backlog's
+    assert rec["small_done_within"] <= 40
+    unsupported = run_system("bullmq", params, valkey_server.port, valkey_server.pid, queue_name)
+    assert "unsupported" in unsupported and unsupported["jobs"] == 0
+
+
 @pytest.mark.cluster
 @pytest.mark.parametrize("system", SYSTEMS)
 async def test_cluster_scenario_spreads_queues_over_the_primaries(
