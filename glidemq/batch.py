@@ -30,41 +30,64 @@ J = TypeVar("J", bound=Job[Any, Any])
 
 
 class BatchCollector(Generic[J]):
-    """Collects a worker's jobs into batches of `size` (a partial batch waits at most
-    `timeout_ms`) and starts `run` once per batch, as the task that holds its jobs
-    (`hold(entry_id, job, task)` records it in the worker's job table)."""
+    """Collects a worker's jobs into batches of up to `size`, and starts `run` once per
+    batch as the task that holds its jobs (`hold(entry_id, job, task)` records it in the
+    worker's job table). A batch starts once it has `min_size` jobs (default: `size`), or
+    with what it has when its first job has waited `timeout_ms`. With `group`, a batch holds
+    jobs of one group only (`job.group_key`; jobs without a group batch together)."""
 
     def __init__(
         self, hold: Callable[[str, J, asyncio.Task[Any]], None], options: BatchOptions
     ) -> None:
         self._hold = hold
         self.options = options
-        self.buffer: list[J] = []
-        self.timer: asyncio.TimerHandle | None = None
+        self._min = options.min_size or options.size
+        self._buffers: dict[str | None, list[J]] = {}
+        self._timers: dict[str | None, asyncio.TimerHandle] = {}
+
+    @property
+    def buffered(self) -> int:
+        """Jobs taken and not yet in a batch."""
+        return sum(len(b) for b in self._buffers.values())
 
     def add(self, job: J) -> None:
         """Take a fetched job; `dispatch()` starts what is ready."""
-        self.buffer.append(job)
+        key = job.group_key if self.options.group else None
+        self._buffers.setdefault(key, []).append(job)
 
     def stop(self) -> None:
         """No more partial batches (the worker is closing)."""
-        if self.timer is not None:
-            self.timer.cancel()
+        for timer in self._timers.values():
+            timer.cancel()
+        self._timers.clear()
 
-    def dispatch(self, timer: bool = False) -> None:
-        """Start full batches now; a partial one when its wait runs out."""
-        hold = self._hold
-        size = self.options.size
-        loop = asyncio.get_running_loop()
-        while len(self.buffer) >= size or (timer and self.buffer):
-            jobs, self.buffer = self.buffer[:size], self.buffer[size:]
+    def dispatch(self) -> None:
+        """Start every batch that has `min_size` jobs; a smaller one waits for its timer."""
+        for key in list(self._buffers):
+            self._start(key, expired=False)
+
+    def _expire(self, key: str | None) -> None:
+        self._timers.pop(key, None)
+        self._start(key, expired=True)
+
+    def _start(self, key: str | None, *, expired: bool) -> None:
+        buffer = self._buffers.get(key, [])
+        size, loop = self.options.size, asyncio.get_running_loop()
+        while len(buffer) >= self._min or (expired and buffer):
+            jobs, buffer = buffer[:size], buffer[size:]
             task = loop.create_task(self.run(jobs))
             for job in jobs:
-                hold(job.entry_id or "", job, task)
-        if timer:
-            self.timer = None
-        if self.buffer and self.timer is None:
-            self.timer = loop.call_later(self.options.timeout_ms / 1000, self.dispatch, True)
+                self._hold(job.entry_id or "", job, task)
+        if not buffer:
+            self._buffers.pop(key, None)
+            timer = self._timers.pop(key, None)
+            if timer is not None:
+                timer.cancel()
+            return
+        self._buffers[key] = buffer
+        if key not in self._timers:
+            wait = self.options.timeout_ms / 1000
+            self._timers[key] = loop.call_later(wait, self._expire, key)
 
     async def run(self, jobs: list[J]) -> None:
         """Run one batch and record every job's outcome."""

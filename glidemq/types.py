@@ -390,15 +390,23 @@ def retention_from_wire(value: Any) -> Retention | None:
 
 @dataclass(frozen=True, slots=True)
 class BatchOptions:
-    """Batch mode: the processor receives up to `size` jobs at once, waiting at most
-    `timeout_ms` to fill a batch, and returns one result per job."""
+    """Batch mode: the processor receives up to `size` jobs at once and returns one result
+    per job. A batch starts as soon as it holds `min_size` jobs (default: `size`), or with
+    what it has once its first job waited `timeout_ms`. With `group`, each batch holds jobs
+    of one group only (`group_key`; jobs without one are batched together)."""
 
     size: int = 10
     timeout_ms: int = 50
+    min_size: int | None = None
+    group: bool = False
 
     def __post_init__(self) -> None:
         _int("batch.size", self.size, low=1, high=10_000)
         _int("batch.timeout_ms", self.timeout_ms)
+        if self.min_size is not None:
+            _int("batch.min_size", self.min_size, low=1, high=self.size)
+        if not isinstance(self.group, bool):
+            raise ValidationError("batch.group", f"must be a bool, got {self.group!r}")
 
 
 @dataclass(frozen=True, slots=True)

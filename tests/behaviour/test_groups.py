@@ -9,7 +9,14 @@ from typing import Any
 
 import pytest
 
-from glidemq import GroupFullError, JobOptions, QueueFullError, RateLimit, ValidationError
+from glidemq import (
+    BatchOptions,
+    GroupFullError,
+    JobOptions,
+    QueueFullError,
+    RateLimit,
+    ValidationError,
+)
 from tests.behaviour.conftest import Backend
 from tests.helpers import wait_for
 
@@ -233,3 +240,48 @@ async def test_a_weight_needs_a_group_that_runs_jobs_side_by_side() -> None:
         JobOptions(group_weight=2)
     with pytest.raises(ValidationError, match="group_weight"):
         JobOptions(group_key="k", group_weight=0)
+
+
+async def test_a_batch_by_group_holds_jobs_of_one_group_only(backend: Backend) -> None:
+    batches: list[list[str | None]] = []
+
+    async def run(jobs: list[Any]) -> list[None]:
+        batches.append([j.group_key for j in jobs])
+        return [None] * len(jobs)
+
+    items: list[tuple[str, int, Any]] = []
+    for i in range(6):
+        items.append(("j", i, {"group_key": "a", "group_concurrency": 100}))
+        items.append(("j", i, {"group_key": "b", "group_concurrency": 100}))
+        if i % 2:
+            items.append(("j", i, None))
+    await backend.queue.add_bulk(items)
+    batch = BatchOptions(size=4, timeout_ms=50, group=True)
+    async with backend.worker(run, concurrency=4, batch=batch):
+        await wait_for(lambda: sum(len(b) for b in batches) == 15, timeout=20)
+    assert all(len(set(b)) == 1 for b in batches), batches
+    assert all(len(b) <= 4 for b in batches)
+    assert {b[0] for b in batches} == {"a", "b", None}
+
+
+async def test_a_batch_starts_once_it_has_min_size_jobs(backend: Backend) -> None:
+    sizes: list[int] = []
+
+    async def run(jobs: list[Any]) -> list[None]:
+        sizes.append(len(jobs))
+        return [None] * len(jobs)
+
+    # a timeout far beyond the test's wait: the batch starts because it reached min_size
+    batch = BatchOptions(size=10, min_size=3, timeout_ms=60_000)
+    async with backend.worker(run, concurrency=10, batch=batch):
+        await backend.queue.add_bulk([("j", i) for i in range(3)])
+        await wait_for(lambda: sizes == [3], timeout=10)
+
+
+def test_batch_options_check_min_size_and_group() -> None:
+    with pytest.raises(ValidationError, match="min_size"):
+        BatchOptions(size=4, min_size=5)
+    with pytest.raises(ValidationError, match="min_size"):
+        BatchOptions(size=4, min_size=0)
+    with pytest.raises(ValidationError, match="group"):
+        BatchOptions(group="yes")  # type: ignore[arg-type]
