@@ -390,3 +390,37 @@ async def test_flows_of_tasks_from_sync_code(
     assert out["chain"] == 6 and out["child"] == 3
     assert out["bulk"] == [10, 20] and out["dag"] == 3
     assert out["kind"] == "glidemq.sync.queue"
+
+
+async def test_groups_from_sync_code(url: str, queue: Queue[Any, Any], queue_name: str) -> None:
+    out = await run_script(
+        """
+        from glidemq import GroupFullError, JobOptions, RateLimit, sync
+
+        with sync.Queue(QUEUE, connection=URL) as q:
+            q.add_bulk([("j", n, JobOptions(group_key="t", group_weight=1)) for n in range(4)])
+            q.pause_group("t")
+            q.set_group_concurrency("t", 2)
+            q.set_group_rate_limit("t", RateLimit(10, 1000))
+            q.set_max_group_size("t", 4)
+            try:
+                q.add("j", 9, JobOptions(group_key="t", group_weight=1))
+                full = False
+            except GroupFullError as exc:
+                full = exc.group == "t"
+            g = q.get_group("t")
+            parked = [j.data for j in q.get_group_jobs("t")]
+            q.resume_group("t")
+            print(json.dumps({
+                "paused": g.paused, "conc": g.concurrency, "rate": g.rate_limit.max,
+                "max": g.max_size, "full": full, "parked": parked,
+                "keys": [x.key for x in q.get_groups()], "counts": q.get_group_counts("t"),
+                "after": q.get_group("t").paused,
+            }))
+        """,
+        url,
+        queue_name,
+    )
+    assert (out["paused"], out["conc"], out["rate"], out["max"]) == (True, 2, 10, 4)
+    assert out["full"] and out["parked"] == [1, 2, 3] and out["keys"] == ["t"]
+    assert out["counts"] == {"waiting": 4, "parked": 3, "active": 0} and out["after"] is False
