@@ -38,7 +38,7 @@ __all__ = [
 
 LIBRARY_NAME = "glidemq"
 LIBRARY_VERSION = 25
-LIBRARY_SOURCE_SHA256 = "a1c84b90532950104175669497b7428b3a2df5b87bfe1a6029fbdba090b177cf"
+LIBRARY_SOURCE_SHA256 = "d4bbfda342ff0dbf60e5a1acbd35f9f9b7ad5d6545988b5b773e70e37ce0b08f"
 LIBRARY_FILES = (
     "00_prelude.lua",  # shebang, version placeholder, constants, input checks, shared helpers
     "05_groups.lua",  # group wait sets, fair scheduling across groups, pausing a group

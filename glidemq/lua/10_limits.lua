@@ -124,7 +124,8 @@ local function passSlot(prefix, k, now, unused)
   end
   if g[4] then -- a fair group: the slot goes to the next job of its turn
     redis.call('HSET', gk, 'active', math.max(0, active - 1))
-    fairPump(prefix, k, now)
+    -- without a limit a slot never held a turn back: only jobs leaving the stream make room
+    if max < UNLIMITED then fairPump(prefix, k, now) end
     return
   end
   if active <= max and g[5] ~= '1' then
