@@ -38,7 +38,7 @@ __all__ = [
 
 LIBRARY_NAME = "glidemq"
 LIBRARY_VERSION = 25
-LIBRARY_SOURCE_SHA256 = "d4bbfda342ff0dbf60e5a1acbd35f9f9b7ad5d6545988b5b773e70e37ce0b08f"
+LIBRARY_SOURCE_SHA256 = "9c5133d89b2befa72849b47e5baf42eba30dbd00415efea27e6e0f644f7e6474"
 LIBRARY_FILES = (
     "00_prelude.lua",  # shebang, version placeholder, constants, input checks, shared helpers
     "05_groups.lua",  # group wait sets, fair scheduling across groups, pausing a group

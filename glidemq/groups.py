@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any, Generic, TypeVar
 from .context import QueueContext
 from .errors import ValidationError
 from .limit_options import MAX_GROUP_SIZE, RateLimit, check_key, check_positive
-from .queries import state_name
+from .queries import index_range, state_name
 from .wire import groups as wire
 from .wire.layout import send
 
@@ -187,7 +187,7 @@ class QueueGroups(Generic[D, R]):
         if state == "group-waiting":
             ctx = await self._context()
             zkey = f"{self.keys.base}groupq:{key}"
-            raw = await ctx.command(lambda c: c.zrange(zkey, _range(start, end)))
+            raw = await ctx.command(lambda c: c.zrange(zkey, index_range(start, end)))
             return await self._jobs_by_ids([_text(i) for i in raw])
         if start < 0 or (end < -1):
             raise ValidationError("start", "negative indexes apply to group-waiting only")
@@ -198,12 +198,6 @@ class QueueGroups(Generic[D, R]):
             if len(page) < _SCAN_PAGE or (end >= 0 and len(found) > end):
                 break
         return found[start:] if end == -1 else found[start : end + 1]
-
-
-def _range(start: int, end: int) -> Any:
-    from glide import RangeByIndex
-
-    return RangeByIndex(start, end)
 
 
 def _text(value: Any) -> str:

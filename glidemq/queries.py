@@ -24,7 +24,12 @@ from .errors import ValidationError
 from .job import Job
 from .wire import ops
 
-__all__ = ["Metrics", "WorkerInfo", "state_name"]
+__all__ = [
+    "Metrics",
+    "WorkerInfo",
+    "index_range",
+    "state_name",
+]
 
 J = TypeVar("J", bound=Job[Any, Any])
 
@@ -323,3 +328,10 @@ async def get_workers(ctx: QueueContext, now: int) -> list[WorkerInfo]:
         fields: list[str | bytes] = list(stale)
         await ctx.command(lambda c: c.hdel(key, fields))
     return sorted(live, key=lambda w: (w.started, w.id))
+
+
+def index_range(start: int, end: int) -> Any:
+    """A ZRANGE by index from `start` to `end` inclusive (negative counts from the end)."""
+    from glide import RangeByIndex
+
+    return RangeByIndex(start, end)

@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING, Any
 
 from .errors import JobNotFoundError, JobStateError, ServerError
 from .job import Job
+from .queries import index_range
 from .signals import (
     Signal,
     check_suspend,
@@ -62,7 +63,7 @@ class QueueSuspend:
         ctx = await self._context()
         await sweep(ctx, ctx.now_ms())
         key = suspended_key(self.keys)
-        ids = await ctx.command(lambda c: c.zrange(key, _range(start, end)))
+        ids = await ctx.command(lambda c: c.zrange(key, index_range(start, end)))
         jobs: list[Job[Any, Any]] = []
         for raw in ids:
             fields = await ctx.get_fields(raw.decode())
@@ -75,9 +76,3 @@ class QueueSuspend:
         ctx = await self._context()
         key = suspended_key(self.keys)
         return int(await ctx.command(lambda c: c.zcard(key)))
-
-
-def _range(start: int, end: int) -> Any:
-    from glide import RangeByIndex
-
-    return RangeByIndex(start, end)

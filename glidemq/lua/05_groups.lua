@@ -44,10 +44,15 @@ local function entryScore(entryId)
   return tonumber(ms) * 2048 + math.min(tonumber(seq), 2047)
 end
 
-local function parkInGroup(prefix, jobKey, jobId, k, score)
+-- A job joins group k's wait set at score; the caller sets its state to 'group-waiting'.
+local function enterGroupq(prefix, jobId, k, score)
   redis.call('ZADD', prefix .. 'groupq:' .. k, score, jobId)
-  redis.call('HSET', jobKey, 'state', 'group-waiting')
   redis.call('HINCRBY', prefix .. 'meta', 'groupWaiting', 1)
+end
+
+local function parkInGroup(prefix, jobKey, jobId, k, score)
+  enterGroupq(prefix, jobId, k, score)
+  redis.call('HSET', jobKey, 'state', 'group-waiting')
 end
 
 -- A parked job runs again (to the stream, or its priority band); with reserve it holds one of

@@ -308,7 +308,7 @@ end
 -- debounced): out of the LIFO list and the wait sets, and its group claim given back.
 local function forgetJob(prefix, jobKey, jobId, now)
   local j = redis.call('HMGET', jobKey, 'state', 'sid', 'lifo', 'groupKey', 'orderingKey',
-    'orderingSeq', 'groupSlot')
+    'orderingSeq', 'groupSlot', 'fairSeq')
   local state, k = j[1], j[4]
   if state == 'rate-limited' then
     redis.call('ZREM', prefix .. 'ratelimited', jobId)
@@ -322,7 +322,7 @@ local function forgetJob(prefix, jobKey, jobId, now)
   end
   releaseHold(prefix, jobKey, k, j[5] and true or false, tonumber(j[6]) or 0, j[7] == '1', true,
     now, state ~= 'active')
-  fairLeave(prefix, k, jobId, now)
+  if j[8] then fairLeave(prefix, k, jobId, now) end
 end
 
 -- The group arguments of addJob (10-15) for a job with ordering key k, and its weight from

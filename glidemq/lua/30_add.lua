@@ -73,9 +73,8 @@ local function addJobCore(idKey, events, a, o, v)
     state = 'waiting'
   elseif fairSeq and delay == 0 and priority == 0 and fairHolds(prefix, orderingKey) then
     -- a fair group's job waits its turn in the group's backlog (05_groups)
-    redis.call('ZADD', prefix .. 'groupq:' .. orderingKey, fairSeq, jobId)
-    redis.call('HINCRBY', prefix .. 'meta', 'groupWaiting', 1)
-    state = 'group-waiting'
+    enterGroupq(prefix, jobId, orderingKey, fairSeq)
+    state = 'group-waiting' -- written with the job's other fields below
   else
     state, sid = enqueue(prefix, jobId, priority, now + delay, now)
     if fairSeq and sid then redis.call('SADD', prefix .. 'fairin:' .. orderingKey, jobId) end

@@ -67,7 +67,7 @@ local function activate(prefix, stream, entries, now, out, emitEvents, events, m
     local entryId, f = e[1], e[2]
     local jobId = entryJobId(f)
     local jobKey = jobId and (prefix .. 'job:' .. jobId)
-    local h = jobKey and redis.call('HMGET', jobKey, 'state', 'groupKey', 'budget')
+    local h = jobKey and redis.call('HMGET', jobKey, 'state', 'groupKey', 'budget', 'fairSeq')
     local state = h and h[1]
     if f and not jobId then
       quarantine(prefix, stream, events, entryId, f, now)
@@ -88,7 +88,7 @@ local function activate(prefix, stream, entries, now, out, emitEvents, events, m
       out[#out + 1] = redis.call('HGETALL', jobKey)
       if emitEvents then emit(events, 'active', jobId) end
     end
-    if h and h[2] then fairLeave(prefix, h[2], jobId, now) end -- a fair group's next turn
+    if h and h[4] then fairLeave(prefix, h[2], jobId, now) end -- a fair group's next turn
   end
 end
 
