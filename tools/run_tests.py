@@ -88,6 +88,7 @@ class Shard:
     paths: list[str]
     code: int | None = None
     seconds: float = 0.0
+    failures: list[str] = field(default_factory=list)
     proc: subprocess.Popen[bytes] | None = field(default=None, repr=False)
 
 
@@ -144,6 +145,8 @@ def _pump(shard: Shard, prefix: str, lock: threading.Lock, started: float) -> No
     assert shard.proc is not None and shard.proc.stdout is not None
     for raw in shard.proc.stdout:
         line = raw.decode(errors="replace").rstrip("\n")
+        if line.startswith(("FAILED ", "ERROR ")):  # pytest's short summary of a failure
+            shard.failures.append(line)
         with lock:
             sys.stdout.write(f"{prefix}{line}\n")
             sys.stdout.flush()
@@ -226,6 +229,10 @@ def main(argv: Sequence[str] | None = None) -> int:
                 s.code or 0, f"FAILED (exit {s.code})"
             )
             print(f"  [{s.name}] {state} in {s.seconds:.0f} s: {' '.join(s.paths)}", flush=True)
+        # the failures again, last: a log read from its tail still names them
+        for s in shards:
+            for line in s.failures[:20]:
+                print(f"  [{s.name}] {line[:300]}", flush=True)
     return verdict(shards, options)
 
 

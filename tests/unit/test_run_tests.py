@@ -99,6 +99,9 @@ def test_a_failure_in_one_process_fails_the_run(tmp_path: Path) -> None:
     done = _run(d["good"], d["bad"], *PLAIN)
     assert done.returncode == 1, done.stdout + done.stderr
     assert "FAILED (exit 1)" in done.stdout and "test_broken" in done.stdout
+    # the failing test is named again after the summary, so a log's tail still shows it
+    tail = done.stdout.split("run_tests: summary", 1)[1]
+    assert "test_bad.py::test_broken" in tail, done.stdout
 
 
 def test_a_process_that_collects_nothing_fails_the_run(tmp_path: Path) -> None:
