@@ -58,11 +58,17 @@ def test_aof_restart(chaos: Runner) -> None:
 
 
 def test_metrics_flood_reports_health_latency(chaos: Runner) -> None:
-    out = chaos("metrics-flood", "--jobs", 300, "--seed", SEED, "--flood-s", 3)
+    # The tool's default bound (100 ms) is for a quiet machine; under the rest of the suite
+    # one probe in 55 can pass it. A metrics server that blocks answers late by seconds
+    # (a probe gives up at 2 s), so 1 s still tells the two apart.
+    out = chaos(
+        "metrics-flood", "--jobs", 300, "--seed", SEED, "--flood-s", 3,
+        "--max-health-p99-ms", 1000,
+    )  # fmt: skip
     _all_jobs_pass(out, 300)
     flood = out.result["metrics_flood"]
     assert flood["probes"] > 0 and flood["health_ms"]["max"] is not None
     assert flood["clients"]["idle"] > 0 and flood["kills"] >= 1
     assert flood["unanswered"] == 0, out.summary()
-    assert flood["health_ms"]["p99"] < 100, out.summary()
+    assert flood["health_ms"]["p99"] <= flood["max_p99_ms"] == 1000, out.summary()
     assert out.result["problems"] == [] and out.result["ok"], out.summary()

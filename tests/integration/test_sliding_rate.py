@@ -19,8 +19,12 @@ from tests.helpers import FAST
 MAX, DURATION_MS, RUN_S, RUNS = 5, 1000, 4.0, 20
 # The worker's limiter paces starts the same way whatever the server: the 20 repeated runs
 # of the acceptance criterion go to standalone; the cluster repeats them fewer times to show
-# the same guarantee there (each run is 4 s of wall clock).
+# the same guarantee there (each run is 4 s of wall clock). SIDE_BY_SIDE runs at a time
+# share the event loop, each on its own queue (a global limit is per queue): at 5 starts a
+# second each the loop stays idle enough for the processor's clock to be steady, and 20
+# runs take 20 s instead of 80.
 CLUSTER_RUNS = 5
+SIDE_BY_SIDE = 4
 
 
 def busiest_window(starts: list[float], duration_ms: int) -> int:
@@ -69,12 +73,14 @@ async def test_no_window_of_duration_sees_more_than_max_starts(
 ) -> None:
     if conn.cluster:
         runs = min(runs, CLUSTER_RUNS)
-    # one run at a time: the processor's clock is only as steady as its event loop
     worst, counts = [], []
-    for r in range(runs):
-        starts = await one_run(f"{queue_name}-{r}", conn, how)
-        worst.append(busiest_window(starts, DURATION_MS))
-        counts.append(len(starts))
+    for first in range(0, runs, SIDE_BY_SIDE):
+        batch = range(first, min(runs, first + SIDE_BY_SIDE))
+        for starts in await asyncio.gather(
+            *(one_run(f"{queue_name}-{r}", conn, how) for r in batch)
+        ):
+            worst.append(busiest_window(starts, DURATION_MS))
+            counts.append(len(starts))
     assert max(worst) <= MAX, (worst, counts)
     # the limit was the bottleneck: the runs kept starting jobs well past the first windows
     assert min(counts) >= 3 * MAX, (worst, counts)
