@@ -28,6 +28,7 @@ import argparse
 import asyncio
 import json
 import os
+import socket
 import statistics
 import subprocess
 import sys
@@ -327,6 +328,10 @@ def main(argv: list[str] | None = None) -> int:
         p.error(f"unknown client(s) {', '.join(unknown)}; choose from {', '.join(CLIENTS)}")
     if o.calls < 1 or o.reps < 1:
         p.error("--calls and --reps must be at least 1")
+    try:  # one clear line instead of each client's own timeout and traceback
+        socket.create_connection((o.host, o.port), timeout=2).close()
+    except OSError as exc:
+        p.exit(2, f"glide_floor: no server at {o.host}:{o.port} ({exc})\n")
     o.server_pid = o.server_pid or _server_pid(o.port)
     if o.uvloop:
         import uvloop

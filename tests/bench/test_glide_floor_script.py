@@ -72,3 +72,14 @@ def test_an_unknown_client_is_refused_with_the_choices() -> None:
     run = _run("--only", "glide-async,hiredis")
     assert run.returncode == 2
     assert "unknown client(s) hiredis" in run.stderr and "glide-sync" in run.stderr
+
+
+def test_no_server_is_one_line_and_exit_2() -> None:
+    import socket
+
+    with socket.socket() as s:  # a port nothing listens on
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    run = _run("--port", str(port), "--calls", "10", "--reps", "1")
+    assert run.returncode == 2 and f"no server at 127.0.0.1:{port}" in run.stderr
+    assert "Traceback" not in run.stderr
