@@ -10,9 +10,8 @@ from datetime import datetime
 from types import TracebackType
 from typing import Any, Generic, Self, TypeVar, cast
 
-import orjson
-
 from . import otel, queue_limits, scheduler
+from .add_plan import plan_for
 from .budget import QueueBudget
 from .connection import Client, ConnectionLike, close_client, resolve_connection
 from .context import QueueContext
@@ -36,7 +35,7 @@ from .serialize import encode_data
 from .serializers import DEFAULT_SERIALIZER, get_serializer
 from .streams import QueueStreams
 from .suspend import QueueSuspend
-from .types import JobOptions, bulk_item, wire_opts
+from .types import JobOptions, bulk_item
 from .usage_reads import QueueUsage
 from .wire import Call, adds, send
 from .wire.features import claim_serializer
@@ -159,7 +158,7 @@ class Queue(
 
     def _opts_json(self, opts: JobOptions, traceparent: str | None) -> bytes:
         """The job's stored options, with the producer's trace context when there is one."""
-        raw = wire_opts(opts)
+        raw = plan_for(opts).json
         return otel.stamp_opts(raw, traceparent) if traceparent else raw
 
     def _compact(
@@ -169,7 +168,10 @@ class Queue(
         if not isinstance(name, str):
             raise ValidationError("name", "must be a string")
         encoded = encode_data(data, compress=self.compression, serializer=self._serializer)
-        return adds.bulk_job(name, self._opts_json(opts, traceparent), opts, encoded)
+        header = plan_for(opts).header
+        if traceparent:
+            header = (otel.stamp_opts(header[0], traceparent), *header[1:])  # type: ignore[arg-type]
+        return adds.bulk_job(name, header, encoded)
 
     def _dedup_call(
         self, name: str, data: Any, opts: JobOptions, now: int, traceparent: str | None
@@ -194,7 +196,7 @@ class Queue(
             job_id,
             name,
             data,
-            orjson.loads(wire_opts(opts)),  # the cached JSON: a fresh dict, built faster
+            plan_for(opts).stored(),
             now,
             opts.delay,
             opts.priority,
@@ -227,7 +229,7 @@ class Queue(
         traceparent: str | None,
     ) -> Job[D, R] | None:
         options = default_result_ttl(JobOptions.coerce(opts), self.result_ttl)
-        ctx = await self._context()
+        ctx = self._ctx if self._ctx is not None else await self._context()
         if options.deduplication is not None:
             now = self.connection.clock.now_ms()
             reply = await send(ctx, self._dedup_call(name, data, options, now, traceparent))
@@ -283,12 +285,13 @@ class Queue(
     ) -> Call:
         """One add on its own: glidemq_add for a plain job (the server's cheapest add),
         else a one-job glidemq_addBulk."""
-        if adds.is_plain(options):
+        plan = plan_for(options)
+        if plan.plain:
             if not isinstance(name, str):
                 raise ValidationError("name", "must be a string")
             encoded = encode_data(data, compress=self.compression, serializer=self._serializer)
-            opts_json = self._opts_json(options, traceparent)
-            return adds.add_call(self.keys, now, name, opts_json, encoded, options.attempts)
+            opts_json = otel.stamp_opts(plan.json, traceparent) if traceparent else plan.json
+            return adds.add_call(self.keys, now, name, opts_json, encoded, plan.attempts)
         args = self._compact(name, data, options, traceparent)
         return adds.add_bulk_call(self.keys, now, [args], safe=bool(args[6]))
 

@@ -253,7 +253,7 @@ class JobOptions:
             raise ValidationError("opts", f"expected JobOptions or a dict, got {value!r}")
         try:
             # the value's type is part of the key: True == 1 but means another thing here
-            return _coerce_cached(tuple((k, type(v), v) for k, v in sorted(value.items())))
+            return _coerce_cached(tuple([(k, v.__class__, v) for k, v in value.items()]))
         except TypeError:  # unhashable values (nested dicts): build it each time
             pass
         values = dict(value)

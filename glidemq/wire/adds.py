@@ -35,6 +35,7 @@ __all__ = [
     "add_call",
     "add_job_call",
     "added_id",
+    "bulk_header",
     "bulk_job",
     "dedup_call",
     "fire_scheduler_call",
@@ -90,7 +91,7 @@ def is_plain(opts: JobOptions) -> bool:
 
 
 def add_call(
-    keys: QueueKeys, now: int, name: str, opts_json: bytes, data: str | bytes, attempts: int
+    keys: QueueKeys, now: int, name: str, opts_json: bytes, data: str | bytes, attempts: int | str
 ) -> Call:
     """glidemq_add of one job whose options are `is_plain`; the reply is one addJob reply.
     Never safe to resend: it has no custom id to find it by."""
@@ -102,11 +103,9 @@ def add_job_call(keys: QueueKeys, args: list[str | bytes]) -> Call:
     return ADD_JOB.call([keys.id, keys.stream, keys.scheduled, keys.events], args, bool(args[16]))
 
 
-def bulk_job(name: str, opts_json: bytes, opts: JobOptions, data: str | bytes) -> list[str | bytes]:
-    """One job for `pack_bulk`: its run header (8 items, or 16 with limit options), then
-    its encoded data."""
-    return [
-        name,
+def bulk_header(opts_json: bytes, opts: JobOptions) -> tuple[str | bytes, ...]:
+    """A job's run header in a bulk add, after its name: 7 items, or 15 with limit options."""
+    return (
         opts_json,
         str(opts.delay),
         str(opts.priority),
@@ -114,8 +113,12 @@ def bulk_job(name: str, opts_json: bytes, opts: JobOptions, data: str | bytes) -
         str(opts.ttl),
         opts.job_id or "",
         *compact_limit_args(opts),
-        data,
-    ]
+    )
+
+
+def bulk_job(name: str, header: Sequence[str | bytes], data: str | bytes) -> list[str | bytes]:
+    """One job for `pack_bulk`: its name, its `bulk_header`, then its encoded data."""
+    return [name, *header, data]
 
 
 def pack_bulk(now: int, jobs: Iterable[Sequence[str | bytes]]) -> list[str | bytes]:

@@ -36,7 +36,7 @@ def _jobs(opts: JobOptions, custom: str | None = None) -> list[str | bytes]:
 
 
 def _bulk(opts: JobOptions, data: str = "{}") -> list[str | bytes]:
-    return adds.bulk_job("n", b"{}", opts, data)
+    return adds.bulk_job("n", adds.bulk_header(b"{}", opts), data)
 
 
 # Sample calls of every builder: the shortest and the longest forms each can take.
