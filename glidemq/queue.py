@@ -290,7 +290,7 @@ class Queue(
             if not isinstance(name, str):
                 raise ValidationError("name", "must be a string")
             encoded = encode_data(data, compress=self.compression, serializer=self._serializer)
-            opts_json = otel.stamp_opts(plan.json, traceparent) if traceparent else plan.json
+            opts_json = self._opts_json(options, traceparent)
             return adds.add_call(self.keys, now, name, opts_json, encoded, plan.attempts)
         args = self._compact(name, data, options, traceparent)
         return adds.add_bulk_call(self.keys, now, [args], safe=bool(args[6]))
