@@ -86,6 +86,19 @@ async def result_pids(queue: Queue[Any, Any]) -> dict[str, int]:
     return {j.id: int(j.returnvalue["pid"]) for j in await queue.get_jobs("completed")}
 
 
+async def mid_job(
+    raw: valkey.Valkey, queue: Queue[Any, Any], pid: int, within_ms: float
+) -> list[str]:
+    """Active jobs that process `pid` started (and logged) less than `within_ms` ago."""
+    now_ms = time.time() * 1000
+    recent = [
+        job.id
+        for job in await queue.get_jobs("active")
+        if job.processed_on is not None and now_ms - job.processed_on < within_ms
+    ]
+    return [job_id for job_id, pids in run_pids(raw, queue, recent).items() if pids == [pid]]
+
+
 # =========================================================================== throughput
 
 
@@ -128,6 +141,11 @@ async def test_kill_9_child_is_replaced_and_no_job_is_lost(
 
     await wait_for(some_done, timeout=20)
     victim = started_order(cli)[0]
+    # Kill while the victim runs a job it logged and started < 80 ms ago (of 200): a kill between
+    # one batch's completion and the next batch's log lines would leave it nothing to recover.
+    await wait_for(
+        lambda: mid_job(raw, cli_queue, victim, within_ms=80), timeout=20, interval=0.005
+    )
     os.kill(victim, signal.SIGKILL)
     after = await cli.wait_workers(2, exclude={victim})
     assert after - before, "no replacement process appeared"
@@ -160,6 +178,9 @@ async def test_stopped_child_is_killed_after_heartbeat_timeout_and_its_jobs_fini
 
     await wait_for(both_busy, timeout=20)
     victim = started_order(cli)[0]
+    await wait_for(
+        lambda: mid_job(raw, cli_queue, victim, within_ms=250), timeout=20, interval=0.01
+    )
     os.kill(victim, signal.SIGSTOP)  # teardown SIGKILLs it if the supervisor did not
     stopped_at = time.monotonic()
     await cli.wait_workers(2, exclude={victim}, timeout=20)
