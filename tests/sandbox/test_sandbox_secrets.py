@@ -24,7 +24,7 @@ async def test_children_get_no_credentials_from_the_environment(
         monkeypatch.setenv("APP_VALKEY_PASSWORD", secret)  # so does an app's own copy
         monkeypatch.setenv("APP_SETTING", "kept")
         async with Queue(queue_name) as queue:
-            await queue.add_bulk([("j", i) for i in range(6)])
+            await queue.add_bulk([("j", {"i": i, "secret": secret}) for i in range(6)])
             worker: Worker[Any, Any] = Worker(
                 queue_name,
                 "tests.fixtures.sandbox_procs:environ_of_child",
