@@ -37,8 +37,8 @@ __all__ = [
 ]
 
 LIBRARY_NAME = "glidemq"
-LIBRARY_VERSION = 25
-LIBRARY_SOURCE_SHA256 = "9c5133d89b2befa72849b47e5baf42eba30dbd00415efea27e6e0f644f7e6474"
+LIBRARY_VERSION = 26
+LIBRARY_SOURCE_SHA256 = "25ce2a3d89ec032547cccacb561121202bbd4aff151781435bf2c4fb0f54d303"
 LIBRARY_FILES = (
     "00_prelude.lua",  # shebang, version placeholder, constants, input checks, shared helpers
     "05_groups.lua",  # group wait sets, fair scheduling across groups, pausing a group

@@ -1,45 +1,64 @@
 ---------------------------------------------------------------------------------------------
 -- add
 
--- Checks the 17 (+ lifo) addJob arguments at a[o]..a[o + 17] before anything is written.
--- Returns nil and the parsed values, or an addJob error reply.
-local function checkAdd(a, o)
-  local name, data, opts = a[o], a[o + 1], a[o + 2]
+-- The first checks of every add: name, data and opts are strings, now is a time in ms.
+-- Returns an addJob error reply, or nil and now.
+local function checkHead(name, data, opts, nowArg)
   if type(name) ~= 'string' or type(data) ~= 'string' or type(opts) ~= 'string' then
     return 'ERR:BAD_OPTION'
   end
-  local now = int(a[o + 3], 0, MAX_TIME)
+  local now = int(nowArg, 0, MAX_TIME)
   if not now then return 'ERR:BAD_TIMESTAMP' end
-  -- '' stands for 0 in the optional numbers, as some producers send it
-  local delay = int(a[o + 4] == '' and 0 or a[o + 4], 0, MAX_DELAY)
-  local priority = int(a[o + 5] == '' and 0 or a[o + 5], 0, MAX_PRIORITY)
-  local maxAttempts = int(a[o + 7] == '' and 0 or a[o + 7], 0, MAX_INT)
-  local ttl = int(a[o + 15] == '' and 0 or a[o + 15], 0, MAX_INT)
-  if not delay or not priority or not maxAttempts or not ttl then return 'ERR:BAD_OPTION' end
+  return nil, now
+end
+
+-- The last checks of every add: the sizes, and the options this library reads from the opts
+-- JSON. Returns an addJob error reply, or nil and the checked values (v for addJobCore)
+-- with the given delay, priority and ttl.
+local function checkTail(data, opts, now, delay, priority, ttl)
   if dataTooLarge(data) or #opts > MAX_DATA then return 'ERR:PAYLOAD_TOO_LARGE' end
   local jo = jobOpts(opts)
   local rttlOk, rttl = optInt(jo.resultTtl)
   local lockOk, lockMs = optInt(jo.lockDuration)
   if not rttlOk or not lockOk then return 'ERR:BAD_OPTION' end
   if rttl == '0' then rttl = nil end -- a result kept for 0 ms is no result cache
+  return nil, {now = now, delay = delay, priority = priority, ttl = ttl, rttl = rttl,
+    orderingKey = '', customId = '', lockMs = lockMs,
+    atMostOnce = jo.atMostOnce == true, skipEvents = jo.skipEvents == true}, jo
+end
+
+-- Checks the 17 (+ lifo) addJob arguments at a[o]..a[o + 17] before anything is written.
+-- Returns nil and the parsed values, or an addJob error reply.
+local function checkAdd(a, o)
+  local name, data, opts = a[o], a[o + 1], a[o + 2]
+  local bad, now = checkHead(name, data, opts, a[o + 3])
+  if bad then return bad end
+  -- '' stands for 0 in the optional numbers, as some producers send it
+  local delay = int(a[o + 4] == '' and 0 or a[o + 4], 0, MAX_DELAY)
+  local priority = int(a[o + 5] == '' and 0 or a[o + 5], 0, MAX_PRIORITY)
+  local maxAttempts = int(a[o + 7] == '' and 0 or a[o + 7], 0, MAX_INT)
+  local ttl = int(a[o + 15] == '' and 0 or a[o + 15], 0, MAX_INT)
+  if not delay or not priority or not maxAttempts or not ttl then return 'ERR:BAD_OPTION' end
+  local v, jo
+  bad, v, jo = checkTail(data, opts, now, delay, priority, ttl)
+  if bad then return bad end
   -- Arguments 10-15 configure the group named by the ordering key; without a key they mean
   -- nothing: refuse them rather than accept a promise that would not be kept.
   local orderingKey = a[o + 8] or ''
-  local group
   if orderingKey ~= '' then
-    group = groupArgs(a, o, jo)
+    local group = groupArgs(a, o, jo)
     if type(group) == 'string' then return group end
+    v.group, v.orderingKey = group, orderingKey
   else
     for i = 9, 14 do
-      local v = a[o + i]
-      if v ~= nil and v ~= '' and tonumber(v) ~= 0 then return 'ERR:BAD_OPTION' end
+      local x = a[o + i]
+      if x ~= nil and x ~= '' and tonumber(x) ~= 0 then return 'ERR:BAD_OPTION' end
     end
   end
   local customId = a[o + 16] or ''
   if customId ~= '' and not validCustomId(customId) then return 'ERR:INVALID_JOB_ID' end
-  return nil, {now = now, delay = delay, priority = priority, ttl = ttl, rttl = rttl,
-    group = group, orderingKey = orderingKey, customId = customId, lockMs = lockMs,
-    atMostOnce = jo.atMostOnce == true, skipEvents = jo.skipEvents == true}
+  v.customId = customId
+  return nil, v
 end
 
 -- a: argument table, o: index of the first of the 17 addJob arguments; a[o + 17] = '1' adds
@@ -116,10 +135,15 @@ end)
 redis.register_function('glidemq_add', function(keys, args)
   local err = shape('glidemq_add', keys, args, 1, 5, 5)
   if err then return err end
-  local a = {args[2], args[4], args[3], args[1], '0', '0', '', args[5], '',
-    '0', '0', '0', '0', '0', '0', '0', '', ''}
-  local bad, v = checkAdd(a, 1)
+  local name, opts, data, maxAttempts = args[2], args[3], args[4], args[5]
+  local bad, now = checkHead(name, data, opts, args[1])
   if bad then return bad end
+  if not int(maxAttempts == '' and 0 or maxAttempts, 0, MAX_INT) then return 'ERR:BAD_OPTION' end
+  local v
+  bad, v = checkTail(data, opts, now, 0, 0, 0)
+  if bad then return bad end
+  -- the addJob arguments addJobCore reads (no parent, no LIFO)
+  local a = {name, data, opts, args[1], '0', '0', '', maxAttempts}
   local prefix = prefixOf(keys[1], 'id')
   local room = waitingRoom(prefix)
   if room and room <= 0 then return QUEUE_FULL end
