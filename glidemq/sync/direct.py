@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import socket
 import threading
 from dataclasses import replace
 from typing import Any
@@ -34,12 +35,24 @@ try:
 except ImportError:  # pragma: no cover - a dependency; without it every add takes the hop
     pass
 
+_PROBE_TIMEOUT = 1.0  # seconds; the caller's own connect runs meanwhile and takes longer
 _abandoned: list[Any] = []  # a parent's clients in a forked child: never touched, never freed
 
 
 def available() -> bool:
     """Whether the blocking valkey-glide client is installed."""
     return _glide_sync is not None and os.environ.get("GLIDEMQ_SYNC_DIRECT", "1") != "0"
+
+
+def _accepts(addresses: tuple[tuple[str, int], ...]) -> bool:
+    """Whether one of the addresses accepts a TCP connection within a second."""
+    for host, port in addresses:
+        try:
+            socket.create_connection((host, port), timeout=_PROBE_TIMEOUT).close()
+        except OSError:
+            continue
+        return True
+    return False
 
 
 class Retryable(GlideMQError):
@@ -78,6 +91,21 @@ class DirectClient:
                 else:
                     self._client = glide.GlideClient.create(config)
             return self._client
+
+    @property
+    def cold(self) -> bool:
+        """Whether this process has no client yet (the first call opens one)."""
+        return self._client is None or self._pid != os.getpid()
+
+    def warm(self) -> None:
+        """Open the client now if there is none, and send it a PING (a new client's first
+        call costs milliseconds more than the next). Skipped when no address accepts a TCP
+        connection: valkey-glide would retry a refused one for seconds, and the caller's
+        own connect reports the refusal at once. Any failure is left for the first call."""
+        if not self.cold or not _accepts(self.connection.addresses):
+            return
+        with contextlib.suppress(Exception):
+            self._get().ping()
 
     def fcall(self, function: str, keys: list[str], args: list[Any], safe: bool) -> Any:
         """Send one FCALL; raises Retryable when the async path should send it instead,

@@ -133,6 +133,12 @@ class Queue(Generic[D, R]):
                     pass  # not run: the async path reloads the library or reconnects
                 else:
                     return self._job(queue.plain_add_done(call, reply, name, data, options, now))
+            elif direct.cold:
+                # The first add connects on the sync loop; the blocking client for the next
+                # ones opens here meanwhile, instead of after it.
+                return self._job(
+                    runner.call(lambda: queue.add(name, data, opts), self.timeout, direct.warm)
+                )
         return self._job(self._call(lambda q: q.add(name, data, opts)))
 
     def add_bulk(

@@ -13,6 +13,7 @@ import asyncio
 import atexit
 import os
 import threading
+import time
 from collections.abc import Awaitable, Callable, Coroutine
 from concurrent.futures import TimeoutError as FutureTimeout
 from typing import Any, TypeVar
@@ -62,11 +63,16 @@ def owns_thread() -> bool:
     return _thread is not None and threading.current_thread() is _thread
 
 
-def call(make: Callable[[], Coroutine[Any, Any, T]], timeout: float | None) -> T:
+def call(
+    make: Callable[[], Coroutine[Any, Any, T]],
+    timeout: float | None,
+    meanwhile: Callable[[], None] | None = None,
+) -> T:
     """Run the coroutine `make()` on the sync loop; block until its result (or error).
 
-    After `timeout` seconds (None: no limit) the coroutine is cancelled and
-    OperationTimeoutError raised."""
+    `meanwhile()`, if given, runs on the calling thread while the coroutine runs. After
+    `timeout` seconds (None: no limit) the coroutine is cancelled and OperationTimeoutError
+    raised."""
     if owns_thread():
         raise GlideMQError(
             "a glidemq.sync call was made from inside a coroutine running on the sync API's "
@@ -75,6 +81,11 @@ def call(make: Callable[[], Coroutine[Any, Any, T]], timeout: float | None) -> T
     loop = _running_loop()
     keep_replies_flowing(loop)
     future = asyncio.run_coroutine_threadsafe(make(), loop)
+    if meanwhile is not None:
+        started = time.monotonic()
+        meanwhile()
+        if timeout is not None:
+            timeout = max(0.0, timeout - (time.monotonic() - started))
     try:
         return future.result(timeout)
     except FutureTimeout:

@@ -311,6 +311,27 @@ async def test_a_sync_add_after_the_library_was_flushed_reloads_it(
     assert (out["id"], out["again"]) == ("3", "4")
 
 
+async def test_the_first_add_opens_the_blocking_client_while_it_connects(
+    url: str, queue: Queue[Any, Any], queue_name: str
+) -> None:
+    # The first add goes through the sync loop (it connects and checks the library); the
+    # blocking client of the adds after it is open when it returns, so the second add does
+    # not pay for opening it.
+    script = """
+        import valkey
+        from glidemq.sync import Queue
+        q = Queue(QUEUE, connection=URL)
+        first = q.add("a", {})
+        names = [c["name"] for c in valkey.Valkey.from_url(URL).client_list()]
+        second = q.add("b", {})
+        print(json.dumps({"ids": [first.id, second.id], "names": names, "count": q.count()}))
+        """
+    out = await run_script(script, url, queue_name)
+    assert out["names"].count(f"glidemq-queue-{queue_name}") == 2  # the loop's and the direct
+    assert out["ids"] == ["1", "2"]
+    assert out["count"] == 2
+
+
 async def test_limits_queries_and_a_background_worker_from_sync_code(
     url: str, queue: Queue[Any, Any], queue_name: str
 ) -> None:
