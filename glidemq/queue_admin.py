@@ -13,7 +13,8 @@ from . import queries
 from .context import QueueContext
 from .errors import GlideMQError, ValidationError
 from .flowview import DEFAULT_MAX_FLOW_NODES, Flow, read_flow
-from .job import Job, retry_source
+from .job import Job
+from .job_checks import retry_source
 from .queries import Metrics, WorkerInfo, state_name
 from .request import fetch_outcomes
 from .wire import codes, ops
