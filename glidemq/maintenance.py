@@ -60,9 +60,11 @@ class Maintenance:
             try:
                 assert w.ctx is not None
                 now = w.ctx.now_ms()
-                promoted, next_due = await fetch.promote(
-                    w.ctx, now, _PROMOTE_BATCH, w.slots.capacity
-                )
+                # Prioritized jobs enter the stream only for slots not running a job: a busy
+                # worker's next fetch takes them from the bands in priority order, so one
+                # moved early would let a later, more urgent job wait behind it.
+                room = max(0, w.slots.capacity - w.slots.running)
+                promoted, next_due = await fetch.promote(w.ctx, now, _PROMOTE_BATCH, room)
                 if promoted >= _PROMOTE_BATCH:
                     delay = 0
                 elif next_due >= 0:

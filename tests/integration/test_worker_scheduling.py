@@ -72,7 +72,11 @@ async def test_prioritized_jobs_added_while_busy_still_run_in_priority_order(
         blocker = await queue.add("blocker", -1)
         assert blocker is not None
         await wait_state(queue, blocker.id, "active")
-        for p in (7, 2, 9, 4):
+        await queue.add("p", 7, JobOptions(priority=7))
+        # several promotion ticks (20 ms) pass with the only slot busy: 7 must stay behind
+        # the more urgent jobs added after it
+        await asyncio.sleep(0.2)
+        for p in (2, 9, 4):
             await queue.add("p", p, JobOptions(priority=p))
         gate.set()
         await wait_for(lambda: len(order) == 5)
