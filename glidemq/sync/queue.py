@@ -133,9 +133,9 @@ class Queue(Generic[D, R]):
                     pass  # not run: the async path reloads the library or reconnects
                 else:
                     return self._job(queue.plain_add_done(call, reply, name, data, options, now))
-            elif direct.cold:
+            elif direct.cold and queue.connection.backend is None:
                 # The first add connects on the sync loop; the blocking client for the next
-                # ones opens here meanwhile, instead of after it.
+                # ones opens here meanwhile (a memory server has no address to open).
                 return self._job(
                     runner.call(lambda: queue.add(name, data, opts), self.timeout, direct.warm)
                 )
