@@ -425,7 +425,7 @@ class WorkerOptions:
     hold_window: jobs taken beyond `concurrency` while others run, so the next one starts
     without a round trip: about this many ms of work at the recent run time (0: none;
     docs/USAGE.md "Held jobs"); max_held: the most jobs held at once (default: concurrency,
-    at least 64). Neither applies with `sandbox` (it queues runs in its children), `batch`,
+    at least 256). Neither applies with `sandbox` (it queues runs in its children), `batch`,
     `limiter` or `token_limiter`.
     """
 
