@@ -8,11 +8,26 @@ from typing import Any
 import pytest
 
 from glidemq.fetcher import InOrder
-from glidemq.hold import HoldWindow
+from glidemq.hold import HoldWindow, default_max_held
 from glidemq.processor import ProcessorSpec
 from glidemq.runtime.config import UsageError, parse_config
 from glidemq.runtime.worker_process import _worker_options
 from glidemq.slots import Slots
+
+
+def test_the_default_cap_is_the_concurrency_at_least_256() -> None:
+    # docs/USAGE.md, the Worker options table: `max_held` None = concurrency, at least 256.
+    assert [default_max_held(c) for c in (1, 10, 256, 300)] == [256, 256, 256, 300]
+
+
+def test_a_worker_holds_256_very_short_jobs_by_default_and_fewer_longer_ones() -> None:
+    window = HoldWindow(capacity=1, window=0.02, depth=default_max_held(1))
+    window.started()
+    window.timed(0.00005)  # 0.05 ms: 20 ms of work is 400 runs, the cap is 256
+    assert window.pipeline_slots == 256
+    for _ in range(80):
+        window.timed(0.001)  # 1 ms runs: 20 ms of work is 20 runs
+    assert window.pipeline_slots == 20
 
 
 def test_nothing_is_held_before_a_run_was_timed() -> None:
