@@ -156,6 +156,9 @@ class Worker(WorkerLifecycle, Generic[D, R]):
         """Replaces this worker's clients when its connection goes silent (glidemq.watchdog)."""
         self.completed_count = 0
         self.failed_count = 0
+        # Job id -> done once the failure of its running try is recorded; a later try of the
+        # same job waits for it, so a job's events keep the order of its tries.
+        self._failing: dict[str, asyncio.Future[None]] = {}
 
     # -- lifecycle (the rest: glidemq.lifecycle) -------------------------------------------
 
@@ -305,6 +308,11 @@ class Worker(WorkerLifecycle, Generic[D, R]):
                 slots.hold(entry_id, job, None)
                 self._batches.add(job)
             else:
+                failing = self._failing
+                if failing and job.id in failing:  # its last try's failure is on its way
+                    after = self._run_after(failing[job.id], job)
+                    slots.hold(entry_id, job, loop.create_task(after))
+                    continue
                 run = self._run(job) if tracing is None else self._traced_run(tracing, job)
                 slots.hold(entry_id, job, loop.create_task(run))
             if emit_active:
@@ -348,11 +356,39 @@ class Worker(WorkerLifecycle, Generic[D, R]):
         if self._batches is not None:
             self._slots.hold(entry_id, job, None)
             self._batches.add(job)
+        elif job.id in self._failing:
+            after = self._run_after(self._failing[job.id], job)
+            self._slots.hold(entry_id, job, asyncio.get_running_loop().create_task(after))
+            return
         else:
             run = self._run(job) if self._tracing is None else self._traced_run(self._tracing, job)
             self._slots.hold(entry_id, job, asyncio.get_running_loop().create_task(run))
         if self.events.listens("active"):
             self.events.emit("active", job)
+
+    async def _run_after(self, recorded: asyncio.Future[None], job: Job[D, R]) -> str:
+        """Run a try of a job once this worker recorded its previous try's failure.
+
+        The client may hand replies back out of order, so the next try (fetched on another
+        connection as soon as the server re-queued the job) could start, and even end,
+        before the previous one's `failed` was emitted."""
+        try:
+            await asyncio.shield(recorded)
+        except asyncio.CancelledError:
+            return await self._cancelled(job)
+        if self.events.listens("active"):
+            self.events.emit("active", job)
+        return await (
+            self._run(job) if self._tracing is None else self._traced_run(self._tracing, job)
+        )
+
+    async def _cancelled(self, job: Job[D, R]) -> str:
+        """A try's task was cancelled: revoked, it fails for good; else (closing) the job
+        stays in the PEL and deferActive hands it back."""
+        self._job_ended()
+        if not self._closing and self._slots.take_revoked(job.id):
+            return await self._fail(job, UnrecoverableError(_REASON_REVOKED), counted=True)
+        return "handed-back"
 
     def _job_ended(self) -> None:
         """A job's outcome is known: its slot frees, and the oldest held job starts in it."""
@@ -407,11 +443,7 @@ class Worker(WorkerLifecycle, Generic[D, R]):
                     hold.timed(time.perf_counter() - began)
             rv = encode_result(result, self.opts.max_result_bytes, self._serializer)
         except asyncio.CancelledError:
-            self._job_ended()
-            if not self._closing and self._slots.take_revoked(job.id):
-                return await self._fail(job, UnrecoverableError(_REASON_REVOKED), counted=True)
-            # On close, the job stays in the PEL and is handed back by deferActive.
-            return "handed-back"
+            return await self._cancelled(job)
         except SandboxHandBack:
             self._job_ended()
             await self._defer([job])
@@ -460,6 +492,17 @@ class Worker(WorkerLifecycle, Generic[D, R]):
         if isinstance(error, RateLimitError):  # back to the queue, no attempt counted
             await worker_limits.hand_back(self._link, job, error, counted)
             return "rate-limited"
+        recorded = asyncio.get_running_loop().create_future()
+        self._failing[job.id] = recorded
+        try:
+            return await self._record_fail(job, error, counted)
+        finally:
+            if self._failing.get(job.id) is recorded:
+                del self._failing[job.id]
+            recorded.set_result(None)
+
+    async def _record_fail(self, job: Job[D, R], error: BaseException, counted: bool) -> str:
+        assert self._ctx is not None
         f = job_failure(job, error, self.opts, self._link.keep_fail, self.events)
         try:
             reply = await wire.fetch.fail(

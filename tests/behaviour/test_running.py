@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 
 from glidemq import JobTimeoutError, UnrecoverableError
+from glidemq.wire import fetch as wire_fetch
 from tests.behaviour.conftest import Backend
 from tests.helpers import wait_for, wait_state
 
@@ -206,6 +207,44 @@ async def test_worker_events_follow_a_job(backend: Backend) -> None:
     assert seen.count(("failed", "bad")) == 2
     assert failed_states == ["retrying", "failed"]
     assert seen[-1] == ("closed", None)
+
+
+async def test_a_late_failure_reply_is_reported_before_the_next_try(
+    backend: Backend, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The client may hand replies back out of order; here the first try's failure reply is
+    # read 300 ms late, while the server has already queued the job's second try.
+    real_fail = wire_fetch.fail
+    fails = 0
+
+    async def first_reply_late(*args: Any) -> Any:
+        nonlocal fails
+        fails += 1
+        reply = await real_fail(*args)
+        if fails == 1:
+            await asyncio.sleep(0.3)
+        return reply
+
+    monkeypatch.setattr(wire_fetch, "fail", first_reply_late)
+
+    async def fail_at_once(job: Any) -> None:
+        raise RuntimeError("nope")
+
+    events: list[tuple[str, int, str]] = []
+    worker = backend.worker(fail_at_once, concurrency=2)  # a free slot takes the next try
+    worker.on("active", lambda job: events.append(("active", job.attempts_made, "")))
+    worker.on("failed", lambda job, error: events.append(("failed", job.attempts_made, job.state)))
+    job = await backend.queue.add("bad", None, {"attempts": 2})
+    assert job is not None
+    async with worker:
+        await wait_state(backend.queue, job.id, "failed")
+        await wait_for(lambda: len(events) == 4)
+    assert events == [
+        ("active", 0, ""),
+        ("failed", 1, "retrying"),
+        ("active", 1, ""),
+        ("failed", 2, "failed"),
+    ]
 
 
 async def test_concurrency_is_never_exceeded(backend: Backend) -> None:
