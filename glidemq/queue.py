@@ -46,6 +46,9 @@ D = TypeVar("D")
 R = TypeVar("R")
 
 _BULK_CHUNK = 1000  # most coalesced single adds in one FCALL
+# A flush that finds no other coalesced add in flight splits this many or more in two halves,
+# so the client builds one call while the server runs the other (docs/BENCHMARKS.md).
+_SPLIT_AT = 8
 _BULK_PER_CALL = 250  # jobs per bulk-add call inside add_bulk
 _PIPELINE_CALLS = 8  # calls per pipelined batch
 
@@ -99,6 +102,7 @@ class Queue(
         self._adds: list[tuple[list[str | bytes], asyncio.Future[Any]]] = []
         self._add_scheduled = False
         self._add_in_flight = False  # a lone add is being sent by its own caller
+        self._bulks_in_flight = 0  # coalesced adds being sent (_send_adds)
         self._add_tasks: set[asyncio.Task[None]] = set()
         self._blocking: Client | None = None  # blocking stream reads (glidemq/streams.py)
         self._blocking_lock: asyncio.Lock | None = None
@@ -234,7 +238,7 @@ class Queue(
             now = self.connection.clock.now_ms()
             reply = await send(ctx, self._dedup_call(name, data, options, now, traceparent))
             return self._added(reply, name, data, options, now)
-        if not self._add_in_flight and not self._add_scheduled:
+        if not (self._add_in_flight or self._add_scheduled or self._bulks_in_flight):
             # No other add under way: send this one now, from this task. A lone add then
             # costs what the client's call costs, with no hop through another task.
             self._add_in_flight = True
@@ -305,11 +309,14 @@ class Queue(
     async def _flush_adds(self) -> None:
         self._add_scheduled = False
         pending, self._adds = self._adds, []
-        if len(pending) > _BULK_CHUNK:  # further chunks go out side by side
+        chunk = _BULK_CHUNK
+        if not self._bulks_in_flight and len(pending) >= _SPLIT_AT:
+            chunk = min(chunk, -(-len(pending) // 2))
+        if len(pending) > chunk:  # further chunks go out side by side
             loop = asyncio.get_running_loop()
-            for start in range(_BULK_CHUNK, len(pending), _BULK_CHUNK):
-                self._start_add_task(loop, self._send_adds(pending[start : start + _BULK_CHUNK]))
-            pending = pending[:_BULK_CHUNK]
+            for start in range(chunk, len(pending), chunk):
+                self._start_add_task(loop, self._send_adds(pending[start : start + chunk]))
+            pending = pending[:chunk]
         await self._send_adds(pending)
 
     async def _send_adds(
@@ -317,6 +324,7 @@ class Queue(
     ) -> None:
         now = self.connection.clock.now_ms()
         jobs = [job for job, _ in pending]
+        self._bulks_in_flight += 1
         try:
             ctx = await self._context()
             # Item 7 of each job is its custom id: with one everywhere, a resend is harmless.
@@ -327,6 +335,8 @@ class Queue(
                 if not future.done():
                     future.set_exception(exc)
             return
+        finally:
+            self._bulks_in_flight -= 1
         for (_, future), reply in zip(pending, replies, strict=True):
             if not future.done():
                 future.set_result((reply, now))
