@@ -5,7 +5,6 @@ asserted: a shared 2-core machine makes any number meaningless here."""
 
 from __future__ import annotations
 
-import ast
 import re
 import subprocess
 import sys
@@ -13,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from glidemq.bench.peer import PEER_DIR
+from tests.bench.standalone import top_level_imports
 
 SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "glide_floor.py"
 
@@ -29,17 +29,7 @@ def _run(*args: str) -> subprocess.CompletedProcess[str]:
 
 def test_the_script_stands_alone() -> None:
     # a maintainer of valkey-glide runs it without glidemq installed
-    tree = ast.parse(SCRIPT.read_text())
-    imported = {
-        alias.name.split(".")[0]
-        for node in ast.walk(tree)
-        if isinstance(node, ast.Import)
-        for alias in node.names
-    } | {
-        (node.module or "").split(".")[0]
-        for node in ast.walk(tree)
-        if isinstance(node, ast.ImportFrom)
-    }
+    imported = top_level_imports(SCRIPT)
     assert "glidemq" not in imported and "tests" not in imported, imported
 
 

@@ -5,28 +5,19 @@ so no count is asserted."""
 
 from __future__ import annotations
 
-import ast
 import re
 import subprocess
 import sys
 from pathlib import Path
 from typing import Any
 
+from tests.bench.standalone import top_level_imports
+
 SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "glide_order.py"
 
 
 def test_the_script_stands_alone() -> None:
-    tree = ast.parse(SCRIPT.read_text())
-    imported = {
-        alias.name.split(".")[0]
-        for node in ast.walk(tree)
-        if isinstance(node, ast.Import)
-        for alias in node.names
-    } | {
-        (node.module or "").split(".")[0]
-        for node in ast.walk(tree)
-        if isinstance(node, ast.ImportFrom)
-    }
+    imported = top_level_imports(SCRIPT)
     assert "glidemq" not in imported and "tests" not in imported, imported
 
 
