@@ -57,6 +57,39 @@ async def test_add_bulk_keeps_order_and_reports_duplicates(backend: Backend) -> 
     assert (counts.waiting, counts.prioritized, counts.delayed) == (2, 1, 1)
 
 
+async def test_adds_from_many_callers_at_once_each_land_once_in_call_order(
+    backend: Backend,
+) -> None:
+    # 40 callers, each adding again as soon as its add returns: the adds share calls, and
+    # some carry a custom id already taken, which must be skipped without failing the rest.
+    taken = await backend.queue.add("taken", None, {"job_id": "taken-1"})
+    assert taken is not None
+    counter = iter(range(600))
+    clock = iter(range(10_000))
+    added: list[tuple[int, int, int, int]] = []  # (i, made at, returned at, id)
+    skipped: list[int] = []
+
+    async def caller() -> None:
+        for i in counter:
+            opts = {"job_id": "taken-1"} if i % 97 == 0 else None
+            made = next(clock)
+            job = await backend.queue.add("many", {"i": i}, opts)
+            if job is None:
+                skipped.append(i)
+            else:
+                added.append((i, made, next(clock), int(job.id)))
+
+    await asyncio.gather(*(caller() for _ in range(40)))
+    assert sorted(skipped) == [i for i in range(600) if i % 97 == 0]
+    assert len({job_id for *_, job_id in added}) == len(added) == 600 - len(skipped)
+    waiting = await backend.queue.get_jobs("waiting", 0, -1)
+    assert sorted(j.data["i"] for j in waiting if j.name == "many") == sorted(a[0] for a in added)
+    # an add made after another returned has the higher id
+    for _, _, returned, earlier_id in added:
+        later = [job_id for _, made, _, job_id in added if made > returned]
+        assert all(job_id > earlier_id for job_id in later)
+
+
 @pytest.mark.parametrize(
     ("opts", "field"),
     [
