@@ -143,7 +143,9 @@ class Maintenance:
                 continue
             try:
                 assert w.ctx is not None
-                held = w.slots.jobs()
+                held = w.slots.renewable()
+                if not held:
+                    continue
                 args = [p for entry_id, job in held for p in (entry_id, job.id)]
                 sent = time.monotonic()
                 lost, revoked = await fetch.heartbeat(w.ctx, w.consumer, args)

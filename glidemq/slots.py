@@ -55,6 +55,7 @@ class Slots(Generic[J]):
 
     __slots__ = (
         "_extension",
+        "_finishing",
         "_held",
         "_jobs",
         "_reserved",
@@ -76,6 +77,7 @@ class Slots(Generic[J]):
         self._jobs: dict[str, tuple[J, asyncio.Task[Any] | None]] = {}
         self._revoked: set[str] = set()
         self._held: dict[str, float] = {}  # held entry id -> its lease's start, oldest first
+        self._finishing: set[str] = set()  # entries whose failure is on its way to the server
         self._wake = asyncio.Event()
 
     # -- counting -------------------------------------------------------------------------
@@ -142,11 +144,26 @@ class Slots(Generic[J]):
         """The job of `entry_id` left the worker (its outcome reached the server, or it was
         handed back or taken over)."""
         self._jobs.pop(entry_id or "", None)
+        self._finishing.discard(entry_id or "")
 
     def finish(self, entry_id: str | None) -> None:
         """`drop` the job and wake the fetch loop."""
-        self._jobs.pop(entry_id or "", None)
+        self.drop(entry_id)
         self._wake.set()
+
+    def finishing(self, entry_id: str) -> None:
+        """The failure of the try of `entry_id` is being sent. The server acks the entry with
+        it, so a heartbeat sent after it would find the entry gone and report the job lost,
+        cancelling a later try of the same job: heartbeats leave the entry out
+        (`renewable`), and `abort` leaves its task alone."""
+        if entry_id in self._jobs:
+            self._finishing.add(entry_id)
+
+    def renewable(self) -> list[tuple[str, J]]:
+        """(entry id, job) of every job held whose outcome is not on its way yet: what a
+        heartbeat keeps alive."""
+        finishing = self._finishing
+        return [(e, job) for e, (job, _) in self._jobs.items() if e not in finishing]
 
     def jobs(self) -> list[tuple[str, J]]:
         """(entry id, job) of every job held, in the order they were taken."""
@@ -164,6 +181,7 @@ class Slots(Generic[J]):
         """Forget every job held (the worker closed and handed them back)."""
         self._jobs.clear()
         self._held.clear()
+        self._finishing.clear()
 
     def __len__(self) -> int:
         return len(self._jobs)
@@ -229,6 +247,8 @@ class Slots(Generic[J]):
         worker owns it now and the job leaves the table (nothing is reported for it)."""
         cancelled = False
         for entry_id, (job, task) in list(self._jobs.items()):
+            if entry_id in self._finishing:
+                continue  # its failure is being recorded: that try is over
             if job.id == job_id and entry_id in self._held:
                 # Not started: a revoked one fails when it would start; a lost one leaves.
                 if revoked:

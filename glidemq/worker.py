@@ -310,7 +310,7 @@ class Worker(WorkerLifecycle, Generic[D, R]):
             else:
                 failing = self._failing
                 if failing and job.id in failing:  # its last try's failure is on its way
-                    after = self._run_after(failing[job.id], job)
+                    after = self._run_after(failing[job.id], entry_id, job, sent)
                     slots.hold(entry_id, job, loop.create_task(after))
                     continue
                 run = self._run(job) if tracing is None else self._traced_run(tracing, job)
@@ -344,20 +344,21 @@ class Worker(WorkerLifecycle, Generic[D, R]):
             held = slots.next_held()
             if held is None:
                 break
-            self._begin(*held)
+            self._begin(*held, leased)
             started = True
         if started:
             if self._batches is not None:
                 self._batches.dispatch()
             self._held.started()
 
-    def _begin(self, entry_id: str, job: Job[D, R]) -> None:
-        """Start the run of a job that was held."""
+    def _begin(self, entry_id: str, job: Job[D, R], leased: float | None) -> None:
+        """Start the run of a job that was held (its lease started at `leased`)."""
         if self._batches is not None:
             self._slots.hold(entry_id, job, None)
             self._batches.add(job)
         elif job.id in self._failing:
-            after = self._run_after(self._failing[job.id], job)
+            since = time.monotonic() if leased is None else leased
+            after = self._run_after(self._failing[job.id], entry_id, job, since)
             self._slots.hold(entry_id, job, asyncio.get_running_loop().create_task(after))
             return
         else:
@@ -366,16 +367,26 @@ class Worker(WorkerLifecycle, Generic[D, R]):
         if self.events.listens("active"):
             self.events.emit("active", job)
 
-    async def _run_after(self, recorded: asyncio.Future[None], job: Job[D, R]) -> str:
+    async def _run_after(
+        self, recorded: asyncio.Future[None], entry_id: str, job: Job[D, R], leased: float
+    ) -> str:
         """Run a try of a job once this worker recorded its previous try's failure.
 
         The client may hand replies back out of order, so the next try (fetched on another
         connection as soon as the server re-queued the job) could start, and even end,
-        before the previous one's `failed` was emitted."""
+        before the previous one's `failed` was emitted. The wait is not covered by the
+        lease the job came with (`leased`): a job whose lease ran out meanwhile is held
+        until the server says it is still this worker's, and one that waited into a close
+        is handed back unrun."""
         try:
             await asyncio.shield(recorded)
         except asyncio.CancelledError:
             return await self._cancelled(job)
+        if self._closing or not self._lease.alive(leased):
+            self._slots.hold_back(entry_id, job, leased)
+            if not self._closing:
+                self._revalidation.request()
+            return "held"
         if self.events.listens("active"):
             self.events.emit("active", job)
         return await (
@@ -504,6 +515,8 @@ class Worker(WorkerLifecycle, Generic[D, R]):
     async def _record_fail(self, job: Job[D, R], error: BaseException, counted: bool) -> str:
         assert self._ctx is not None
         f = job_failure(job, error, self.opts, self._link.keep_fail, self.events)
+        if job.entry_id:
+            self._slots.finishing(job.entry_id)
         try:
             reply = await wire.fetch.fail(
                 self._ctx,

@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 
 from glidemq import JobTimeoutError, UnrecoverableError
+from glidemq.lease import Revalidation
 from glidemq.wire import fetch as wire_fetch
 from tests.behaviour.conftest import Backend
 from tests.helpers import wait_for, wait_state
@@ -245,6 +246,51 @@ async def test_a_late_failure_reply_is_reported_before_the_next_try(
         ("active", 1, ""),
         ("failed", 2, "failed"),
     ]
+
+
+async def test_a_retry_that_waited_past_its_lease_asks_the_server_before_it_starts(
+    backend: Backend, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The first try's failure reply is read 700 ms late; the retry, fetched meanwhile, waits
+    # for it past its lease (2/3 of a 600 ms lock): it is held and revalidated, then runs.
+    real_fail = wire_fetch.fail
+    fails = 0
+
+    async def first_reply_late(*args: Any) -> Any:
+        nonlocal fails
+        fails += 1
+        reply = await real_fail(*args)
+        if fails == 1:
+            await asyncio.sleep(0.7)
+        return reply
+
+    monkeypatch.setattr(wire_fetch, "fail", first_reply_late)
+    runs: list[int] = []
+
+    async def fail_at_once(job: Any) -> None:
+        runs.append(job.attempts_made)
+        raise RuntimeError("nope")
+
+    worker = backend.worker(fail_at_once, concurrency=2, lock_duration=600)
+    asked: list[bool] = []
+    request = Revalidation.request
+
+    def counted_request(self: Revalidation) -> None:
+        asked.append(True)
+        request(self)
+
+    monkeypatch.setattr(Revalidation, "request", counted_request)
+    events: list[tuple[str, int]] = []
+    worker.on("active", lambda job: events.append(("active", job.attempts_made)))
+    worker.on("failed", lambda job, error: events.append(("failed", job.attempts_made)))
+    job = await backend.queue.add("bad", None, {"attempts": 2})
+    assert job is not None
+    async with worker:
+        await wait_state(backend.queue, job.id, "failed")
+        await wait_for(lambda: len(events) == 4)
+    assert events == [("active", 0), ("failed", 1), ("active", 1), ("failed", 2)]
+    assert runs == [0, 1]
+    assert asked, "the retry started without asking the server"
 
 
 async def test_concurrency_is_never_exceeded(backend: Backend) -> None:

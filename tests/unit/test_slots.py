@@ -79,6 +79,27 @@ async def test_a_lost_job_leaves_the_table_when_aborted() -> None:
     assert not slots.holds("1-0") and not slots.is_revoked("a")
 
 
+async def test_a_try_whose_failure_is_being_sent_is_left_out_of_heartbeats_and_aborts() -> None:
+    # job a's first try (1-0) is failing, its retry (2-0) already runs on this worker
+    slots: Slots[_Job] = Slots(2, prefetch=2)
+    loop = asyncio.get_running_loop()
+    failing = loop.create_task(asyncio.sleep(60))
+    retry = loop.create_task(asyncio.sleep(60))
+    slots.hold("1-0", _Job("a"), failing)
+    slots.hold("2-0", _Job("a"), retry)
+    slots.finishing("1-0")
+    slots.finishing("9-0")  # not held: nothing to mark
+    assert [e for e, _ in slots.renewable()] == ["2-0"]
+    assert [e for e, _ in slots.jobs()] == ["1-0", "2-0"]
+    assert slots.abort("a", revoked=False) is True  # the retry was taken over
+    await asyncio.gather(retry, return_exceptions=True)
+    assert retry.cancelled() and not failing.cancelled() and slots.holds("1-0")
+    slots.drop("1-0")
+    assert slots.renewable() == [] and not slots.holds("1-0")
+    failing.cancel()
+    await asyncio.gather(failing, return_exceptions=True)
+
+
 async def test_wait_returns_on_wake_or_after_its_timeout() -> None:
     slots: Slots[_Job] = Slots(1, prefetch=1)
     loop = asyncio.get_running_loop()
