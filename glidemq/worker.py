@@ -376,15 +376,17 @@ class Worker(WorkerLifecycle, Generic[D, R]):
         connection as soon as the server re-queued the job) could start, and even end,
         before the previous one's `failed` was emitted. The wait is not covered by the
         lease the job came with (`leased`): a job whose lease ran out meanwhile is held
-        until the server says it is still this worker's, and one that waited into a close
-        is handed back unrun."""
+        until the server says it is still this worker's, and one that waited into a pause
+        or a close is handed back unrun."""
         try:
             await asyncio.shield(recorded)
         except asyncio.CancelledError:
             return await self._cancelled(job)
-        if self._closing or not self._lease.alive(leased):
+        if self._closing or self._paused or not self._lease.alive(leased):
             self._slots.hold_back(entry_id, job, leased)
-            if not self._closing:
+            if self._paused and not self._closing:
+                self._spawn(self._held.give_back())  # as pause() does with held jobs
+            elif not self._closing:
                 self._revalidation.request()
             return "held"
         if self.events.listens("active"):
