@@ -382,12 +382,13 @@ class Worker(WorkerLifecycle, Generic[D, R]):
             await asyncio.shield(recorded)
         except asyncio.CancelledError:
             return await self._cancelled(job)
-        if self._closing or self._paused or not self._lease.alive(leased):
+        if self._closing or self._paused:
             self._slots.hold_back(entry_id, job, leased)
-            if self._paused and not self._closing:
-                self._spawn(self._held.give_back())  # as pause() does with held jobs
-            elif not self._closing:
-                self._revalidation.request()
+            self._spawn(self._held.give_back())  # never started: back as held jobs go
+            return "handed-back"
+        if not self._lease.alive(leased):
+            self._slots.hold_back(entry_id, job, leased)
+            self._revalidation.request()
             return "held"
         if self.events.listens("active"):
             self.events.emit("active", job)
