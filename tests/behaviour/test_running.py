@@ -293,6 +293,41 @@ async def test_a_retry_that_waited_past_its_lease_asks_the_server_before_it_star
     assert asked, "the retry started without asking the server"
 
 
+@pytest.mark.parametrize("at_most_once", [False, True])
+async def test_a_retry_waiting_for_the_last_record_goes_back_unrun_on_close(
+    backend: Backend, monkeypatch: pytest.MonkeyPatch, at_most_once: bool
+) -> None:
+    real_fail = wire_fetch.fail
+    fails = 0
+
+    async def first_reply_late(*args: Any) -> Any:
+        nonlocal fails
+        fails += 1
+        reply = await real_fail(*args)
+        if fails == 1:
+            await asyncio.sleep(0.5)
+        return reply
+
+    monkeypatch.setattr(wire_fetch, "fail", first_reply_late)
+    runs: list[int] = []
+
+    async def fail_at_once(job: Any) -> None:
+        runs.append(job.attempts_made)
+        raise RuntimeError("nope")
+
+    worker = backend.worker(fail_at_once, concurrency=2)
+    job = await backend.queue.add("bad", None, {"attempts": 2, "at_most_once": at_most_once})
+    assert job is not None
+    await worker.start()
+    # the first try's record is on its way, and its retry was fetched and waits for it
+    await wait_for(lambda: fails == 1 and len(worker._slots) == 2)
+    await worker.close()
+    stored = await backend.queue.get_job(job.id)
+    assert stored is not None
+    assert runs == [0]
+    assert (stored.state, stored.attempts_made) == ("waiting", 1)
+
+
 async def test_concurrency_is_never_exceeded(backend: Backend) -> None:
     running = 0
     peak = 0
