@@ -210,23 +210,29 @@ async def test_worker_events_follow_a_job(backend: Backend) -> None:
     assert seen[-1] == ("closed", None)
 
 
+def _first_failure_reply_late(monkeypatch: pytest.MonkeyPatch, seconds: float) -> list[int]:
+    """Make the reply to the test's first `glidemq_fail` reach the worker `seconds` late, as
+    valkey-glide may hand it back late and out of order. Returns the failure calls made."""
+    real_fail = wire_fetch.fail
+    fails: list[int] = []
+
+    async def first_reply_late(*args: Any) -> Any:
+        fails.append(len(fails))
+        reply = await real_fail(*args)
+        if len(fails) == 1:
+            await asyncio.sleep(seconds)
+        return reply
+
+    monkeypatch.setattr(wire_fetch, "fail", first_reply_late)
+    return fails
+
+
 async def test_a_late_failure_reply_is_reported_before_the_next_try(
     backend: Backend, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # The client may hand replies back out of order; here the first try's failure reply is
     # read 300 ms late, while the server has already queued the job's second try.
-    real_fail = wire_fetch.fail
-    fails = 0
-
-    async def first_reply_late(*args: Any) -> Any:
-        nonlocal fails
-        fails += 1
-        reply = await real_fail(*args)
-        if fails == 1:
-            await asyncio.sleep(0.3)
-        return reply
-
-    monkeypatch.setattr(wire_fetch, "fail", first_reply_late)
+    _first_failure_reply_late(monkeypatch, 0.3)
 
     async def fail_at_once(job: Any) -> None:
         raise RuntimeError("nope")
@@ -253,18 +259,7 @@ async def test_a_retry_that_waited_past_its_lease_asks_the_server_before_it_star
 ) -> None:
     # The first try's failure reply is read 700 ms late; the retry, fetched meanwhile, waits
     # for it past its lease (2/3 of a 600 ms lock): it is held and revalidated, then runs.
-    real_fail = wire_fetch.fail
-    fails = 0
-
-    async def first_reply_late(*args: Any) -> Any:
-        nonlocal fails
-        fails += 1
-        reply = await real_fail(*args)
-        if fails == 1:
-            await asyncio.sleep(0.7)
-        return reply
-
-    monkeypatch.setattr(wire_fetch, "fail", first_reply_late)
+    _first_failure_reply_late(monkeypatch, 0.7)
     runs: list[int] = []
 
     async def fail_at_once(job: Any) -> None:
@@ -297,18 +292,7 @@ async def test_a_retry_that_waited_past_its_lease_asks_the_server_before_it_star
 async def test_a_retry_waiting_for_the_last_record_goes_back_unrun_on_close(
     backend: Backend, monkeypatch: pytest.MonkeyPatch, at_most_once: bool
 ) -> None:
-    real_fail = wire_fetch.fail
-    fails = 0
-
-    async def first_reply_late(*args: Any) -> Any:
-        nonlocal fails
-        fails += 1
-        reply = await real_fail(*args)
-        if fails == 1:
-            await asyncio.sleep(0.5)
-        return reply
-
-    monkeypatch.setattr(wire_fetch, "fail", first_reply_late)
+    fails = _first_failure_reply_late(monkeypatch, 0.5)
     runs: list[int] = []
 
     async def fail_at_once(job: Any) -> None:
@@ -320,7 +304,7 @@ async def test_a_retry_waiting_for_the_last_record_goes_back_unrun_on_close(
     assert job is not None
     await worker.start()
     # the first try's record is on its way, and its retry was fetched and waits for it
-    await wait_for(lambda: fails == 1 and len(worker._slots) == 2)
+    await wait_for(lambda: len(fails) == 1 and len(worker._slots) == 2)
     await worker.close()
     stored = await backend.queue.get_job(job.id)
     assert stored is not None
