@@ -19,7 +19,7 @@ import statistics
 import time
 from typing import Any
 
-import glidemq.queue as queue_module
+import glidemq.queue.queue as queue_module
 from glidemq import Queue
 
 
@@ -71,7 +71,7 @@ def main(argv: list[str] | None = None) -> int:
     o = ap.parse_args(argv)
     server = None
     if o.url is None:
-        from glidemq.server import EmbeddedValkey
+        from glidemq.server.valkey import EmbeddedValkey
 
         server = EmbeddedValkey()
         server.start()

@@ -15,8 +15,8 @@ import time
 from typing import Any
 
 from glidemq import Job, Queue, Worker
-from glidemq.server import EmbeddedValkey
-from glidemq.usage import USAGE_MINUTES
+from glidemq.options.usage import USAGE_MINUTES
+from glidemq.server.valkey import EmbeddedValkey
 
 
 async def noop(job: Job[Any, Any]) -> None:

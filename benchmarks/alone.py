@@ -41,9 +41,9 @@ from typing import Any
 
 from glidemq import Queue, Worker
 from glidemq.bench.cpu import process_cpu_seconds, self_cpu_seconds
-from glidemq.connection import close_client, create_client, resolve_connection
-from glidemq.context import QueueContext
-from glidemq.functions import ensure_library
+from glidemq.client.connection import close_client, create_client, resolve_connection
+from glidemq.client.context import QueueContext
+from glidemq.client.functions import ensure_library
 from glidemq.keys import QueueKeys
 from glidemq.process.loop import loop_factory
 
@@ -235,7 +235,7 @@ def main(argv: list[str] | None = None) -> int:
         ap.error(f"unknown phases {sorted(unknown)}; choose from {','.join(PHASES)}")
     server = None
     if o.url is None:
-        from glidemq.server import EmbeddedValkey
+        from glidemq.server.valkey import EmbeddedValkey
 
         server = EmbeddedValkey()
         server.start()

@@ -70,7 +70,7 @@ def main() -> int:
     server = None
     url = args.url
     if url is None:
-        from glidemq.server import EmbeddedValkey
+        from glidemq.server.valkey import EmbeddedValkey
 
         server = EmbeddedValkey().start()
         url = server.url

@@ -6,7 +6,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from glidemq.server import EmbeddedValkey
+from glidemq.server.valkey import EmbeddedValkey
 
 
 @pytest.fixture(scope="session")

@@ -117,7 +117,7 @@ def main() -> None:
     server = None
     url = args.url
     if url is None:
-        from glidemq.server import EmbeddedValkey
+        from glidemq.server.valkey import EmbeddedValkey
 
         server = EmbeddedValkey().start()
         url = server.url

@@ -14,11 +14,11 @@ import orjson
 import pytest
 
 from glidemq import JobOptions, Queue, Worker
-from glidemq.context import QueueContext
-from glidemq.job import Job
+from glidemq.client.context import QueueContext
+from glidemq.encoding.serialize import decode_data, encode_data
+from glidemq.job.job import Job
 from glidemq.keys import QueueKeys
-from glidemq.serialize import decode_data, encode_data
-from glidemq.server import EmbeddedValkey
+from glidemq.server.valkey import EmbeddedValkey
 from glidemq.types import wire_opts
 
 FIELDS = {

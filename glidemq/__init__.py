@@ -10,8 +10,9 @@ async with Worker("emails", send, concurrency=50):
 
 from __future__ import annotations
 
-from .broadcast import Broadcast, BroadcastWorker
-from .connection import ConnectionOptions
+from .broadcast.broadcast import Broadcast, BroadcastWorker
+from .client.connection import ConnectionOptions
+from .client.retry import RetryPolicy
 from .errors import (
     BatchError,
     ConnectionError,
@@ -46,27 +47,26 @@ from .errors import (
     WaitingChildrenError,
 )
 from .events import QueueEvent, QueueEvents
-from .flow import FlowJob, FlowProducer, JobNode
-from .flowview import Dependencies, Flow, FlowNode
-from .groups import GroupInfo
-from .job import Job
-from .limit_options import RateLimit, TokenBucket
+from .flows.builders import Dag, DagNode, chain, chord, dag, group
+from .flows.flow import FlowJob, FlowProducer, JobNode
+from .job.flowview import Dependencies, Flow, FlowNode
+from .job.job import Job
+from .job.streams import StreamChunk
+from .options.limits import RateLimit, TokenBucket
+from .options.usage import FlowUsage, ModelUsage, TokenLimiter, Usage, UsageSummary, UsageTotals
 from .processor import ProcessorSpec, processor
 from .producer import Producer
-from .queries import Metrics, WorkerInfo
-from .queue import JobCounts, Queue
-from .retry import RetryPolicy
+from .queue.groups import GroupInfo
+from .queue.queries import Metrics, WorkerInfo
+from .queue.queue import JobCounts, Queue
+from .queue.schedulers import JobScheduler, JobTemplate
+from .queue.suspend import Signal
 from .sandbox import SandboxOptions
-from .scheduler import JobScheduler, JobTemplate
-from .shutdown import GracefulShutdown
-from .streams import StreamChunk
-from .suspend import Signal
 from .tasks import Task, configure_tasks, current_job, task, task_processor
 from .types import Backoff, BatchOptions, Deduplication, JobOptions, KeepJobs, WorkerOptions
-from .usage import FlowUsage, ModelUsage, TokenLimiter, Usage, UsageSummary, UsageTotals
 from .version import __version__
-from .worker import Processor, Worker
-from .workflows import Dag, DagNode, chain, chord, dag, group
+from .worker.shutdown import GracefulShutdown
+from .worker.worker import Processor, Worker
 
 __all__ = [
     "Backoff",

@@ -10,12 +10,18 @@ from typing import Any, Self
 
 from glide import GlideError, MaxId, MinId, StreamReadOptions
 
-from .connection import Client, ConnectionLike, close_client, create_client, resolve_connection
+from .client.connection import (
+    Client,
+    ConnectionLike,
+    close_client,
+    create_client,
+    resolve_connection,
+)
+from .client.renewal import Renewal
+from .client.retry import to_glidemq_error
 from .emitter import Emitter
 from .errors import GlideMQError
 from .keys import DEFAULT_PREFIX, QueueKeys
-from .renewal import Renewal
-from .retry import to_glidemq_error
 
 __all__ = ["EventFeed", "QueueEvent", "QueueEvents", "parse_event"]
 

@@ -24,19 +24,19 @@ from collections.abc import Awaitable, Callable, Iterable, Mapping
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Generic, Literal, Self, TypeVar
 
-from .connection import Client, ConnectionLike, close_client, resolve_connection
-from .context import QueueContext
+from .client.connection import Client, ConnectionLike, close_client, resolve_connection
+from .client.context import QueueContext
+from .client.functions import connect_with_library
 from .errors import ConnectionError, GlideMQError, ValidationError
-from .flow import FlowJob, FlowProducer, JobNode, JobRef
-from .functions import connect_with_library
-from .job import Job
+from .flows.flow import FlowJob, FlowProducer, JobNode, JobRef
+from .job.job import Job
 from .keys import DEFAULT_PREFIX, QueueKeys, validate_prefix
-from .queue import Queue
-from .request import validate_result_ttl
+from .queue.queue import Queue
+from .queue.request import validate_result_ttl
 from .types import JobOptions
 
 if TYPE_CHECKING:
-    from .workflows import Dag, DagNode
+    from .flows.builders import Dag, DagNode
 
 __all__ = ["Producer"]
 

@@ -23,14 +23,14 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from typing import Any, Generic, ParamSpec, TypeVar, overload
 
-from . import payload
-from .connection import ConnectionLike, ConnectionOptions, resolve_connection
+from .client.connection import ConnectionLike, ConnectionOptions, resolve_connection
+from .encoding import payload
 from .errors import GlideMQError, TaskArgumentError, ValidationError
-from .flow_plan import FlowJob
-from .job import Job
+from .flows.plan import FlowJob
+from .job.job import Job
 from .keys import DEFAULT_PREFIX, validate_queue_name
 from .processor import ProcessorSpec, is_async_callable
-from .queue import Queue
+from .queue.queue import Queue
 from .sync import Job as SyncJob
 from .sync import Queue as SyncQueue
 from .types import JobOptions
@@ -517,7 +517,7 @@ def schedule_of(handle: Task[Any, Any]) -> dict[str, Any] | None:
     `upsert_job_scheduler` keywords (JSON data); None without a schedule."""
     if handle.schedule is None:
         return None
-    from .scheduler import build  # validates the cron expression and time zone
+    from .queue.schedulers import build  # validates the cron expression and time zone
 
     spec = handle.schedule
     data = handle.payload(**spec["args"])

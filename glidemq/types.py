@@ -14,14 +14,14 @@ from typing import Any, Literal, TypeAlias, TypeVar
 
 import orjson
 
-from .checks import check_int as _int
+from .encoding.serializers import get_serializer
 from .errors import ValidationError
-from .fallbacks import Fallback, check_fallbacks
 from .keys import validate_job_id
-from .limit_options import RateLimit, TokenBucket, check_job_limits, limits_to_wire
-from .sandbox_options import SandboxOptions
-from .serializers import get_serializer
-from .usage import TokenLimiter
+from .options.checks import check_int as _int
+from .options.fallbacks import Fallback, check_fallbacks
+from .options.limits import RateLimit, TokenBucket, check_job_limits, limits_to_wire
+from .options.sandbox import SandboxOptions
+from .options.usage import TokenLimiter
 
 __all__ = [
     "MAX_DELAY",

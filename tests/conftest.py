@@ -18,8 +18,8 @@ from uuid import uuid4
 
 import pytest
 
-from glidemq.server import EmbeddedServerError, EmbeddedValkey, valkey_cli_path
-from glidemq.server_cluster import EmbeddedCluster
+from glidemq.server.cluster import EmbeddedCluster
+from glidemq.server.valkey import EmbeddedServerError, EmbeddedValkey, valkey_cli_path
 
 # =========================================================================== Valkey servers
 

@@ -9,7 +9,7 @@ from collections.abc import Iterator
 
 import psutil
 
-from glidemq.server import EmbeddedValkey
+from glidemq.server.valkey import EmbeddedValkey
 
 __all__ = ["exposed", "password_server", "process_tree"]
 

@@ -21,7 +21,7 @@ import httpx
 
 from glidemq import Job, Queue, Worker
 from glidemq.dashboard import create_app
-from glidemq.server import EmbeddedValkey
+from glidemq.server.valkey import EmbeddedValkey
 
 QUEUE = "big"
 

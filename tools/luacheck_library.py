@@ -1,6 +1,6 @@
 """Run luacheck over the Valkey Function library (glidemq/lua/*.lua).
 
-The files are checked joined, exactly as Valkey loads them (glidemq.functions.LIBRARY_FILES
+The files are checked joined, exactly as Valkey loads them (glidemq.client.functions.LIBRARY_FILES
 order): each file uses locals of the files before it, which luacheck could not see in a file
 alone, and an unused local is only unused when no later file uses it either. Warnings are
 reported against the file and line they come from.
@@ -18,7 +18,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from glidemq.functions import library_parts
+from glidemq.client.functions import library_parts
 
 ROOT = Path(__file__).resolve().parent.parent
 MISSING = "luacheck not installed: skipped (apt-get install lua-check)"

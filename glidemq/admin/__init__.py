@@ -1,6 +1,6 @@
 """Reading and acting on queues: the one typed layer every operator face is built on.
 
-- `glidemq.queue_admin` (also `glidemq.admin.base`): `QueueAdmin`, the reading and
+- `glidemq.queue.admin` (also `glidemq.admin.base`): `QueueAdmin`, the reading and
   maintenance methods of every `Queue`.
 - `glidemq.admin.model`: the dataclasses the layer returns (queue summaries and status, job
   pages and details, action results).

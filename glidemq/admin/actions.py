@@ -8,7 +8,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from ..connection import ConnectionOptions
+from ..client.connection import ConnectionOptions
 from ..errors import JobNotFoundError, JobStateError, ValidationError
 from ..keys import validate_job_id
 from ..types import JobOptions
@@ -151,7 +151,7 @@ async def add_job(
 ) -> ActionResult:
     """Add one job (`opts`: JobOptions names); skipped by a custom id or deduplication is
     reported, not raised."""
-    from ..queue import Queue
+    from ..queue.queue import Queue
 
     if not isinstance(name, str) or not name:
         raise ValidationError("name", "a job needs a name")

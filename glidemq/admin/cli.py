@@ -20,10 +20,10 @@ from typing import Any, TypeAlias
 
 import orjson
 
-from ..argtypes import duration_ms, positive_int
-from ..cli_support import EXIT_UNREACHABLE, Parser, unreachable
-from ..connection import ConnectionOptions, has_password, resolve_connection
-from ..context import now_ms
+from ..cli.argtypes import duration_ms, positive_int
+from ..cli.support import EXIT_UNREACHABLE, Parser, unreachable
+from ..client.connection import ConnectionOptions, has_password, resolve_connection
+from ..client.context import now_ms
 from ..errors import (
     ConnectionError,
     GlideMQError,
@@ -31,7 +31,7 @@ from ..errors import (
     QueueNotFoundError,
     ValidationError,
 )
-from ..queries import state_name
+from ..queue.queries import state_name
 from . import format as fmt
 from .actions import CLEAN_STATES, RETRY_STATES
 from .base import JOB_STATES

@@ -10,9 +10,9 @@ from typing import Any
 import orjson
 
 from ..events import QueueEvent
-from ..groups import GroupInfo
-from ..queries import Metrics
-from ..scheduler import JobScheduler
+from ..queue.groups import GroupInfo
+from ..queue.queries import Metrics
+from ..queue.schedulers import JobScheduler
 from .model import ActionResult, BulkResult, JobDetail, JobPage, QueueStatus, QueueSummary
 
 __all__ = [

@@ -7,10 +7,10 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..job import Job
-from ..limit_options import RateLimit
-from ..queries import Metrics, WorkerInfo
-from ..scheduler import JobScheduler
+from ..job.job import Job
+from ..options.limits import RateLimit
+from ..queue.queries import Metrics, WorkerInfo
+from ..queue.schedulers import JobScheduler
 from .base import JobCounts
 
 __all__ = [

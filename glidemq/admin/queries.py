@@ -11,16 +11,16 @@ from typing import Any
 
 from glide import ClusterScanCursor, GlideClusterClient, MaxId, MinId
 
-from ..children import children_failures, children_values
-from ..connection import Client
-from ..context import now_ms
+from ..client.connection import Client
+from ..client.context import now_ms
 from ..errors import ValidationError
 from ..events import QueueEvent, parse_event
-from ..flowview import parse_ref
-from ..job import Job
+from ..job.children import children_failures, children_values
+from ..job.flowview import parse_ref
+from ..job.job import Job
 from ..keys import validate_queue_name
-from ..queries import SEARCH_STATES, state_name
-from ..scheduler import JobScheduler
+from ..queue.queries import SEARCH_STATES, state_name
+from ..queue.schedulers import JobScheduler
 from .base import JOB_STATES, JobCounts
 from .model import (
     FailedTry,

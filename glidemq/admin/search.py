@@ -9,9 +9,9 @@ from collections.abc import Sequence
 from typing import Any
 
 from ..errors import ValidationError
-from ..job import Job
+from ..job.job import Job
 from ..keys import validate_job_id
-from ..queries import SEARCH_STATES
+from ..queue.queries import SEARCH_STATES
 from .model import JobPage, JobRow
 from .queries import search_pattern
 from .view import QueueView

@@ -16,14 +16,14 @@ from collections.abc import Sequence
 from types import TracebackType
 from typing import Any, Self
 
-from ..connection import Client, ConnectionLike, resolve_connection
-from ..context import QueueContext
+from ..client.connection import Client, ConnectionLike, resolve_connection
+from ..client.context import QueueContext
+from ..client.lazy import LazyClient
 from ..errors import JobNotFoundError, QueueNotFoundError
 from ..events import QueueEvent, QueueEvents
-from ..groups import GroupInfo
 from ..keys import DEFAULT_PREFIX, QueueKeys, validate_prefix
-from ..lazy import LazyClient
-from ..scheduler import JobScheduler
+from ..queue.groups import GroupInfo
+from ..queue.schedulers import JobScheduler
 from . import actions, queries, search
 from .model import ActionResult, BulkResult, JobDetail, JobPage, QueueStatus, QueueSummary
 from .view import QueueView

@@ -9,11 +9,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from .. import queue_limits, scheduler
-from ..context import QueueContext
-from ..groups import QueueGroups
-from ..queue_limits import QueueLimits
-from ..scheduler import JobScheduler
+from ..client.context import QueueContext
+from ..queue import limits as queue_limits
+from ..queue import schedulers as scheduler
+from ..queue.groups import QueueGroups
+from ..queue.limits import QueueLimits
+from ..queue.schedulers import JobScheduler
 from .base import QueueAdmin
 
 __all__ = ["QueueView"]

@@ -24,24 +24,10 @@ from typing import Any
 
 import orjson
 
-from ..progress import Progress
+from ..cli.progress import Progress
 from . import loadtest
-from .harness import (
-    PROFILES,
-    format_python_table,
-    format_table,
-    ratios,
-    run_profile,
-    scale_jobs,
-)
-from .peer import (
-    DEFAULT_SYSTEMS,
-    PYTHON_QUEUES,
-    SYSTEMS,
-    PeerError,
-    ScenarioParams,
-    parse_systems,
-)
+from .harness import PROFILES, format_python_table, format_table, ratios, run_profile, scale_jobs
+from .peer import DEFAULT_SYSTEMS, PYTHON_QUEUES, SYSTEMS, PeerError, ScenarioParams, parse_systems
 
 __all__ = ["CI_BASELINE", "gate_check", "main", "select_scenarios"]
 

@@ -22,9 +22,11 @@ from typing import Any
 
 import orjson
 
-from ..progress import Progress
-from ..server import EmbeddedValkey
-from ..server_cluster import EmbeddedCluster
+from ..cli.progress import Progress
+from ..server.cluster import EmbeddedCluster
+from ..server.valkey import EmbeddedValkey
+from ..spark.records import SCENARIO_METRIC as _METRIC
+from ..spark.records import Ratio
 from .jobrecords import RAW_SCENARIOS, raw_file_name, read_jsonl, write_parquet
 from .peer import (
     DEFAULT_SYSTEMS,
@@ -82,24 +84,6 @@ PROFILES: dict[str, list[ScenarioParams]] = {
         ScenarioParams("add-bulk", jobs=5_000),
         *(ScenarioParams("process", jobs=3_000, concurrency=c) for c in (1, 10, 100)),
     ],
-}
-
-# Which number a scenario is judged by, and whether higher is better.
-Ratio = tuple[str, bool]
-_METRIC: dict[str, Ratio] = {
-    "add-single": ("jobs_per_s", True),
-    "add-sync": ("jobs_per_s", True),
-    "add-concurrent": ("jobs_per_s", True),
-    "add-bulk": ("jobs_per_s", True),
-    "process": ("jobs_per_s", True),
-    "procs": ("jobs_per_s", True),
-    "latency": ("p99_ms", False),
-    "sandbox": ("jobs_per_s", True),
-    "batch": ("jobs_per_s", True),
-    "fair": ("jobs_per_s", True),
-    "cluster": ("jobs_per_s", True),
-    "memory": ("rss_peak_mb", False),
-    "cpu": ("cpu_us_per_job", False),
 }
 
 # Result fields of the newer scenarios copied into their records as they are.
@@ -238,7 +222,7 @@ def run_profile(
     steps: Progress | None = None,
 ) -> list[dict[str, Any]]:
     """Run every scenario `reps` times for each system, alternating which goes first.
-    `steps` (a `glidemq.progress.Progress` for all of them) is told when each run starts
+    `steps` (a `glidemq.cli.progress.Progress` for all of them) is told when each run starts
     and ends.
 
     With `raw_dir`, the runs of `RAW_SCENARIOS` also write per-job records there, one

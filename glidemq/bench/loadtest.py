@@ -19,7 +19,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from ..server import EmbeddedValkey
+from ..server.valkey import EmbeddedValkey
 
 __all__ = ["LOCUSTFILE", "add_arguments", "locust_missing", "run_locust"]
 

@@ -16,12 +16,12 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from ..connection import ConnectionOptions
-from ..job import Job
+from ..client.connection import ConnectionOptions
+from ..job.job import Job
 from ..process.loop import loop_factory
-from ..queue import Queue
-from ..server import EmbeddedValkey
-from ..worker import Worker
+from ..queue.queue import Queue
+from ..server.valkey import EmbeddedValkey
+from ..worker.worker import Worker
 from .cpu import process_cpu_seconds, self_cpu_seconds
 
 __all__ = ["QuickResult", "main", "run_quick"]

@@ -18,10 +18,10 @@ from typing import Any
 
 import orjson
 
-from ..job import Job
+from ..job.job import Job
 from ..process.loop import loop_factory
-from ..queue import Queue
-from ..worker import Worker
+from ..queue.queue import Queue
+from ..worker.worker import Worker
 from . import workloads
 from .cpu import process_cpu_seconds, self_cpu_seconds
 

@@ -20,12 +20,12 @@ from typing import Any
 import orjson
 import psutil
 
-from ..job import Job
+from ..job.job import Job
 from ..process.memory import rss_bytes
-from ..queue import Queue
+from ..queue.queue import Queue
 from ..sandbox.types import SandboxOptions
 from ..types import BatchOptions
-from ..worker import Worker
+from ..worker.worker import Worker
 from .cpu import process_cpu_seconds
 
 __all__ = [

@@ -18,7 +18,7 @@ from typing import Any
 
 import orjson
 
-from ..argtypes import non_negative_float, non_negative_int, positive_int
+from ..cli.argtypes import non_negative_float, non_negative_int, positive_int
 from .registry import load_problems, missing, scenarios
 from .result import machine
 from .scenario import Scenario

@@ -17,7 +17,7 @@ from typing import Any
 import orjson
 from glide import Batch, ClusterBatch, GlideClusterClient, RangeByIndex, StreamReadOptions
 
-from ..connection import Client
+from ..client.connection import Client
 from ..keys import QueueKeys
 from .app import result_digest
 from .ledger import JobCounts, job_number

@@ -14,14 +14,14 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from .ledger import Executions, Ledger
-from .scenario import FleetSettings
+from .settings import FleetSettings
 from .target import Target
 
 if TYPE_CHECKING:
     import psutil
 
-    from ..connection import Client
-    from ..queue import Queue
+    from ..client.connection import Client
+    from ..queue.queue import Queue
     from .fleet import Fleet
     from .producer import Producer
 

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 
 from glide import InfBound, Limit, RangeByScore, ScoreBoundary
 
-from ..connection import Client
+from ..client.connection import Client
 from ..keys import QueueKeys
 from .collect import JobRecords, read_jobs
 

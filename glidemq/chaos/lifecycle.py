@@ -23,10 +23,10 @@ from dataclasses import fields, replace
 from pathlib import Path
 from typing import Any
 
-from ..connection import ConnectionOptions, close_client, create_client
+from ..cli.progress import Progress
+from ..client.connection import ConnectionOptions, close_client, create_client
 from ..keys import QueueKeys
-from ..progress import Progress
-from ..queue import Queue
+from ..queue.queue import Queue
 from .app import DIR_ENV
 from .collect import EventsTail, read_in_queue, read_jobs, read_leftovers
 from .context import ChaosRun

@@ -15,7 +15,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from ..errors import GlideMQError, ValidationError
-from ..queue import Queue
+from ..queue.queue import Queue
 
 __all__ = ["Producer", "job_id"]
 

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..server import EmbeddedValkey
-from ..server_cluster import EmbeddedCluster
-from .scenario import SERVER_KINDS, ServerKind
+from ..server.cluster import EmbeddedCluster
+from ..server.valkey import EmbeddedValkey
+from .settings import SERVER_KINDS, ServerKind
 
 __all__ = ["Target", "start_target"]
 

@@ -15,7 +15,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, PlainTextResponse, RedirectResponse, Response
 
 from ..admin.model import ActionResult, BulkResult, to_jsonable
-from ..argtypes import duration_ms
+from ..cli.argtypes import duration_ms
 from ..errors import ValidationError
 from ..keys import validate_queue_name
 from ..web import csrf

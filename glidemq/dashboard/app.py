@@ -15,7 +15,7 @@ from starlette.staticfiles import StaticFiles
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from ..admin.session import Admin
-from ..connection import ConnectionLike
+from ..client.connection import ConnectionLike
 from ..errors import GlideMQError, ValidationError
 from ..keys import DEFAULT_PREFIX
 from ..web.auth import AuthHook, AuthorizeHook, BasicAuth, check_auth

@@ -7,9 +7,9 @@ import argparse
 import sys
 from collections.abc import Sequence
 
-from ..argtypes import port
-from ..cli_support import Parser
-from ..connection import resolve_connection
+from ..cli.argtypes import port
+from ..cli.support import Parser
+from ..client.connection import resolve_connection
 from ..errors import ValidationError
 from ..keys import validate_prefix
 from ..web.serve import add_host_arguments, allowed_from, port_problem, serve

@@ -12,8 +12,8 @@ from typing import TYPE_CHECKING, Any
 from ..admin import queries
 from ..admin.base import JOB_STATES
 from ..admin.model import QueueSummary
-from ..context import now_ms
-from ..queries import Metrics, WorkerInfo
+from ..client.context import now_ms
+from ..queue.queries import Metrics, WorkerInfo
 
 if TYPE_CHECKING:
     from .state import Dashboard

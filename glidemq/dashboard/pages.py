@@ -18,8 +18,8 @@ from ..admin.base import JOB_STATES
 from ..admin.model import QueueSummary
 from ..errors import JobNotFoundError, ValidationError
 from ..keys import validate_job_id, validate_queue_name
-from ..queries import state_name
-from ..scheduler import options_of_wire
+from ..queue.queries import state_name
+from ..queue.schedulers import options_of_wire
 from . import data
 from .state import dashboard_of
 from .timeline import rows_of

@@ -28,7 +28,7 @@ import os
 import threading
 from typing import Any
 
-from ..connection import resolve_connection
+from ..client.connection import resolve_connection
 from ..errors import GlideMQError
 from ..keys import DEFAULT_PREFIX
 from ..sync import DEFAULT_TIMEOUT

@@ -21,10 +21,10 @@ from typing import Any
 
 from starlette.requests import Request
 
-from ..connection import ConnectionLike, resolve_connection
+from ..client.connection import ConnectionLike, resolve_connection
 from ..errors import GlideMQError, ValidationError
 from ..keys import DEFAULT_PREFIX
-from ..queue import Queue
+from ..queue.queue import Queue
 
 __all__ = ["GlideMQ"]
 

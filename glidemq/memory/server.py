@@ -14,7 +14,7 @@ import weakref
 from collections.abc import Callable
 from typing import Any
 
-from ..connection import ConnectionOptions
+from ..client.connection import ConnectionOptions
 from .client import MemoryClient
 from .clock import Clock, SystemClock
 from .commands import COMMANDS, parse_int
@@ -41,7 +41,7 @@ _NAME = 0
 
 class _ServerClock:
     """The server's clock as Queue and Worker see it: its time, and sleeps that end early
-    when the time jumps or the server is woken (glidemq.clock.Clock)."""
+    when the time jumps or the server is woken (glidemq.timing.clock.Clock)."""
 
     __slots__ = ("server",)
 
@@ -79,7 +79,7 @@ class MemoryServer:
         """Connection options that reach this server."""
         self.clock.subscribe(self.wake)
 
-    # -- glidemq.connection.Backend --------------------------------------------------------
+    # -- glidemq.client.connection.Backend --------------------------------------------------------
 
     @property
     def queue_clock(self) -> _ServerClock:

@@ -16,7 +16,7 @@ from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from ..connection import ConnectionLike
+from ..client.connection import ConnectionLike
 from ..keys import DEFAULT_PREFIX
 from ..web.auth import AuthHook, BasicAuth, check_auth
 from ..web.errors import SecurityHeaders

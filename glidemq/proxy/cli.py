@@ -7,9 +7,9 @@ import argparse
 import sys
 from collections.abc import Sequence
 
-from ..argtypes import port, positive_int
-from ..cli_support import Parser
-from ..connection import has_password, resolve_connection
+from ..cli.argtypes import port, positive_int
+from ..cli.support import Parser
+from ..client.connection import has_password, resolve_connection
 from ..errors import ValidationError
 from ..keys import validate_prefix, validate_queue_name
 from ..web.serve import add_host_arguments, allowed_from, port_problem, serve

@@ -8,12 +8,12 @@ from typing import Any
 from starlette.requests import Request
 from starlette.responses import Response
 
-from .. import scheduler
 from ..errors import JobNotFoundError, JobStateError, ValidationError
-from ..flow import FlowJob, JobNode
-from ..flowview import Flow, FlowNode
+from ..flows.builders import DagNode
+from ..flows.flow import FlowJob, JobNode
+from ..job.flowview import Flow, FlowNode
 from ..keys import validate_job_id
-from ..workflows import DagNode
+from ..queue import schedulers as scheduler
 from .http import field, json_response, read_json
 from .state import Proxy, proxy_of
 from .table import Spec

@@ -9,8 +9,8 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from ..errors import ValidationError
-from ..groups import GroupInfo
-from ..limit_options import RateLimit, check_key
+from ..options.limits import RateLimit, check_key
+from ..queue.groups import GroupInfo
 from .http import json_response, read_json
 from .state import proxy_of
 from .table import Spec

@@ -11,8 +11,8 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from ..errors import JobNotFoundError
+from ..job.streams import check_read
 from ..keys import validate_job_id
-from ..streams import check_read
 from ..web.sse import Event, event_stream
 from .http import json_response
 from .state import Proxy, proxy_of

@@ -19,11 +19,11 @@ from typing import Any
 from starlette.requests import Request
 
 from ..admin.session import Admin
-from ..connection import ConnectionLike, resolve_connection
+from ..client.connection import ConnectionLike, resolve_connection
 from ..errors import GlideMQError, ValidationError
-from ..flow import FlowProducer
+from ..flows.flow import FlowProducer
 from ..keys import DEFAULT_PREFIX, validate_prefix, validate_queue_name
-from ..queue import Queue
+from ..queue.queue import Queue
 
 __all__ = ["DEFAULT_MAX_QUEUES", "Busy", "Forbidden", "Proxy", "QueuePool", "proxy_of"]
 

@@ -12,8 +12,8 @@ import orjson
 from starlette.requests import Request
 from starlette.responses import Response
 
-from ..broadcast import Broadcast, BroadcastWorker
-from ..job import Job
+from ..broadcast.broadcast import Broadcast, BroadcastWorker
+from ..job.job import Job
 from ..web.sse import Event, event_stream
 from .http import field, json_response, read_json
 from .state import Proxy, proxy_of

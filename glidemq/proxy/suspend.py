@@ -8,10 +8,10 @@ from typing import Any
 from starlette.requests import Request
 from starlette.responses import Response
 
-from ..context import QueueContext
+from ..client.context import QueueContext
 from ..errors import JobNotFoundError, JobStateError, ValidationError
 from ..keys import validate_job_id
-from ..suspend import encode_signal
+from ..queue.suspend import encode_signal
 from .http import field, json_response, query_int, read_json
 from .state import proxy_of
 from .table import Spec

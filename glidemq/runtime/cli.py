@@ -12,11 +12,11 @@ from typing import Any
 
 import orjson
 
-from ..cli_support import unreachable
-from ..connection import DEFAULT_URL, ConnectionOptions, has_password
+from ..cli.support import unreachable
+from ..client.connection import DEFAULT_URL, ConnectionOptions, has_password
+from ..client.tls import glide_tls_settings
 from ..errors import GlideMQError
 from ..process.setup import run_as_child
-from ..tls import glide_tls_settings
 from .config import ExitCode, RuntimeConfig, UsageError, parse_config
 from .logs import setup_logging
 from .secrets import PASSWORD_IN_ARGV, hide_secrets, read_url, url_flag
@@ -147,7 +147,7 @@ def _upsert_in_child(
 ) -> int:
     import asyncio
 
-    from ..queue import Queue
+    from ..queue.queue import Queue
 
     async def upsert() -> None:
         queues: dict[str, Queue[Any, Any]] = {}
@@ -220,7 +220,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     server = None
     try:
         if cfg.embedded:
-            from ..server import EmbeddedValkey, port_is_free
+            from ..server.valkey import EmbeddedValkey, port_is_free
 
             wanted = cfg.embedded_port
             if wanted is not None and not port_is_free("127.0.0.1", wanted):

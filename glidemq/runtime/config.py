@@ -7,8 +7,8 @@ import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
-from ..argtypes import non_negative_float, non_negative_int, port, positive_int
-from ..cli_support import EXIT_UNREACHABLE, Parser
+from ..cli.argtypes import non_negative_float, non_negative_int, port, positive_int
+from ..cli.support import EXIT_UNREACHABLE, Parser
 from ..errors import ValidationError
 from ..keys import validate_prefix, validate_queue_name
 

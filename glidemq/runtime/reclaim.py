@@ -17,10 +17,10 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from ..connection import ConnectionOptions, close_client
-from ..context import QueueContext
+from ..client.connection import ConnectionOptions, close_client
+from ..client.context import QueueContext
+from ..client.functions import connect_with_library
 from ..errors import GlideMQError
-from ..functions import connect_with_library
 from ..keys import QueueKeys
 from ..process.loop import loop_factory
 from ..types import WorkerOptions, retention_args

@@ -15,7 +15,7 @@ import os
 import sys
 from collections.abc import Sequence
 
-from ..connection import has_password
+from ..client.connection import has_password
 from .config import RuntimeConfig, UsageError
 
 __all__ = ["PASSWORD_IN_ARGV", "hide_secrets", "read_url", "url_flag"]

@@ -20,7 +20,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..connection import ConnectionOptions
+from ..client.connection import ConnectionOptions
 from ..process.frames import FrameDecoder
 from ..process.setup import run_as_child
 from . import ipc

@@ -15,16 +15,16 @@ from collections.abc import Sequence
 from dataclasses import replace
 from typing import Any
 
-from ..connection import ConnectionOptions
+from ..client.connection import ConnectionOptions
 from ..errors import GlideMQError
 from ..process.loop import loop_factory
 from ..process.memory import rss_bytes
 from ..processor import ProcessorSpec, load_processor
-from ..queue import Queue
+from ..queue.queue import Queue
 from ..sandbox.types import SandboxOptions
 from ..tasks import configure_tasks
 from ..types import BatchOptions, WorkerOptions, from_mapping
-from ..worker import Worker
+from ..worker.worker import Worker
 from . import ipc
 from .config import ExitCode, RuntimeConfig
 from .reclaim import Holding, holding_of, reclaim

@@ -27,14 +27,14 @@ from typing import Any
 
 import orjson
 
-from .. import otel
+from ..client import otel
+from ..encoding.serialize import encode_result
 from ..errors import BatchError
 from ..process.frames import FrameError, encode_frame, read_frame
 from ..process.loop import loop_factory
 from ..process.memory import rss_bytes, vm_bytes
 from ..process.setup import run_as_child
 from ..processor import load_processor, user_exit
-from ..serialize import encode_result
 from .channel import MAX_FRAME, Channel
 from .job import SandboxJob
 from .protocol import (

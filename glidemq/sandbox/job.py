@@ -11,13 +11,13 @@ import operator
 from collections.abc import Mapping, Sequence
 from typing import Any, Protocol, TypeVar
 
+from ..encoding.serialize import encode_json
 from ..errors import DelayedError, SuspendedError, ValidationError
-from ..flowview import Dependencies
-from ..job import Job, JobState
-from ..serialize import encode_json
-from ..signals import Signal, check_suspend
-from ..streams import encode_chunk
-from ..usage import Usage, check_usage
+from ..job.flowview import Dependencies
+from ..job.job import Job, JobState
+from ..job.signals import Signal, check_suspend
+from ..job.streams import encode_chunk
+from ..options.usage import Usage, check_usage
 from .protocol import error_to_wire
 
 __all__ = ["PROXIED_METHODS", "SandboxJob", "job_fields", "job_to_wire"]

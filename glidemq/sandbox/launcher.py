@@ -20,7 +20,7 @@ from typing import Any, Protocol
 
 import orjson
 
-from ..connection import has_password
+from ..client.connection import has_password
 from .errors import SandboxBootError, SandboxError, describe_exit
 from .types import SandboxOptions
 

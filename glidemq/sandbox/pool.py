@@ -22,7 +22,7 @@ from typing import Any
 import orjson
 
 from ..errors import JobTimeoutError, ValidationError
-from ..job import Job
+from ..job.job import Job
 from .boot import ChildSet
 from .errors import (
     SandboxBootError,
@@ -126,7 +126,7 @@ class SandboxPool:
         """Runs the pool would hold queued in children now: `pipeline_depth` for each child
         that has a free slot or started a run within `pipeline_window`. The Worker takes
         that many jobs beyond its concurrency: the pool is the `SlotExtension` of the
-        worker's `Slots` (glidemq/slots.py), which counts them with its own slots."""
+        worker's `Slots` (glidemq/worker/slots.py), which counts them with its own slots."""
         if self._loop is None:
             return 0
         return self._pipeline.open_slots(self._children.ready, self._loop.time())

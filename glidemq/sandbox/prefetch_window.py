@@ -21,7 +21,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Iterable
 
-from ..run_budget import RunBudget
+from ..timing.run_budget import RunBudget
 from .handle import ChildHandle
 from .protocol import TAKE
 from .types import SandboxOptions

@@ -15,7 +15,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
 from ..errors import JobStateError
-from ..job import Job
+from ..job.job import Job
 from .handle import ChildHandle
 from .job import PROXIED_METHODS, job_fields, job_to_wire
 from .protocol import REPLY, ProtocolError, error_from_wire, error_to_wire

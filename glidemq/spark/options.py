@@ -11,7 +11,7 @@ import difflib
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from ..connection import ConnectionOptions, resolve_connection
+from ..client.connection import ConnectionOptions, resolve_connection
 from ..errors import ValidationError
 from ..keys import DEFAULT_PREFIX, validate_prefix, validate_queue_name
 from ..types import MAX_DELAY, MAX_PRIORITY

@@ -39,7 +39,7 @@ from glide import (
 )
 from pyspark.sql.datasource import DataSourceReader, InputPartition
 
-from ..connection import Client, close_client, create_client
+from ..client.connection import Client, close_client, create_client
 from ..errors import ServerError, ValidationError
 from ..keys import QueueKeys
 from .options import ReadOptions

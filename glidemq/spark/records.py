@@ -27,7 +27,15 @@ if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
     from pyspark.sql.types import StructType
 
-__all__ = ["BENCH_FIELDS", "LEDGER_FIELDS", "RecordFiles", "discover", "load_bench", "load_ledger"]
+__all__ = [
+    "BENCH_FIELDS",
+    "LEDGER_FIELDS",
+    "SCENARIO_METRIC",
+    "RecordFiles",
+    "discover",
+    "load_bench",
+    "load_ledger",
+]
 
 log = logging.getLogger("glidemq.spark")
 
@@ -72,6 +80,25 @@ LEDGER_FIELDS: tuple[tuple[str, str], ...] = (
     ("recovery_s", "double"),
     ("outcome", "string"),
 )
+
+
+# Which number a scenario is judged by, and whether higher is better.
+Ratio = tuple[str, bool]
+SCENARIO_METRIC: dict[str, Ratio] = {
+    "add-single": ("jobs_per_s", True),
+    "add-sync": ("jobs_per_s", True),
+    "add-concurrent": ("jobs_per_s", True),
+    "add-bulk": ("jobs_per_s", True),
+    "process": ("jobs_per_s", True),
+    "procs": ("jobs_per_s", True),
+    "latency": ("p99_ms", False),
+    "sandbox": ("jobs_per_s", True),
+    "batch": ("jobs_per_s", True),
+    "fair": ("jobs_per_s", True),
+    "cluster": ("jobs_per_s", True),
+    "memory": ("rss_peak_mb", False),
+    "cpu": ("cpu_us_per_job", False),
+}
 
 
 @dataclass

@@ -32,10 +32,9 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ..bench.harness import _METRIC as SCENARIO_METRIC
 from . import plots
 from .ledger import ledger_tables
-from .records import discover, load_bench, load_ledger
+from .records import SCENARIO_METRIC, discover, load_bench, load_ledger
 from .session import DEFAULT_MASTER, session
 
 if TYPE_CHECKING:

@@ -31,9 +31,9 @@ from pyspark.sql.types import (
     StructType,
 )
 
-from ..connection import ConnectionOptions, close_client, create_client
+from ..client.connection import ConnectionOptions, close_client, create_client
 from ..errors import ValidationError
-from ..queue import Queue
+from ..queue.queue import Queue
 from .options import WriteOptions
 from .taskloop import TaskLoop
 

@@ -21,9 +21,9 @@ from typing import Any
 
 from glide import TimeoutError as GlideTimeout
 
-from ..connection import ConnectionOptions, client_configuration
+from ..client.connection import ConnectionOptions, client_configuration
+from ..client.retry import Failure, classify, to_glidemq_error
 from ..errors import GlideMQError, OperationTimeoutError
-from ..retry import Failure, classify, to_glidemq_error
 
 __all__ = ["DirectClient", "available"]
 

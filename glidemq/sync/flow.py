@@ -9,12 +9,12 @@ from dataclasses import dataclass, field
 from types import TracebackType
 from typing import Any, Self
 
-from .. import flow as async_flow
-from ..connection import ConnectionLike, resolve_connection
-from ..flow_plan import FlowJob
-from ..job import Job as AsyncJob
+from ..client.connection import ConnectionLike, resolve_connection
+from ..flows import flow as async_flow
+from ..flows.builders import Dag, DagNode
+from ..flows.plan import FlowJob
+from ..job.job import Job as AsyncJob
 from ..keys import DEFAULT_PREFIX
-from ..workflows import Dag, DagNode
 from . import runner
 from .queue import Job, Queue
 

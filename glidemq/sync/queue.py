@@ -9,17 +9,17 @@ from collections.abc import Callable, Coroutine, Iterable, Mapping, Sequence
 from types import TracebackType
 from typing import Any, Generic, Self, TypeVar
 
-from .. import queue as async_queue
-from ..connection import ConnectionLike, resolve_connection
+from ..client.connection import ConnectionLike, resolve_connection
+from ..encoding.serializers import DEFAULT_SERIALIZER
 from ..errors import GlideMQError, JobFailedError
-from ..groups import GroupInfo
-from ..job import Job as AsyncJob
-from ..job import JobState
+from ..job.job import Job as AsyncJob
+from ..job.job import JobState
 from ..keys import DEFAULT_PREFIX
-from ..limit_options import RateLimit
-from ..queries import Metrics, WorkerInfo
-from ..queue_admin import JobCounts
-from ..serializers import DEFAULT_SERIALIZER
+from ..options.limits import RateLimit
+from ..queue import queue as async_queue
+from ..queue.admin import JobCounts
+from ..queue.groups import GroupInfo
+from ..queue.queries import Metrics, WorkerInfo
 from ..types import JobOptions
 from . import runner
 from .direct import DirectClient, Retryable, available
@@ -229,7 +229,7 @@ class Queue(Generic[D, R]):
         """Let workers take jobs again."""
         self._call(lambda q: q.resume())
 
-    # -- groups (glidemq.groups) --------------------------------------------------------------
+    # -- groups (glidemq.queue.groups) ------------------------------------------------------
 
     def pause_group(self, key: str) -> None:
         """None of the group's jobs start until `resume_group`; the other groups go on."""

@@ -12,12 +12,12 @@ from collections.abc import Callable
 from types import TracebackType
 from typing import Any, Generic, Self, TypeVar
 
-from ..connection import ConnectionLike
+from ..client.connection import ConnectionLike
 from ..errors import GlideMQError
-from ..job import Job as AsyncJob
+from ..job.job import Job as AsyncJob
 from ..keys import DEFAULT_PREFIX
 from ..types import WorkerOptions
-from ..worker import Worker as AsyncWorker
+from ..worker.worker import Worker as AsyncWorker
 from . import runner
 
 __all__ = ["Worker"]

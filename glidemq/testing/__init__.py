@@ -15,7 +15,7 @@ sandbox) raises UnsupportedOptionError naming it.
 from __future__ import annotations
 
 from ..errors import UnsupportedOptionError
-from ..job import Job as TestJob
+from ..job.job import Job as TestJob
 from ..memory import Clock, ManualClock, MemoryServer, SystemClock
 from .events import TestQueueEvents
 from .producer import TestFlowProducer

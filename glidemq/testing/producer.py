@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from ..flow import FlowProducer
+from ..flows.flow import FlowProducer
 from ..keys import DEFAULT_PREFIX
 from .server import MemoryConnection, MemoryServer, resolve_server
 

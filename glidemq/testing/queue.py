@@ -6,10 +6,10 @@ import asyncio
 import time
 from typing import Any, TypeVar
 
+from ..encoding.serializers import DEFAULT_SERIALIZER
 from ..errors import JobTimeoutError
 from ..keys import DEFAULT_PREFIX
-from ..queue import Queue
-from ..serializers import DEFAULT_SERIALIZER
+from ..queue.queue import Queue
 from .server import MemoryConnection, MemoryServer, resolve_server
 
 __all__ = ["TestQueue"]

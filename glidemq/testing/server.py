@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any, TypeAlias
 
-from ..connection import ConnectionOptions
+from ..client.connection import ConnectionOptions
 from ..errors import ValidationError
 from ..memory import MemoryServer
 

@@ -5,10 +5,10 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any, TypeVar
 
-from ..job import Job
+from ..job.job import Job
 from ..keys import DEFAULT_PREFIX
 from ..types import WorkerOptions
-from ..worker import Processor, Worker
+from ..worker.worker import Processor, Worker
 from .server import MemoryConnection, MemoryServer, resolve_server
 from .support import UNSUPPORTED_WORKER_OPTIONS, unsupported
 

@@ -4,7 +4,7 @@ inputs and reading its reply.
 Each function `f` of the Lua library has a `Layout` (`F`, in glidemq.wire.layout's registry),
 a pure builder `f_call(...) -> Call`, and, where Python sends it alone, an async `f(ctx, ...)`
 that sends it and parses the reply. Nothing else in glidemq names a library function
-(glidemq.functions keeps the version and marker reads it needs to load the library).
+(glidemq.client.functions keeps the version and marker reads it needs to load the library).
 Pipelined calls go through `QueueContext.pipeline`.
 """
 
@@ -30,4 +30,4 @@ __all__ = [
 ]
 
 RETRY_SAFE_FUNCTIONS = retry_safe_functions()
-"""Library functions that may run twice (see glidemq.retry)."""
+"""Library functions that may run twice (see glidemq.client.retry)."""

@@ -12,14 +12,9 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from ..errors import (
-    CostExceedsCapacityError,
-    GroupFullError,
-    QueueFullError,
-    ServerError,
-)
+from ..errors import CostExceedsCapacityError, GroupFullError, QueueFullError, ServerError
 from ..keys import QueueKeys
-from ..limit_options import PLAIN_EXT, addjob_limit_args, compact_limit_args
+from ..options.limits import PLAIN_EXT, addjob_limit_args, compact_limit_args
 from ..types import JobOptions
 from . import codes
 from .layout import Call, layout

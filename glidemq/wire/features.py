@@ -6,10 +6,10 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from ..context import QueueContext
+from ..client.context import QueueContext
+from ..encoding.serializers import DEFAULT_SERIALIZER, SERIALIZER_FIELD
 from ..errors import SerializerMismatchError
 from ..keys import QueueKeys
-from ..serializers import DEFAULT_SERIALIZER, SERIALIZER_FIELD
 from .layout import Call, layout, send
 
 __all__ = [

@@ -22,8 +22,8 @@ from glide import (
     StreamReadGroupOptions,
 )
 
-from ..connection import Client
-from ..context import QueueContext
+from ..client.connection import Client
+from ..client.context import QueueContext
 from ..keys import QueueKeys
 from .layout import Call, layout, send
 

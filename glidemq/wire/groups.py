@@ -1,5 +1,5 @@
 """The group functions of the library: one group paused, resumed or given limits at run time
-(glidemq_setGroup), and groups listed (glidemq_groups). glidemq.groups is the API over them.
+(glidemq_setGroup), and groups listed (glidemq_groups). glidemq.queue.groups is the API over them.
 """
 
 from __future__ import annotations

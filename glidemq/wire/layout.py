@@ -1,6 +1,6 @@
 """What every library function takes: its name, how many KEYS and ARGV, whether a retry is
 safe. The wire modules build each call through its `Layout`, so the layouts here are the
-whole Python side of the wire; tests/unit/test_wire_layout.py holds them against the
+whole Python side of the wire; tests/unit/wire/test_wire_layout.py holds them against the
 `-- @wire` header of each Lua function.
 """
 
@@ -48,7 +48,7 @@ class Sender(Protocol):
 class Layout:
     """A library function's shape. `keys` and `args` use the Lua headers' notation: `N`,
     `N..M` or `N..` (at least N). `safe`: running it twice does no harm, so it is retried
-    after an ambiguous failure (see glidemq.retry)."""
+    after an ambiguous failure (see glidemq.client.retry)."""
 
     name: str
     keys: str
@@ -64,8 +64,8 @@ LAYOUTS: dict[str, Layout] = {}
 """Every wrapped library function's layout, by name."""
 
 UNWRAPPED: dict[str, str] = {
-    "glidemq_version": "read by glidemq.functions when it loads the library (on all primaries)",
-    "glidemq_library": "the ownership marker glidemq.functions asks before loading",
+    "glidemq_version": "read by glidemq.client.functions when it loads the library (all primaries)",
+    "glidemq_library": "the ownership marker glidemq.client.functions asks before loading",
     "glidemq_addFlow": "the documented flow call for raw producers; FlowProducer uses "
     "glidemq_addTree (DAGs, several queues)",
     "glidemq_nextDue": "for raw consumers polling the delayed set; our workers learn the next "
@@ -88,7 +88,7 @@ async def send(sender: Sender, call: Call) -> Any:
 
 
 def retry_safe_functions() -> frozenset[str]:
-    """Names of the functions that may run twice (the reads in glidemq.functions too)."""
+    """Names of the functions that may run twice (the reads in glidemq.client.functions too)."""
     return frozenset(n for n, lay in LAYOUTS.items() if lay.safe) | {
         "glidemq_version",
         "glidemq_library",

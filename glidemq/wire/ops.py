@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from ..context import QueueContext
+from ..client.context import QueueContext
 from ..errors import JobNotFoundError, JobStateError, ServerError, ValidationError
 from ..keys import QueueKeys
 from . import codes

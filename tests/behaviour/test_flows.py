@@ -9,14 +9,7 @@ from typing import Any
 
 import pytest
 
-from glidemq import (
-    CycleError,
-    DagNode,
-    DuplicateJobError,
-    FlowJob,
-    JobStateError,
-    chain,
-)
+from glidemq import CycleError, DagNode, DuplicateJobError, FlowJob, JobStateError, chain
 from tests.behaviour.conftest import Backend
 from tests.helpers import wait_for, wait_state
 

@@ -9,8 +9,8 @@ from typing import Any
 import pytest
 
 from glidemq import JobTimeoutError, UnrecoverableError
-from glidemq.lease import Revalidation
 from glidemq.wire import fetch as wire_fetch
+from glidemq.worker.lease import Revalidation
 from tests.behaviour.conftest import Backend
 from tests.helpers import wait_for, wait_state
 

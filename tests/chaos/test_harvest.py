@@ -14,9 +14,9 @@ from glidemq.chaos.collect import read_jobs
 from glidemq.chaos.harvest import Harvest
 from glidemq.chaos.ledger import Executions
 from glidemq.chaos.outcomes import classify
-from glidemq.connection import ConnectionOptions, close_client, create_client
+from glidemq.client.connection import ConnectionOptions, close_client, create_client
 from glidemq.keys import QueueKeys
-from glidemq.server import EmbeddedValkey
+from glidemq.server.valkey import EmbeddedValkey
 from tests.helpers import FAST, wait_for
 
 JOBS = 40

@@ -12,7 +12,8 @@ from typing import Any
 
 import pytest
 
-from glidemq import Queue, otel
+from glidemq import Queue
+from glidemq.client import otel
 from tests.helpers import wait_for
 
 from .conftest import Launcher

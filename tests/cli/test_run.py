@@ -27,15 +27,7 @@ from glidemq import Queue
 from glidemq.runtime.config import ExitCode
 from tests.helpers import wait_for
 
-from .conftest import (
-    APP,
-    CLIProcess,
-    Launcher,
-    executions,
-    free_port,
-    pending_entries,
-    run_pids,
-)
+from .conftest import APP, CLIProcess, Launcher, executions, free_port, pending_entries, run_pids
 
 _STARTED = re.compile(r"started worker slot (\d+) pid (\d+)")
 

@@ -92,8 +92,8 @@ async def test_real_signal_still_drains_running_jobs(
 
 
 async def test_glidemq_run_refuses_a_foreign_glidemq_library_at_boot(run_cli: Launcher) -> None:
-    from glidemq.server import EmbeddedValkey
-    from tests.integration.test_foreign_library import foreign, library_code
+    from glidemq.server.valkey import EmbeddedValkey
+    from tests.integration.client.test_foreign_library import foreign, library_code
 
     server = EmbeddedValkey().start()
     try:

@@ -15,7 +15,7 @@ import pytest
 
 from glidemq import ConnectionOptions, Queue
 from glidemq.runtime.config import ExitCode
-from glidemq.server import EmbeddedValkey
+from glidemq.server.valkey import EmbeddedValkey
 from tests.helpers import wait_for
 from tests.secrets_check import exposed, password_server, process_tree
 from tests.tls import Certs, ensure_stunnel, make_certs, stunnel

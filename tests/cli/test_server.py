@@ -20,7 +20,7 @@ import psutil
 import pytest
 
 from glidemq import Job, Queue, Worker
-from glidemq.server import port_is_free
+from glidemq.server.valkey import port_is_free
 from tests.helpers import wait_for
 
 from .conftest import APP, REPO_ROOT, Launcher, cli_env

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from glidemq.server import free_port
+from glidemq.server.valkey import free_port
 
 ROOT = Path(__file__).resolve().parents[2]
 README = (ROOT / "README.md").read_text()

@@ -12,7 +12,7 @@ from typing import Any
 
 import httpx
 
-from glidemq.server import parse_info
+from glidemq.server.valkey import parse_info
 from tests.conftest import ValkeyAddress
 
 from .conftest import REPO_ROOT, free_port, proxy_argv

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from glidemq import ConnectionOptions, Job, JobOptions, Queue
-from glidemq.context import QueueContext
+from glidemq.client.context import QueueContext
 from glidemq.keys import QueueKeys
 from glidemq.sandbox import SandboxOptions, SandboxPool
 from tests.helpers import wait_for

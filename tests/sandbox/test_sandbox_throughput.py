@@ -2,15 +2,15 @@
 worker on the same server (rates printed with -s).
 
 Rates are not asserted: on a shared machine they swing with the other CI shard, and speed
-claims belong to the benchmark (`python -m glidemq.sandbox.bench`, numbers in
+claims belong to the benchmark (`python -m glidemq.bench.sandbox`, numbers in
 docs/SANDBOX.md). What is asserted is that every pool shape drains the whole burst."""
 
 from __future__ import annotations
 
 from typing import Any
 
+from glidemq.bench.sandbox import throughput
 from glidemq.sandbox import SandboxOptions
-from glidemq.sandbox.bench import throughput
 
 
 async def test_sandbox_pools_drain_a_burst_of_no_op_jobs(

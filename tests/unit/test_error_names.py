@@ -26,7 +26,7 @@ def test_builtin_connection_error_is_not_taken_for_ours() -> None:
 
 
 def test_embedded_server_error_is_one_class_under_the_error_tree() -> None:
-    from glidemq import server
+    from glidemq.server import valkey as server
 
     assert issubclass(server.EmbeddedServerError, glidemq.GlideMQError)
     assert issubclass(server.EmbeddedServerError, RuntimeError)
@@ -37,7 +37,7 @@ def test_embedded_server_error_is_one_class_under_the_error_tree() -> None:
 
 
 def test_old_embedded_server_error_import_still_works_with_a_warning() -> None:
-    from glidemq import server
+    from glidemq.server import valkey as server
 
     with pytest.warns(DeprecationWarning, match="EmbeddedServerError"):
         old = server.ServerError

@@ -5,7 +5,13 @@ runs; this test is the cycle check the contract cannot express between siblings.
 
 from __future__ import annotations
 
+import importlib
+import tomllib
+from pathlib import Path
+
 import grimp
+
+import glidemq
 
 # Tools and faces may lean on each other; the engine must not.
 _OUTSIDE_CORE = (
@@ -14,8 +20,6 @@ _OUTSIDE_CORE = (
     "glidemq.spark",
     "glidemq.testing",
     "glidemq.server",
-    "glidemq.server_cli",
-    "glidemq.server_cluster",
 )
 
 
@@ -88,3 +92,39 @@ def test_the_cycle_finder_finds_a_cycle() -> None:
     assert _cycles({"a": {"b"}, "b": set()}) == []
     chain = {str(i): {str(i + 1)} for i in range(5000)} | {"5000": {"0"}}
     assert len(_cycles(chain)[0]) == 5001
+
+
+_PACKAGE = Path(glidemq.__file__).parent
+_TOP_LEVEL_MODULES_AT_MOST = 15
+
+
+def _top_level() -> tuple[list[str], list[str]]:
+    modules = sorted(p.stem for p in _PACKAGE.glob("*.py") if p.name != "__init__.py")
+    packages = sorted(p.name for p in _PACKAGE.iterdir() if (p / "__init__.py").is_file())
+    return modules, packages
+
+
+def test_the_top_level_is_a_table_of_contents() -> None:
+    modules, _ = _top_level()
+    assert len(modules) <= _TOP_LEVEL_MODULES_AT_MOST, modules
+
+
+def test_every_part_is_on_the_map_and_in_the_layers() -> None:
+    modules, packages = _top_level()
+    text = (_PACKAGE.parent / "docs" / "ARCHITECTURE.md").read_text(encoding="utf-8")
+    contract = tomllib.loads((_PACKAGE.parent / "pyproject.toml").read_text(encoding="utf-8"))
+    layers = contract["tool"]["importlinter"]["contracts"][0]["layers"]
+    named = {part.strip() for layer in layers for part in layer.split("|")}
+    for name in modules:
+        assert f"{name}.py" in text, f"docs/ARCHITECTURE.md does not name {name}.py"
+        assert name in named, f"{name} is in no layer of the import-linter contract"
+    for name in packages:
+        assert f"{name}/" in text, f"docs/ARCHITECTURE.md does not name {name}/"
+        assert name in named, f"{name} is in no layer of the import-linter contract"
+
+
+def test_every_subpackage_says_what_it_is() -> None:
+    _, packages = _top_level()
+    for name in packages:
+        module = importlib.import_module(f"glidemq.{name}")
+        assert (module.__doc__ or "").strip(), f"glidemq.{name} has no docstring"

@@ -17,7 +17,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from glidemq.cron import parse_cron
+from glidemq.encoding.serialize import decode_data, decode_json, encode_data, encode_result
+from glidemq.encoding.serializers import get_serializer
 from glidemq.errors import ValidationError
 from glidemq.keys import (
     MAX_JOB_ID,
@@ -28,8 +29,7 @@ from glidemq.keys import (
     validate_job_id,
     validate_queue_name,
 )
-from glidemq.serialize import decode_data, decode_json, encode_data, encode_result
-from glidemq.serializers import get_serializer
+from glidemq.timing.cron import parse_cron
 from glidemq.types import JobOptions, KeepJobs, retention_args, retention_from_wire, wire_opts
 
 settings.register_profile(

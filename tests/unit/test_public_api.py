@@ -10,18 +10,21 @@ import pytest
 
 import glidemq
 from glidemq import errors
-from glidemq.functions import LIBRARY_FILES
+from glidemq.client.functions import LIBRARY_FILES
 
 _CORE_MODULES = (
-    "glidemq.connection",
-    "glidemq.context",
+    "glidemq.broadcast",
+    "glidemq.client.connection",
+    "glidemq.client.context",
+    "glidemq.client.functions",
+    "glidemq.encoding.serialize",
     "glidemq.errors",
     "glidemq.events",
-    "glidemq.functions",
+    "glidemq.flows",
     "glidemq.job",
     "glidemq.keys",
     "glidemq.queue",
-    "glidemq.serialize",
+    "glidemq.server",
     "glidemq.types",
     "glidemq.worker",
 )

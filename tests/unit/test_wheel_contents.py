@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from glidemq.bench.loadtest import LOCUSTFILE, locust_missing
-from glidemq.functions import LIBRARY_FILES
+from glidemq.client.functions import LIBRARY_FILES
 
 ROOT = Path(__file__).resolve().parents[2]
 

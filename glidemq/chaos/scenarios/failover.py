@@ -24,11 +24,11 @@ from typing import Any
 
 from glide import ExclusiveIdBound, IdBound, MaxId
 
-from ...context import QueueContext
+from ...client.context import QueueContext
 from ...errors import GlideMQError
 from ...keys import QueueKeys
-from ...server import EmbeddedValkey
-from ...server_cluster import EmbeddedCluster
+from ...server.cluster import EmbeddedCluster
+from ...server.valkey import EmbeddedValkey
 from ..context import ChaosRun
 from ..registry import register
 from ..scenario import FleetSettings, Scenario

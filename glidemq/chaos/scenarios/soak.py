@@ -43,7 +43,7 @@ from typing import Any
 
 import psutil
 
-from ...server import EmbeddedValkey
+from ...server.valkey import EmbeddedValkey
 from ..context import ChaosRun
 from ..faults import kill_process, process_tree, wait_gone
 from ..registry import register

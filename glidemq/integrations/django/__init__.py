@@ -29,9 +29,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ...connection import ConnectionOptions, resolve_connection
+from ...client.connection import ConnectionOptions, resolve_connection
 from ...errors import GlideMQError, ValidationError
-from ...job import Job
+from ...job.job import Job
 from ...keys import DEFAULT_PREFIX
 from ...producer import Producer
 from ...sync import runner

@@ -17,8 +17,8 @@ from typing import Any
 from django.conf import settings as django_settings
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from glidemq.errors import ValidationError
-from glidemq.integrations.django import Settings, settings
+from .....errors import ValidationError
+from ... import Settings, settings
 
 # Options that would put a server address or credentials into argv, or start another server.
 _REFUSED = frozenset({"url", "url_file", "url_fd", "cluster", "embedded"})

@@ -1,0 +1,261 @@
+"""One queue on one connection: how calls reach the server.
+
+Queue, Worker and Job all talk to the server through a QueueContext: library calls (built
+by glidemq.wire), pipelines of them, and plain commands, all retried as glidemq.client.retry says.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Sequence
+from functools import partial
+from typing import TYPE_CHECKING, Any
+
+from glide import Batch, ClusterBatch, GlideClusterClient
+from glide import GlideError as _GlideError
+
+from ..keys import QueueKeys
+from ..timing.clock import WALL_CLOCK, Clock, now_ms
+from .connection import Client
+from .functions import ensure_library
+from .retry import (
+    DEFAULT_RETRY,
+    Failure,
+    RetryPolicy,
+    classify,
+    retry_batch,
+    retrying,
+    to_glidemq_error,
+)
+
+if TYPE_CHECKING:
+    from ..encoding.serializers import Serializer
+
+__all__ = ["ClientSender", "QueueContext", "now_ms"]
+
+
+def _s(value: bytes | str | int | None) -> str:
+    if isinstance(value, bytes):
+        return value.decode()
+    return "" if value is None else str(value)
+
+
+class QueueContext:
+    """A queue's keys bound to a connected client.
+
+    Calls are retried as `glidemq.client.retry` says. The owner may swap `client` at any time (a
+    renewed connection); `on_transport_failure` / `on_success` tell it how calls fare, and
+    `keep_trying` (when set) returning False ends retries early (the owner is closing).
+    """
+
+    __slots__ = (
+        "client",
+        "clock",
+        "compress",
+        "keep_trying",
+        "keys",
+        "name",
+        "on_success",
+        "on_transport_failure",
+        "retry",
+        "serializer",
+    )
+
+    def __init__(
+        self,
+        client: Client,
+        keys: QueueKeys,
+        *,
+        compress: bool = False,
+        retry: RetryPolicy = DEFAULT_RETRY,
+        serializer: Serializer | None = None,
+        clock: Clock = WALL_CLOCK,
+    ) -> None:
+        self.client = client
+        self.clock = clock  # the server's: what job times are read from
+        self.serializer = serializer  # of job data written through this context; None: JSON
+        self.keys = keys
+        self.name = keys.name
+        self.compress = compress
+        self.retry = retry
+        self.on_transport_failure: Callable[[], Awaitable[None]] | None = None
+        self.on_success: Callable[[], None] | None = None
+        self.keep_trying: Callable[[], bool] | None = None
+
+    def now_ms(self) -> int:
+        """The time in ms on this queue's clock (the wall clock, or an in-process server's)."""
+        return self.clock.now_ms()
+
+    def _client(self) -> Client:
+        return self.client
+
+    async def fcall(
+        self,
+        function: str,
+        keys: Sequence[str],
+        args: Sequence[str | bytes],
+        *,
+        safe: bool = False,
+    ) -> Any:
+        """Call a library function on this queue's slot. `safe` allows a retry after a
+        failure that may have run it (the wire layouts say which functions are)."""
+        key_list, arg_list = list(keys), list(args)
+
+        async def send(client: Client) -> Any:
+            return await client.fcall(function, keys=key_list, arguments=arg_list)
+
+        return await retrying(
+            send,
+            self._client,
+            what=function,
+            safe=safe,
+            policy=self.retry,
+            reload_library=ensure_library,
+            on_transport_failure=self.on_transport_failure,
+            on_success=self.on_success,
+            keep_trying=self.keep_trying,
+        )
+
+    async def command(
+        self, call: Callable[[Client], Awaitable[Any]] | Awaitable[Any], *, safe: bool = True
+    ) -> Any:
+        """Run a plain client command, errors mapped into the glidemq tree.
+
+        Given `lambda client: client.hget(...)` it is retried (after an ambiguous failure only
+        when `safe`, the default: plain commands are mostly reads); given an awaitable it is
+        tried once.
+        """
+        if callable(call):
+            return await retrying(
+                call,
+                self._client,
+                what="command",
+                safe=safe,
+                policy=self.retry,
+                on_transport_failure=self.on_transport_failure,
+                on_success=self.on_success,
+                keep_trying=self.keep_trying,
+            )
+        try:
+            return await call
+        except _GlideError as exc:
+            raise to_glidemq_error(exc, "command") from exc
+
+    # -- keys of the common call shapes -------------------------------------------------
+
+    @property
+    def fetch_keys(self) -> list[str]:
+        k = self.keys
+        return [k.stream, k.completed, k.events, k.scheduled, k.meta]
+
+    @property
+    def fail_keys(self) -> list[str]:
+        k = self.keys
+        return [k.stream, k.failed, k.events, k.scheduled, k.meta]
+
+    @property
+    def job_op_keys(self) -> list[str]:
+        k = self.keys
+        return [k.stream, k.scheduled, k.events]
+
+    # -- pipelines -----------------------------------------------------------------------
+
+    async def pipeline(
+        self,
+        calls: Sequence[tuple[str, list[str], list[str | bytes], bool]],
+        *,
+        safe: bool,
+        resend: bool = True,
+    ) -> list[Any]:
+        """Send library calls (glidemq.wire `Call`s) as one non-atomic pipeline; one reply
+        per call, an exception object where that call failed. `safe`: the whole pipeline
+        may run twice. `resend`: calls answered "did not run" (a slot that moved) go again,
+        alone and with backoff; without it the pipeline is sent once."""
+        client = self.client
+        cluster = isinstance(client, GlideClusterClient)
+
+        async def run(indices: Sequence[int]) -> Any:
+            batch: Batch | ClusterBatch = ClusterBatch(False) if cluster else Batch(False)
+            for i in indices:
+                function, keys, args, _ = calls[i]
+                batch.fcall(function, keys, args)
+            return await self.command(partial(_exec, batch), safe=safe)
+
+        async def send(indices: Sequence[int]) -> list[Any]:
+            if resend:
+                return await retry_batch(
+                    lambda sub: run([indices[j] for j in sub]), len(indices), policy=self.retry
+                )
+            return list(await run(indices) or [])
+
+        replies = await send(range(len(calls)))
+        lost = [i for i, r in enumerate(replies) if _library_missing(r)]
+        if lost:
+            # those calls did not run: load the library where it was lost and send them again
+            await ensure_library(client)
+            for i, reply in zip(lost, await send(lost), strict=True):
+                replies[i] = reply
+        return replies
+
+    # -- plain reads ---------------------------------------------------------------------
+
+    async def get_fields(self, job_id: str) -> dict[bytes, bytes] | None:
+        """The job's hash, or None when it does not exist."""
+        key = self.keys.job(job_id)
+        h = await self.command(lambda c: c.hgetall(key))
+        return h or None
+
+    async def get_state(self, job_id: str) -> str | None:
+        """The job's state, `dead_letter` for a failed job parked in the dead-letter set;
+        None when the job does not exist."""
+        key = self.keys.job(job_id)
+        state = await self.command(lambda c: c.hget(key, "state"))
+        if state is None:
+            return None
+        text = _s(state)
+        if text == "failed":
+            dlq = self.keys.dlq
+            if await self.command(lambda c: c.zscore(dlq, job_id)) is not None:
+                return "dead_letter"
+        return text
+
+
+def _library_missing(reply: Any) -> bool:
+    return isinstance(reply, _GlideError) and classify(reply) is Failure.MISSING_LIBRARY
+
+
+async def _exec(batch: Batch | ClusterBatch, client: Client) -> Any:
+    return await client.exec(batch, False)  # type: ignore[arg-type,unused-ignore]
+
+
+class ClientSender:
+    """Library calls on a bare client (no queue context): retried as glidemq.client.retry says,
+    the library loaded again where a node lost it."""
+
+    __slots__ = ("client", "retry")
+
+    def __init__(self, client: Client, retry: RetryPolicy = DEFAULT_RETRY) -> None:
+        self.client = client
+        self.retry = retry
+
+    async def fcall(
+        self,
+        function: str,
+        keys: Sequence[str],
+        args: Sequence[str | bytes],
+        *,
+        safe: bool = False,
+    ) -> Any:
+        """FCALL `function`; `safe` as in `QueueContext.fcall`."""
+        key_list, arg_list = list(keys), list(args)
+
+        async def send(c: Client) -> Any:
+            return await c.fcall(function, keys=key_list, arguments=arg_list)
+
+        return await retrying(
+            send,
+            lambda: self.client,
+            what=function,
+            safe=safe,
+            policy=self.retry,
+            reload_library=ensure_library,
+        )

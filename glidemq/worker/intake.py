@@ -1,0 +1,149 @@
+"""Intake: the one owner of a Worker's completions on their way out and of what they bring
+back. Completions that finish in one event-loop iteration go out together; each flush is
+one glidemq_completeAndFetchNext that stores them and takes the next jobs for the slots it
+reserved; up to `MAX_FLUSHES_IN_FLIGHT` flushes run at once, so the server works on one
+while this process runs the jobs of another. Fetched jobs are handed on in the order their
+calls were sent (`InOrder`); what a reply says about the queue goes to the fetch loop
+(`Fetcher.took`). The Worker keeps the lifecycle, running and failing.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING, Any
+
+from ..errors import GlideMQError
+from ..wire import fetch as wire_fetch
+
+if TYPE_CHECKING:
+    from ..job.job import Job
+    from .fetcher import Fetcher, InOrder
+    from .link import WorkerLink
+
+__all__ = ["MAX_FLUSHES_IN_FLIGHT", "Intake", "Pending"]
+
+log = logging.getLogger("glidemq.worker")
+
+MAX_FLUSHES_IN_FLIGHT = 4
+"""Completion flushes sent and not answered yet, at most."""
+
+Pending = tuple["Job[Any, Any]", bytes, tuple[int, int]]
+"""A completion waiting to go out: the job, its encoded result, its retention (count, age)."""
+
+
+class Intake:
+    """Completions of one Worker (`complete`), their flushes of `size` jobs each, and the
+    background server calls close waits for (`spawn`, `tasks`). `completed(job)` is called
+    for each completion the server stored."""
+
+    def __init__(
+        self,
+        link: WorkerLink,
+        order: InOrder,
+        size: int,
+        completed: Callable[[Job[Any, Any]], None],
+    ) -> None:
+        self.link = link
+        self.order = order
+        self.size = size
+        self.completed = completed
+        self.fetcher: Fetcher | None = None  # set by the Worker once both exist
+        self.tasks: set[asyncio.Task[None]] = set()
+        self._pending: list[Pending] = []
+        self._scheduled = False
+        self._flushes = 0
+
+    def completing(self) -> bool:
+        """Whether completions are queued or on their way (they fetch jobs as well)."""
+        return bool(self._flushes or self._pending)
+
+    def has_work(self) -> bool:
+        """Whether anything is still to send or to wait for (close drains it)."""
+        return bool(self._pending or self.tasks)
+
+    def complete(self, job: Job[Any, Any], rv: bytes, keep: tuple[int, int]) -> None:
+        """Queue a success; completions of one loop iteration go out together."""
+        self._pending.append((job, rv, keep))
+        if not self._scheduled:
+            self._scheduled = True
+            asyncio.get_running_loop().call_soon(self.kick)
+
+    def spawn(self, call: Awaitable[None]) -> None:
+        """Run a call to the server in the background; close waits for it."""
+        task = asyncio.ensure_future(call)
+        self.tasks.add(task)
+        task.add_done_callback(self.tasks.discard)
+
+    def kick(self) -> None:
+        """Send queued completions, `size` per flush, while fewer than the most are out;
+        each flush also fetches for the slots it can reserve (none while closing or
+        paused)."""
+        self._scheduled = False
+        link, size = self.link, self.size
+        loop = asyncio.get_running_loop()
+        while self._pending and self._flushes < MAX_FLUSHES_IN_FLIGHT:
+            batch, self._pending = self._pending[:size], self._pending[size:]
+            fetch = 0 if (link.closing or link.paused) else link.slots.reserve(size)
+            self._flushes += 1
+            task = loop.create_task(self._flush(batch, fetch))
+            self.tasks.add(task)
+            task.add_done_callback(self.tasks.discard)
+
+    async def drain(self) -> None:
+        """Send everything queued and wait until every flush and background call is done."""
+        while self.has_work():
+            self.kick()
+            if self.tasks:
+                await asyncio.gather(*list(self.tasks), return_exceptions=True)
+
+    async def _flush(self, batch: list[Pending], fetch: int) -> None:
+        link, slots = self.link, self.link.slots
+        ctx = link.ctx
+        assert ctx is not None
+        completions = [
+            (job.id, job.entry_id or "", rv, keep_count, keep_age)
+            for job, rv, (keep_count, keep_age) in batch
+        ]
+        ticket = self.order.ticket() if fetch else -1
+        fetched: list[Any] = []
+        sent = time.monotonic()
+        try:
+            try:
+                # Transient faults are retried inside fcall, within the connection's budget.
+                got = await wire_fetch.complete_and_fetch_next(
+                    ctx,
+                    ctx.now_ms(),
+                    link.consumer,
+                    fetch,
+                    link.emit_flag,
+                    completions,
+                    link.limiter,
+                )
+            except GlideMQError as exc:
+                link.events.emit("error", exc)
+                # The jobs stay in the PEL; stall recovery runs them again.
+                for job, _, _ in batch:
+                    slots.drop(job.entry_id)
+                return
+            for (job, _, _), status in zip(batch, got.statuses, strict=True):
+                slots.drop(job.entry_id)
+                if status == b"ok":
+                    self.completed(job)
+                elif status == b"stale":
+                    log.info(
+                        "glidemq: job %s was reclaimed by another worker; result dropped", job.id
+                    )
+            fetched = got.entries
+            if self.fetcher is not None:
+                self.fetcher.took(got, fetch)
+        finally:
+            self._flushes -= 1
+            if self._pending and not self._scheduled:
+                self._scheduled = True
+                asyncio.get_running_loop().call_soon(self.kick)
+            slots.wake()
+            if ticket >= 0:  # its reserved slots are released once its jobs started
+                self.order.deliver(ticket, fetched, fetch, sent)
