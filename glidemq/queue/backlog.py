@@ -1,6 +1,7 @@
 """A queue's backlog as an autoscaler reads it: the jobs waiting to start, the jobs running,
-and how long the oldest waiting job has been ready. One read-only call (`glidemq_backlog`),
-a few sorted-set and stream reads on the server whatever the size of the queue.
+and how long the oldest waiting job has been ready. One read-only call (`glidemq_backlog`):
+a few sorted-set and stream reads on the server, plus two per priority in use, whatever the
+number of jobs.
 
 Why not `JobCounts`: a delayed job whose time has come stays in the delayed set until a
 worker's promotion moves it, so with no worker running it counts as delayed for ever; a
