@@ -56,6 +56,7 @@ from .options.limits import RateLimit, TokenBucket
 from .options.usage import FlowUsage, ModelUsage, TokenLimiter, Usage, UsageSummary, UsageTotals
 from .processor import ProcessorSpec, processor
 from .producer import Producer
+from .queue.backlog import Backlog
 from .queue.groups import GroupInfo
 from .queue.queries import Metrics, WorkerInfo
 from .queue.queue import JobCounts, Queue
@@ -69,6 +70,7 @@ from .worker.shutdown import GracefulShutdown
 from .worker.worker import Processor, Worker
 
 __all__ = [
+    "Backlog",
     "Backoff",
     "BatchError",
     "BatchOptions",

@@ -31,6 +31,7 @@ __all__ = [
     "Retry",
     "SerializerMismatchError",
     "ServerError",
+    "SuspendedError",
     "TaskArgumentError",
     "UnrecoverableError",
     "UnsupportedOptionError",

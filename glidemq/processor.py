@@ -171,8 +171,10 @@ def processor(
 ) -> Callable[[Callable[..., Any]], ProcessorSpec]:
     """Declare a processor's queue(s) and Worker options for `glidemq-run`.
 
+    ```python
     @glidemq.processor("emails", concurrency=20)
     async def send(job): ...
+    ```
     """
     from .types import WorkerOptions, from_mapping
 

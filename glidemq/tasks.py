@@ -474,8 +474,8 @@ def task(
 ) -> Callable[[Callable[P, R]], Task[P, R]]:
     """Declare a function (async or sync) as a task of `queue`.
 
-    @glidemq.task("emails", attempts=3, backoff=Backoff("exponential", 1000))
-    def send(to: str, subject: str = "hi") -> bool: ...
+        @glidemq.task("emails", attempts=3, backoff=Backoff("exponential", 1000))
+        def send(to: str, subject: str = "hi") -> bool: ...
 
     `name` is the job name (default: the function's name); `options` are JobOptions for
     every job (unknown keys are an error); `cron` (with `tz`) or `every` (ms) make

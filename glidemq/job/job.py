@@ -115,7 +115,16 @@ def _problem(before: str | None, field: str, exc: BaseException) -> str:
 
 
 class Job(Generic[D, R]):
-    """A job read from the server. Fields mirror the job hash; methods act on the server."""
+    """A job read from the server. Fields mirror the job hash; methods act on the server.
+
+    Fields: `id`, `name`, `data` (decoded), `opts` (as stored), `state` (as read;
+    `get_state()` reads it again), `progress`, `returnvalue`, `failed_reason` and
+    `stacktrace` (of the last failed try), `attempts_made`, `max_attempts`, `stalled_count`,
+    `timestamp`, `processed_on`, `finished_on` (added, last started, finished; ms), `delay`,
+    `priority`, `expire_at` (the ttl deadline, ms), `parent_id`, `group_key`,
+    `ordering_key`, `revoked`, `step`, `cost` (tokens), `usage`, `signals` and `entry_id`
+    (its stream entry while waiting or active).
+    """
 
     __test__ = False  # glidemq.testing names it TestJob: not a pytest test class
 
@@ -534,6 +543,8 @@ class Job(Generic[D, R]):
         return await self.get_state() == "waiting-children"
 
     async def is_revoked(self) -> bool:
+        """Whether the job was revoked (`Queue.revoke`), read from the server now: a long
+        processor may check it to stop early."""
         key = self._ctx.keys.job(self.id)
         revoked = await self._ctx.command(lambda c: c.hget(key, "revoked"))
         return bool(revoked == b"1")

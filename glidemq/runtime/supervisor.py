@@ -104,6 +104,7 @@ class Supervisor:
         self.retired_completed = 0
         self.retired_failed = 0
         self.queue_counts: dict[str, dict[str, int]] = {}
+        self.queue_backlog: dict[str, dict[str, Any]] = {}
         self.metrics: MetricsServer | None = None
         # holdings of dead children not yet handed back -> pid of the child told to do it
         self.orphans: dict[tuple[str, str, str], Holding] = {}
@@ -316,6 +317,8 @@ class Supervisor:
             child.stats = {k: message.get(k, 0) for k in ("completed", "failed", "active", "rss")}
             if "queues" in message:
                 self.queue_counts = message["queues"]
+            if "backlog" in message:
+                self.queue_backlog = message["backlog"]
         elif kind == ipc.READY:
             child.ready = True
             self.generation_ready[child.generation] = True

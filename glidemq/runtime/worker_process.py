@@ -229,6 +229,7 @@ class WorkerProcess:
             ]
         last_counts = 0.0
         counts: dict[str, dict[str, int]] = {}
+        backlogs: dict[str, dict[str, Any]] = {}
         try:
             while True:
                 await asyncio.sleep(HEARTBEAT_INTERVAL)
@@ -242,9 +243,13 @@ class WorkerProcess:
                     for q in queues:
                         with contextlib.suppress(GlideMQError):
                             counts[q.name] = (await q.get_job_counts()).as_dict()
+                        with contextlib.suppress(GlideMQError):
+                            backlogs[q.name] = (await q.get_backlog()).as_dict()
                 message: dict[str, Any] = {"type": ipc.HEARTBEAT, **stats}
                 if counts:
                     message["queues"] = counts
+                if backlogs:
+                    message["backlog"] = backlogs
                 self.send(message)
                 done = stats["completed"] + stats["failed"]
                 if self.max_jobs is not None and done >= self.max_jobs:

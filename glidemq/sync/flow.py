@@ -32,9 +32,11 @@ class JobNode:
 class FlowProducer:
     """Adds flows from sync code, each in one atomic call; as `glidemq.FlowProducer`.
 
+    ```python
     with sync.FlowProducer() as flows:
         node = flows.add(glidemq.chain([fetch.flow_job(url), parse.flow_job()]))
         print(node.job.result(timeout=30))
+    ```
     """
 
     def __init__(

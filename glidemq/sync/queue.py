@@ -18,6 +18,7 @@ from ..keys import DEFAULT_PREFIX
 from ..options.limits import RateLimit
 from ..queue import queue as async_queue
 from ..queue.admin import JobCounts
+from ..queue.backlog import Backlog
 from ..queue.groups import GroupInfo
 from ..queue.queries import Metrics, WorkerInfo
 from ..types import JobOptions
@@ -181,6 +182,11 @@ class Queue(Generic[D, R]):
     def get_job_counts(self) -> JobCounts:
         """Counts of jobs by state, read in one call."""
         return self._call(lambda q: q.get_job_counts())
+
+    def get_backlog(self) -> Backlog:
+        """The jobs waiting to start, the running ones and the age of the oldest waiting one
+        (`glidemq.Queue.get_backlog`)."""
+        return self._call(lambda q: q.get_backlog())
 
     def count(self) -> int:
         """Jobs not yet started (waiting, prioritized, delayed)."""

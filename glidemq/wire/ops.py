@@ -14,6 +14,7 @@ from . import codes
 from .layout import Call, Layout, Sender, layout, send
 
 __all__ = [
+    "BACKLOG",
     "BC_TRIM",
     "CHANGE_DELAY",
     "CHANGE_PRIORITY",
@@ -31,6 +32,8 @@ __all__ = [
     "REVOKE",
     "SEARCH_BY_NAME",
     "UPDATE_JOB",
+    "backlog",
+    "backlog_call",
     "bc_trim",
     "bc_trim_call",
     "change_delay",
@@ -77,6 +80,7 @@ DRAIN = layout("glidemq_drain", keys="3", args="3")
 CLEAN = layout("glidemq_clean", keys="3", args="3")
 OBLITERATE = layout("glidemq_obliterate", keys="2", args="2", safe=True)
 GET_COUNTS = layout("glidemq_getCounts", keys="2", args="0", safe=True)
+BACKLOG = layout("glidemq_backlog", keys="2", args="1", safe=True)
 GET_JOB_IDS = layout("glidemq_getJobIds", keys="2", args="3", safe=True)
 SEARCH_BY_NAME = layout("glidemq_searchByName", keys="2", args="4..", safe=True)
 BC_TRIM = layout("glidemq_bcTrim", keys="1", args="0")
@@ -253,6 +257,17 @@ async def get_counts(ctx: QueueContext) -> list[int]:
     """waiting, active, delayed, prioritized, completed, failed, dead letter, paused (0/1),
     waiting-children, group-waiting, rate-limited."""
     return [int(x) for x in await send(ctx, get_counts_call(ctx.keys))]
+
+
+def backlog_call(keys: QueueKeys, now: int) -> Call:
+    """glidemq_backlog at `now` (ms)."""
+    return BACKLOG.call([keys.stream, keys.scheduled], [str(now)])
+
+
+async def backlog(ctx: QueueContext, now: int) -> list[int]:
+    """waiting, prioritized, due, grouped, active, oldest ready time (ms, -1: none), delayed
+    (not due), paused (0/1), as of `now`."""
+    return [int(x) for x in await send(ctx, backlog_call(ctx.keys, now))]
 
 
 def get_job_ids_call(keys: QueueKeys, state: str, start: int, end: int) -> Call:

@@ -55,6 +55,8 @@ D = TypeVar("D")
 R = TypeVar("R")
 
 Processor = Callable[[Job[D, R]], Awaitable[R]]
+"""What a Worker runs: an async function of a `Job` returning its result (a plain function,
+run in a thread, is accepted too)."""
 
 # Completions go out in up to 4 flushes in flight (glidemq.worker.intake) of about concurrency/4
 # jobs each, so the server works on one chunk while this process runs the jobs of another.

@@ -327,6 +327,7 @@ def build_cases(r: Any, p: str) -> list[Case]:
             read_only=True,
         ),
         Case("glidemq_getCounts", k("stream", "scheduled"), [], read_only=True),
+        Case("glidemq_backlog", k("stream", "scheduled"), [now], {0: TS}, read_only=True),
         Case(
             "glidemq_getJobIds",
             k("stream", "scheduled"),

@@ -144,6 +144,7 @@ SAMPLES: dict[str, Callable[[], Iterable[Call]]] = {
     "glidemq_clean": lambda: [ops.clean_call(K, "completed", 1, 1000)],
     "glidemq_obliterate": lambda: [ops.obliterate_call(K, "0", False)],
     "glidemq_getCounts": lambda: [ops.get_counts_call(K)],
+    "glidemq_backlog": lambda: [ops.backlog_call(K, 1)],
     "glidemq_getJobIds": lambda: [ops.get_job_ids_call(K, "waiting", 0, -1)],
     "glidemq_searchByName": lambda: [
         ops.search_by_name_call(K, "waiting", b"", 10, 1000, []),
