@@ -205,7 +205,8 @@ async def test_a_caught_step_failure_lets_the_workflow_compensate(backend: Backe
         try:
             await ctx.step("risky", lambda: 1 / 0)
         except StepFailedError as exc:
-            return await ctx.step("undo", lambda: f"undone {exc.step}")
+            failed = exc.step
+            return await ctx.step("undo", lambda: f"undone {failed}")
         return "fine"
 
     job_id = await start(backend, careful)
@@ -332,7 +333,7 @@ async def test_workflows_are_found_and_checked_like_tasks(backend: Backend) -> N
     async def typed(ctx: WorkflowContext, n: int) -> int:
         return n
 
-    with pytest.raises(glidemq.TaskArgumentError, match="typed.n"):
+    with pytest.raises(glidemq.TaskArgumentError, match=r"typed\.n"):
         typed.payload("not a number")
     with pytest.raises(TypeError, match="start"):
         typed(1)
