@@ -19,7 +19,7 @@ from glidemq import (
     WorkflowContext,
 )
 from tests.behaviour.conftest import Backend
-from tests.helpers import wait_state
+from tests.helpers import wait_for, wait_state
 
 HOUR = 3600
 
@@ -338,3 +338,31 @@ async def test_workflows_are_found_and_checked_like_tasks(backend: Backend) -> N
     with pytest.raises(TypeError, match="start"):
         typed(1)
     assert typed.options.workflow is True
+
+
+async def test_a_workflow_added_with_a_delay_does_not_wait_it_again_after_a_child(
+    backend: Backend,
+) -> None:
+    @glidemq.task(backend.name)
+    async def one() -> int:
+        return 1
+
+    @glidemq.workflow(backend.name)
+    async def later(ctx: WorkflowContext) -> int:
+        return await ctx.child(one) + 1
+
+    seen: list[tuple[str, str | None, str | None]] = []
+    reader = backend.queue_events()
+    for name in ("delayed", "waiting"):
+        reader.on(name, lambda ev, n=name: seen.append((n, ev.job_id, ev.fields.get("reason"))))
+    await reader.start()
+    job = await backend.queue.add(later.name, later.payload(), {"delay": 300})
+    assert job is not None
+    async with backend.worker(glidemq.task_processor(later, one)):
+        await wait_state(backend.queue, job.id, "delayed")
+        await backend.elapse(400)
+        done = await finished(backend, job.id)
+        await wait_for(lambda: ("waiting", job.id, "children") in seen)
+    assert done.returnvalue == 2
+    # its child's end made it runnable at once: the delay it was added with is not repeated
+    assert ("delayed", job.id, "children") not in seen
