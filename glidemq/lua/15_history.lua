@@ -38,40 +38,49 @@ local function readMeta(raw)
   return {}
 end
 
--- The slot at `pos` for an entry of `kind` named `name`: the entry recorded there (nil when
--- free) and, when the write must not happen, the reply that says why: {'nondeterminism', raw}
--- (another entry is recorded there), {'recorded', raw} (this one is already final) or
--- {'history-full', max}.
-local function historySlot(jobKey, pos, name, kind)
-  if pos > MAX_STEPS then return nil, {'history-full', tostring(MAX_STEPS)} end
-  local raw = redis.call('HGET', jobKey, 'wf:' .. pos)
-  if not raw then return nil, nil end
-  local m = readMeta(raw)
-  if m.n ~= name or m.k ~= kind then return nil, {'nondeterminism', raw} end
-  if m.s == 'done' or m.s == 'failed' or m.s == 'timeout' then return nil, {'recorded', raw} end
-  return m, nil
+-- What the history holds at `pos`: the entry's text and table (nil when free), whether it
+-- has a result, and what a write there must keep (the history's length and size).
+local function readSlot(jobKey, pos)
+  local h = redis.call('HMGET', jobKey, 'wf:' .. pos, 'wr:' .. pos, 'wfLen', 'wfBytes')
+  return {pos = pos, raw = h[1] or nil, had = h[1] and readMeta(h[1]) or nil,
+    res = h[2] and true or false, old = #(h[1] or '') + #(h[2] or ''),
+    len = tonumber(h[3]) or 0, bytes = tonumber(h[4]) or 0}
 end
 
--- Writes entry m (and its result, '' for none) at pos, keeping wfLen and wfBytes; with
--- `check`, refuses ({'too-large', bytes}, nothing written) a history past MAX_HISTORY_BYTES.
--- Call it with check first and without once the call decided to go on, so the refusal
--- comes before any other write.
-local function putEntry(jobKey, pos, m, result, check)
-  local meta = stepMeta(m)
-  local h = redis.call('HMGET', jobKey, 'wfLen', 'wfBytes', 'wf:' .. pos, 'wr:' .. pos)
-  local bytes = (tonumber(h[2]) or 0) - #(h[3] or '') - #(h[4] or '') + #meta + #result
-  if check then
-    if bytes > MAX_HISTORY_BYTES then return {'too-large', tostring(bytes)} end
-    return nil
+-- The slot at `pos` for an entry of `kind` named `name` (readSlot's), or the reply that
+-- refuses the write: {'nondeterminism', raw} (another entry is recorded there),
+-- {'recorded', raw} (this one is already final) or {'history-full', max}.
+local function historySlot(jobKey, pos, name, kind)
+  if pos > MAX_STEPS then return nil, {'history-full', tostring(MAX_STEPS)} end
+  local slot = readSlot(jobKey, pos)
+  local m = slot.had
+  if not m then return slot, nil end
+  if m.n ~= name or m.k ~= kind then return nil, {'nondeterminism', slot.raw} end
+  if m.s == 'done' or m.s == 'failed' or m.s == 'timeout' then
+    return nil, {'recorded', slot.raw}
   end
-  redis.call('HSET', jobKey, 'wf:' .. pos, meta, 'wfBytes', bytes,
-    'wfLen', math.max(tonumber(h[1]) or 0, pos))
+  return slot, nil
+end
+
+-- The text of entry m for `slot` and the history's size after it, or nil and a refusal
+-- ({'too-large', bytes}) past MAX_HISTORY_BYTES. Nothing is written.
+local function planEntry(slot, m, result)
+  local meta = stepMeta(m)
+  local bytes = slot.bytes - slot.old + #meta + #result
+  if bytes > MAX_HISTORY_BYTES then return nil, {'too-large', tostring(bytes)} end
+  return {meta = meta, bytes = bytes}, nil
+end
+
+-- Writes a planned entry (and its result, '' for none), keeping wfLen and wfBytes.
+local function writeEntry(jobKey, slot, plan, result)
+  local pos = slot.pos
+  redis.call('HSET', jobKey, 'wf:' .. pos, plan.meta, 'wfBytes', plan.bytes,
+    'wfLen', math.max(slot.len, pos))
   if result ~= '' then
     redis.call('HSET', jobKey, 'wr:' .. pos, result)
-  elseif h[4] then
+  elseif slot.res then
     redis.call('HDEL', jobKey, 'wr:' .. pos)
   end
-  return nil
 end
 
 -- The oldest pending event `name` of the mailbox: its number, the numbers after it, its data.
@@ -109,14 +118,14 @@ local function putMail(jobKey, name, data)
 end
 
 -- Ends a workflow's wait for an event (at position pos) with status s: 'done' with the event's
--- data, or 'timeout'. Returns a refusal as putEntry does (nothing written) or nil.
+-- data, or 'timeout'. Returns a refusal as planEntry does (nothing written) or nil.
 local function endWait(jobKey, pos, s, data, now)
-  pos = tonumber(pos) or 0
-  local m = readMeta(redis.call('HGET', jobKey, 'wf:' .. pos)) or {}
+  local slot = readSlot(jobKey, tonumber(pos) or 0)
+  local m = slot.had or {}
   m.k, m.s, m.t1 = 'event', s, now
-  local refused = putEntry(jobKey, pos, m, data, true)
-  if refused then return refused end
-  putEntry(jobKey, pos, m, data, false)
+  local plan, refused = planEntry(slot, m, data)
+  if not plan then return refused end
+  writeEntry(jobKey, slot, plan, data)
   redis.call('HDEL', jobKey, 'wfWait', 'wfEvent')
   return nil
 end
@@ -126,9 +135,11 @@ end
 local function reopenLastStep(jobKey)
   local len = tonumber(redis.call('HGET', jobKey, 'wfLen'))
   if not len then return end
-  local m = readMeta(redis.call('HGET', jobKey, 'wf:' .. len))
+  local slot = readSlot(jobKey, len)
+  local m = slot.had
   if m and m.k == 'step' and m.s == 'failed' then
     m.s, m.a = 'retrying', 0
-    putEntry(jobKey, len, m, '', false)
+    local plan = planEntry(slot, m, '') -- the same size or less: never refused
+    if plan then writeEntry(jobKey, slot, plan, '') end
   end
 end

@@ -63,18 +63,19 @@ redis.register_function('glidemq_stepRecord', function(keys, args)
     return badCall('ERR:BAD_OPTION', fname, 'runAt')
   end
   if #args[10] > MAX_DATA then return {'too-large', tostring(#args[10])} end
-  local _, refused = historySlot(s.jobKey, s.pos, s.name, kind)
-  if refused then return refused end
+  local slot, refused = historySlot(s.jobKey, s.pos, s.name, kind)
+  if not slot then return refused end
   local m = {n = s.name, k = kind, s = status, a = attempts, t0 = started, t1 = s.now,
     u = status == 'retrying' and runAt or 0, e = args[11]}
-  refused = putEntry(s.jobKey, s.pos, m, args[10], true)
-  if refused then return refused end
+  local plan
+  plan, refused = planEntry(slot, m, args[10])
+  if not plan then return refused end
   if status ~= 'retrying' then
-    putEntry(s.jobKey, s.pos, m, args[10], false)
+    writeEntry(s.jobKey, slot, plan, args[10])
     return {'ok', ''}
   end
   if redis.call('XACK', stream, GROUP, s.entryId) == 0 then return {'stale', ''} end
-  putEntry(s.jobKey, s.pos, m, args[10], false)
+  writeEntry(s.jobKey, slot, plan, args[10])
   local state = stepDelay(prefix, stream, s, runAt)
   if args[13] == '1' then
     emit(keys[2], 'delayed', s.jobId, 'delay', math.max(0, runAt - s.now), 'reason', 'step-retry')
@@ -98,19 +99,21 @@ redis.register_function('glidemq_stepSleep', function(keys, args)
   local s, reply = stepHead(fname, args, prefix)
   if not s then return reply end
   if untilMs > s.now + MAX_DELAY then return badCall('ERR:BAD_OPTION', fname, 'until') end
-  local had, refused = historySlot(s.jobKey, s.pos, s.name, 'sleep')
-  if refused then return refused end
+  local slot, refused = historySlot(s.jobKey, s.pos, s.name, 'sleep')
+  if not slot then return refused end
+  local had = slot.had
   local m = {n = s.name, k = 'sleep', s = 'sleeping', a = 0, t0 = had and had.t0 or s.now,
     t1 = 0, u = untilMs}
   if untilMs <= s.now then m.s, m.t1 = 'done', s.now end
-  refused = putEntry(s.jobKey, s.pos, m, '', true)
-  if refused then return refused end
+  local plan
+  plan, refused = planEntry(slot, m, '')
+  if not plan then return refused end
   if m.s == 'done' then
-    putEntry(s.jobKey, s.pos, m, '', false)
+    writeEntry(s.jobKey, slot, plan, '')
     return {'ok', ''}
   end
   if redis.call('XACK', stream, GROUP, s.entryId) == 0 then return {'stale', ''} end
-  putEntry(s.jobKey, s.pos, m, '', false)
+  writeEntry(s.jobKey, slot, plan, '')
   local state = stepDelay(prefix, stream, s, untilMs)
   if args[7] == '1' then
     emit(keys[2], 'delayed', s.jobId, 'delay', untilMs - s.now, 'reason', 'sleep')
@@ -136,29 +139,31 @@ redis.register_function('glidemq_stepWait', function(keys, args)
   local s, reply = stepHead(fname, args, prefix)
   if not s then return reply end
   if deadline > s.now + MAX_DELAY then return badCall('ERR:BAD_OPTION', fname, 'deadline') end
-  local had, refused = historySlot(s.jobKey, s.pos, s.name, 'event')
-  if refused then return refused end
+  local slot, refused = historySlot(s.jobKey, s.pos, s.name, 'event')
+  if not slot then return refused end
+  local had = slot.had
   local m = {n = s.name, k = 'event', s = 'waiting', a = 0, t0 = had and had.t0 or s.now,
     t1 = 0, u = deadline}
+  local plan
   local seq, rest, data = peekMail(s.jobKey, s.name)
   if seq then
     m.s, m.t1 = 'done', s.now
-    refused = putEntry(s.jobKey, s.pos, m, data, true)
-    if refused then return refused end
+    plan, refused = planEntry(slot, m, data)
+    if not plan then return refused end
     dropMail(s.jobKey, s.name, seq, rest, data)
-    putEntry(s.jobKey, s.pos, m, data, false)
+    writeEntry(s.jobKey, slot, plan, data)
     return {'received', data}
   end
   if deadline > 0 and deadline <= s.now then m.s, m.t1 = 'timeout', s.now end
-  refused = putEntry(s.jobKey, s.pos, m, '', true)
-  if refused then return refused end
+  plan, refused = planEntry(slot, m, '')
+  if not plan then return refused end
   if m.s == 'timeout' then
-    putEntry(s.jobKey, s.pos, m, '', false)
+    writeEntry(s.jobKey, slot, plan, '')
     return {'timeout', ''}
   end
   if redis.call('XACK', stream, GROUP, s.entryId) == 0 then return {'stale', ''} end
   redis.call('XDEL', stream, s.entryId)
-  putEntry(s.jobKey, s.pos, m, '', false)
+  writeEntry(s.jobKey, slot, plan, '')
   local why = 'event ' .. s.name
   parkSuspended(prefix, s.jobKey, s.jobId, keys[2], s.now, why, deadline)
   redis.call('HSET', s.jobKey, 'wfWait', s.pos, 'wfEvent', s.name)
@@ -184,9 +189,9 @@ redis.register_function('glidemq_stepChild', function(keys, args)
   if string.sub(keys[3], -3) ~= ':id' then return badCall('ERR:BAD_KEYS', fname, keys[3]) end
   local s, reply = stepHead(fname, args, prefix)
   if not s then return reply end
-  local had, refused = historySlot(s.jobKey, s.pos, s.name, 'child')
-  if refused then return refused end
-  if had then return {'recorded', redis.call('HGET', s.jobKey, 'wf:' .. s.pos)} end
+  local slot, refused = historySlot(s.jobKey, s.pos, s.name, 'child')
+  if not slot then return refused end
+  if slot.had then return {'recorded', slot.raw} end
   local child, bad = flowSpec(keys[3], args[6], args[7], args[8], args[9], args[10], args[11],
     args[12], '', {})
   if bad then return {bad, ''} end
@@ -194,14 +199,15 @@ redis.register_function('glidemq_stepChild', function(keys, args)
   if not child.id then return {'ERR:ID_EXHAUSTED', ''} end
   local ref = jobRef(child.prefix, child.id)
   local m = {n = s.name, k = 'child', s = 'waiting', a = 0, t0 = s.now, t1 = 0, u = 0, c = ref}
-  refused = putEntry(s.jobKey, s.pos, m, '', true)
-  if refused then return refused end
+  local plan
+  plan, refused = planEntry(slot, m, '')
+  if not plan then return refused end
   if redis.call('XACK', stream, GROUP, s.entryId) == 0 then return {'stale', ''} end
   redis.call('XDEL', stream, s.entryId)
   child.pPrefix, child.pid = prefix, s.jobId
   writeFlowJob(child, s.now)
   redis.call('SADD', prefix .. 'deps:' .. s.jobId, ref)
-  putEntry(s.jobKey, s.pos, m, '', false)
+  writeEntry(s.jobKey, slot, plan, '')
   leaveActive(prefix, s.jobKey, s.jobId, 'waiting-children', nil, s.now)
   redis.call('HSET', s.jobKey, 'state', 'waiting-children')
   redis.call('HDEL', s.jobKey, 'sid')

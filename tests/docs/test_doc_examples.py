@@ -26,6 +26,7 @@ DOCS = (
     "AI.md",
     "TASKS.md",
     "MIGRATING.md",
+    "DURABLE.md",
 )
 FENCE = re.compile(r"^```python[^\n]*\n(.*?)^```", re.MULTILINE | re.DOTALL)
 
