@@ -1,6 +1,10 @@
 """What a durable workflow costs: workflows of 3 no-op steps against plain no-op jobs, one
 worker at concurrency 50 on an embedded Valkey, the two kinds alternating within one run.
 
+A third kind runs the same workflows with each step call sent alone (the step calls of one
+loop iteration are otherwise sent together, `glidemq/wire/steps.py`), to show what that
+coalescing saves.
+
 Reported per kind: runs per second (jobs/s, workflows/s), steps per second, the server's
 and this process's CPU per run, and the library calls (FCALL) per run, read from
 `INFO commandstats`: a workflow of 3 steps should cost 3 calls more than a plain job.
@@ -21,6 +25,7 @@ import glidemq
 from glidemq import Job, Queue, Worker, WorkflowContext
 from glidemq.bench.cpu import process_cpu_seconds, self_cpu_seconds
 from glidemq.server.valkey import EmbeddedValkey
+from glidemq.wire import steps as wire_steps
 
 CONCURRENCY = 50
 
@@ -54,8 +59,9 @@ async def fcalls(q: Queue[Any, Any]) -> int:
 
 
 async def run(url: str, pid: int, name: str, kind: str, n: int) -> dict[str, float]:
+    wire_steps._MAX_PIPELINE = 1 if kind == "alone" else 64
     async with Queue(name, connection=url) as q:
-        if kind == "workflow":
+        if kind in ("workflow", "alone"):
             wf = workflow_of(name)
             processor: Any = glidemq.task_processor(wf)
             jobs = [(wf.name, wf.payload(i), wf.options) for i in range(n)]
@@ -86,18 +92,20 @@ async def run(url: str, pid: int, name: str, kind: str, n: int) -> dict[str, flo
 async def main(n: int, rounds: int) -> None:
     with EmbeddedValkey() as server:
         assert server.pid is not None
-        got: dict[str, list[dict[str, float]]] = {"plain": [], "workflow": []}
+        kinds = ("plain", "workflow", "alone")
+        got: dict[str, list[dict[str, float]]] = {k: [] for k in kinds}
         for r in range(rounds):
-            for kind in ("plain", "workflow") if r % 2 == 0 else ("workflow", "plain"):
+            for kind in kinds if r % 2 == 0 else kinds[::-1]:
                 got[kind].append(await run(server.url, server.pid, f"{kind}{r}", kind, n))
 
     def med(kind: str, key: str) -> float:
         return statistics.median(x[key] for x in got[kind])
 
+    print("kinds: plain no-op jobs; workflows of 3 steps; the same with each call alone")
     print(f"{n} runs per kind, {rounds} rounds, one worker at concurrency {CONCURRENCY}")
-    for kind in ("plain", "workflow"):
+    for kind in kinds:
         runs = ", ".join(f"{x['per_s']:,.0f}" for x in got[kind])
-        steps = f", {3 * med(kind, 'per_s'):,.0f} steps/s" if kind == "workflow" else ""
+        steps = f", {3 * med(kind, 'per_s'):,.0f} steps/s" if kind != "plain" else ""
         print(
             f"{kind:8s} {med(kind, 'per_s'):>8,.0f} runs/s{steps} (runs: {runs}); "
             f"server {med(kind, 'server_us'):.0f} us, client {med(kind, 'client_us'):.0f} us, "
@@ -106,6 +114,8 @@ async def main(n: int, rounds: int) -> None:
     ratio = med("workflow", "per_s") / med("plain", "per_s")
     extra = med("workflow", "fcalls") - med("plain", "fcalls")
     print(f"workflow / plain: {ratio:.2f}; {extra:.2f} FCALLs more per run (3 steps)")
+    alone = med("workflow", "per_s") / med("alone", "per_s")
+    print(f"workflow (calls together) / alone (each call its own round trip): {alone:.2f}")
 
 
 if __name__ == "__main__":
