@@ -239,7 +239,10 @@ class WorkflowContext:
         reason = _reason(exc)
         delay = -1
         if made < limit and not isinstance(exc, UnrecoverableError):
-            delay = retry_delay(policy, made, exc, {})
+            try:
+                delay = retry_delay(policy, made, exc, {})
+            except KeyError:  # the workflow's backoff names a worker's custom strategy
+                delay = 0
         if delay < 0:
             reply = await self._log.record(pos, name, "step", "failed", made, started, b"", reason)
             self._outcome(reply, "step", name)
