@@ -38,7 +38,7 @@ __all__ = [
 
 LIBRARY_NAME = "glidemq"
 LIBRARY_VERSION = 27
-LIBRARY_SOURCE_SHA256 = "b214cfc3882aeb5be6cc64a475a71861733fe48dc60fb8042514ba50fff897a1"
+LIBRARY_SOURCE_SHA256 = "9fc012d04ff444ecc2c56b04f268bff189665f24c41153da7b69470911df4dd6"
 LIBRARY_FILES = (
     "00_prelude.lua",  # shebang, version placeholder, constants, input checks, shared helpers
     "05_groups.lua",  # group wait sets, fair scheduling across groups, pausing a group

@@ -177,8 +177,8 @@ end)
 -- Starts a child job (a flow child of the workflow, as glidemq_addTree writes one) and ends
 -- the run: the workflow waits for it in waiting-children and runs again when it finished
 -- (its value in cv:<ref>, or with continueParentOnFailure its failure in cf:<ref>).
--- Returns {'waiting-children', childId}, {'ERR:...', ''} for a child refused as an add
--- would be, or a refusal.
+-- Returns {'waiting-children', childId} or a refusal; a child refused as an add would be is
+-- an error reply (ERR:BAD_OPTION, ERR:PAYLOAD_TOO_LARGE, ERR:ID_EXHAUSTED, ...).
 -- @wire glidemq_stepChild keys=3 args=13
 redis.register_function('glidemq_stepChild', function(keys, args)
   local fname = 'glidemq_stepChild'
@@ -194,9 +194,9 @@ redis.register_function('glidemq_stepChild', function(keys, args)
   if slot.had then return {'recorded', slot.raw} end
   local child, bad = flowSpec(keys[3], args[6], args[7], args[8], args[9], args[10], args[11],
     args[12], '', {})
-  if bad then return {bad, ''} end
+  if bad then return badCall(bad, fname, 'the child job') end
   child.id = generatedId(child.prefix, child.idKey, nil)
-  if not child.id then return {'ERR:ID_EXHAUSTED', ''} end
+  if not child.id then return badCall('ERR:ID_EXHAUSTED', fname, 'the child job') end
   local ref = jobRef(child.prefix, child.id)
   local m = {n = s.name, k = 'child', s = 'waiting', a = 0, t0 = s.now, t1 = 0, u = 0, c = ref}
   local plan
