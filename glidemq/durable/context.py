@@ -112,7 +112,13 @@ class WorkflowContext:
 
     def __init__(self, job: Job[Any, Any]) -> None:
         self.job = job
-        self._log: StepLog = job.step_log()
+        try:
+            self._log: StepLog = job.step_log()
+        except JobStateError as exc:
+            raise UnrecoverableError(
+                f"workflow {job.id}: only the worker that runs it records its steps "
+                f"(a workflow cannot run in a sandbox child): {exc}"
+            ) from exc
         self._history: dict[int, Step] = {s.position: s for s in job.steps}
         self._position = 0
         self._parked: str | None = None

@@ -114,3 +114,18 @@ async def test_forty_workflows_survive_both_processes_killed_in_their_sleep(
     ran = collections.Counter(tuple(line.split()[:2]) for line in log.read_text().splitlines())
     assert ran == {(step, order): 1 for order in orders for step in ("charge", "label")}
     await drain(cli)
+
+
+async def test_a_workflow_in_a_sandbox_child_fails_at_once_saying_why(
+    run_cli: Launcher, cli_queue: Queue[Any, Any], valkey_server: Any
+) -> None:
+    env = {"GLIDEMQ_TEST_DURABLE_QUEUE": cli_queue.name}
+    cli = run_cli(APP, "--url", valkey_server.url, "--procs", 1, "--sandbox", env=env)
+    await cli.wait_workers(1)
+    wf = durable_app.fulfil  # attempts=3, but no retry can help
+    job = await cli_queue.add(wf.name, wf.payload("o-1"), wf.options)
+    assert job is not None
+    failed = await wait_state(cli_queue, job.id, "failed", timeout=30)
+    assert "cannot run in a sandbox child" in (failed.failed_reason or "")
+    assert failed.attempts_made == 1 and failed.steps == []
+    await drain(cli)
