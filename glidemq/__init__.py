@@ -13,6 +13,7 @@ from __future__ import annotations
 from .broadcast.broadcast import Broadcast, BroadcastWorker
 from .client.connection import ConnectionOptions
 from .client.retry import RetryPolicy
+from .durable import Workflow, WorkflowContext, workflow
 from .errors import (
     BatchError,
     ConnectionError,
@@ -21,15 +22,18 @@ from .errors import (
     CycleError,
     DelayedError,
     DuplicateJobError,
+    EventTimeoutError,
     ForeignLibraryError,
     GlideMQError,
     GroupFullError,
+    HistoryLimitError,
     JobFailedError,
     JobIdsExhaustedError,
     JobNotFoundError,
     JobStateError,
     JobTimeoutError,
     LibraryError,
+    NonDeterminismError,
     OperationTimeoutError,
     PayloadTooLargeError,
     ProcessorExitError,
@@ -39,6 +43,7 @@ from .errors import (
     Retry,
     SerializerMismatchError,
     ServerError,
+    StepFailedError,
     SuspendedError,
     TaskArgumentError,
     UnrecoverableError,
@@ -51,6 +56,7 @@ from .flows.builders import Dag, DagNode, chain, chord, dag, group
 from .flows.flow import FlowJob, FlowProducer, JobNode
 from .job.flowview import Dependencies, Flow, FlowNode
 from .job.job import Job
+from .job.steps import Step
 from .job.streams import StreamChunk
 from .options.limits import RateLimit, TokenBucket
 from .options.usage import FlowUsage, ModelUsage, TokenLimiter, Usage, UsageSummary, UsageTotals
@@ -87,6 +93,7 @@ __all__ = [
     "DelayedError",
     "Dependencies",
     "DuplicateJobError",
+    "EventTimeoutError",
     "Flow",
     "FlowJob",
     "FlowNode",
@@ -97,6 +104,7 @@ __all__ = [
     "GracefulShutdown",
     "GroupFullError",
     "GroupInfo",
+    "HistoryLimitError",
     "Job",
     "JobCounts",
     "JobFailedError",
@@ -112,6 +120,7 @@ __all__ = [
     "LibraryError",
     "Metrics",
     "ModelUsage",
+    "NonDeterminismError",
     "OperationTimeoutError",
     "PayloadTooLargeError",
     "Processor",
@@ -131,6 +140,8 @@ __all__ = [
     "SerializerMismatchError",
     "ServerError",
     "Signal",
+    "Step",
+    "StepFailedError",
     "StreamChunk",
     "SuspendedError",
     "Task",
@@ -147,6 +158,8 @@ __all__ = [
     "Worker",
     "WorkerInfo",
     "WorkerOptions",
+    "Workflow",
+    "WorkflowContext",
     "__version__",
     "chain",
     "chord",
@@ -157,4 +170,5 @@ __all__ = [
     "processor",
     "task",
     "task_processor",
+    "workflow",
 ]

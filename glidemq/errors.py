@@ -13,15 +13,18 @@ __all__ = [
     "CycleError",
     "DelayedError",
     "DuplicateJobError",
+    "EventTimeoutError",
     "ForeignLibraryError",
     "GlideMQError",
     "GroupFullError",
+    "HistoryLimitError",
     "JobFailedError",
     "JobIdsExhaustedError",
     "JobNotFoundError",
     "JobStateError",
     "JobTimeoutError",
     "LibraryError",
+    "NonDeterminismError",
     "OperationTimeoutError",
     "PayloadTooLargeError",
     "ProcessorExitError",
@@ -31,6 +34,7 @@ __all__ = [
     "Retry",
     "SerializerMismatchError",
     "ServerError",
+    "StepFailedError",
     "SuspendedError",
     "TaskArgumentError",
     "UnrecoverableError",
@@ -330,3 +334,61 @@ class JobIdsExhaustedError(GlideMQError):
             "add again (the counter moved past them), or use non-numeric custom ids"
         )
         self.queue = queue
+
+
+# -- durable workflows (glidemq.durable) ------------------------------------------------------
+
+
+class NonDeterminismError(UnrecoverableError):
+    """A workflow's rerun reached, at `position` of its history, another step than the one
+    recorded there (its code changed, or it branched on something not recorded). The run
+    stops before it could mix results, and the workflow fails for good. `recorded` and
+    `reached` describe both steps (`step 'charge'`, `sleep`)."""
+
+    def __init__(self, workflow_id: str, position: int, recorded: str, reached: str) -> None:
+        super().__init__(
+            f"workflow {workflow_id!r} is not deterministic: position {position} of its "
+            f"history holds {recorded}, the rerun reached {reached}"
+        )
+        self.workflow_id = workflow_id
+        self.position = position
+        self.recorded = recorded
+        self.reached = reached
+
+
+class StepFailedError(UnrecoverableError):
+    """A workflow's step failed for good: its attempts ran out, it raised
+    UnrecoverableError, or its child job failed. Raised in the workflow at the step, where it
+    can be caught (to compensate); uncaught, it fails the workflow for good with the step's
+    name in the reason (the history keeps the failure, so a rerun would fail the same way).
+    `step` is the step's name, `reason` its last error, `attempts` how many it made."""
+
+    def __init__(self, step: str, reason: str, attempts: int) -> None:
+        tries = f" after {attempts} attempts" if attempts > 1 else ""
+        super().__init__(f"step {step!r} failed{tries}: {reason}")
+        self.step = step
+        self.reason = reason
+        self.attempts = attempts
+
+
+class EventTimeoutError(JobTimeoutError):
+    """`WorkflowContext.wait_for_event` waited `timeout` seconds and no event `event` came.
+    Raised in the workflow, where it can be caught; every replay raises it again."""
+
+    def __init__(self, event: str, timeout: float | None) -> None:
+        super().__init__(f"no event {event!r} came within {timeout} s")
+        self.event = event
+        self.timeout = timeout
+
+
+class HistoryLimitError(UnrecoverableError):
+    """A workflow's history would pass one of its caps: a step result over 1 MiB of JSON,
+    more than 1,000 entries, or more than 8 MiB of entries in all (`limit` names the cap,
+    `size` what was asked). The step is not recorded and the workflow fails for good."""
+
+    def __init__(self, workflow_id: str, limit: str, size: int | None = None) -> None:
+        what = f" ({size})" if size is not None else ""
+        super().__init__(f"workflow {workflow_id!r}: its history is capped at {limit}{what}")
+        self.workflow_id = workflow_id
+        self.limit = limit
+        self.size = size

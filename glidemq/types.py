@@ -185,7 +185,9 @@ class JobOptions:
     `lock_duration` gives the job a lock of its own: stall recovery leaves it alone until it
     has been silent that long, even past the worker's `lock_duration`. An `at_most_once` job
     whose run is interrupted (worker died, stalled, or closed) is never run again: it goes to
-    the dead-letter set with reason 'interrupted'.
+    the dead-letter set with reason 'interrupted'. `workflow` marks a durable workflow's job
+    (set by `@glidemq.workflow`, docs/DURABLE.md): signals sent to it before it waits for
+    them are kept in its mailbox instead of refused.
     """
 
     delay: int = 0
@@ -213,6 +215,7 @@ class JobOptions:
     fallbacks: tuple[Fallback, ...] | None = None
     lock_duration: int | None = None
     at_most_once: bool = False
+    workflow: bool = False
 
     def __post_init__(self) -> None:
         _int("delay", self.delay, high=MAX_DELAY)
@@ -220,6 +223,8 @@ class JobOptions:
             _int("lock_duration", self.lock_duration, low=100)
         if not isinstance(self.at_most_once, bool):
             raise ValidationError("at_most_once", f"must be a bool, got {self.at_most_once!r}")
+        if not isinstance(self.workflow, bool):
+            raise ValidationError("workflow", f"must be a bool, got {self.workflow!r}")
         _int("priority", self.priority, high=MAX_PRIORITY)
         _int("attempts", self.attempts, low=1)
         chain = check_fallbacks(self.fallbacks)
@@ -342,6 +347,7 @@ _WIRE_FIELDS: tuple[tuple[str, str, Callable[[Any], bool], Callable[[Any], Any]]
     ("fallbacks", "fallbacks", bool, _fallbacks_wire),
     ("lock_duration", "lockDuration", _given, _as_is),
     ("at_most_once", "atMostOnce", bool, _true),
+    ("workflow", "workflow", bool, _true),
 )
 
 

@@ -48,6 +48,7 @@ class QueueContext:
     """
 
     __slots__ = (
+        "__weakref__",  # per-context state of the layers above (the step calls' batches)
         "client",
         "clock",
         "compress",

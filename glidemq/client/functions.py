@@ -37,18 +37,20 @@ __all__ = [
 ]
 
 LIBRARY_NAME = "glidemq"
-LIBRARY_VERSION = 27
-LIBRARY_SOURCE_SHA256 = "b55b492e8be1c167c1d7f8b91b3979c1aa331acef23a0ddb4b2d8420c8cd5a98"
+LIBRARY_VERSION = 28
+LIBRARY_SOURCE_SHA256 = "63c08d10fa1e5833913e532854bcdaca2fa4703c3f3e5c03a2868a4411078a67"
 LIBRARY_FILES = (
     "00_prelude.lua",  # shebang, version placeholder, constants, input checks, shared helpers
     "05_groups.lua",  # group wait sets, fair scheduling across groups, pausing a group
     "10_limits.lua",  # queue-wide limits, groups, token buckets, ordering keys, LIFO
+    "15_history.lua",  # a workflow's history and mailbox in its job hash
     "20_ai_native.lua",  # usage, output streams, suspend and signal
     "30_add.lua",  # add, bulk add, dedup, promotion of due jobs
     "40_leave_active.lua",  # leaving the active state: group slots, flow parents told
     "50_fetch_complete.lua",  # activation, complete-and-fetch, blocking-read hand-over
     "60_fail_stall.lua",  # failure, stall recovery, hand-back, heartbeats, delays, rate limits
     "70_flows.lua",  # adding flows and budgets, parents waiting for children
+    "75_durable.lua",  # a running workflow's steps, sleeps, waits for events, children
     "80_admin.lua",  # pause/resume, single-job and bulk operations, job schedulers
     "85_groups.lua",  # one group paused, resumed, its limits changed; groups listed
     "90_queries.lua",  # search, counts, job id pages

@@ -32,6 +32,7 @@ from .checks import (
     retry_source,
 )
 from .signals import Signal, parse_signals
+from .steps import Step, StepLog, check_runnable, parse_steps
 
 if TYPE_CHECKING:
     from ..keys import QueueKeys
@@ -160,6 +161,7 @@ class Job(Generic[D, R]):
         "stalled_count",
         "state",
         "step",
+        "steps",
         "timestamp",
         "usage",
     )
@@ -235,6 +237,8 @@ class Job(Generic[D, R]):
         except (TypeError, ValueError, AttributeError) as exc:
             self.signals = []
             self.decode_error = _problem(self.decode_error, "signals", exc)
+        self.steps: list[Step] = [] if g(b"wfLen") is None else parse_steps(fields)
+        """A workflow's history (glidemq.durable), oldest first; [] for other jobs."""
 
     @property
     def queue_keys(self) -> QueueKeys:
@@ -278,7 +282,7 @@ class Job(Generic[D, R]):
         strict = opts.get("groupConcurrency", 1) == 1 and "groupWeight" not in opts
         job.ordering_key = key if strict else None
         job.step = job.usage = job.decode_error = None
-        job.signals = []
+        job.signals, job.steps = [], []
         return job
 
     def __repr__(self) -> str:
@@ -391,6 +395,17 @@ class Job(Generic[D, R]):
         except SuspendedError:
             self._moved, self.state = True, "suspended"
             raise
+
+    def step_log(self) -> StepLog:
+        """From inside a processor: the calls a workflow (glidemq.durable) makes to record
+        its steps on this job. JobStateError when no worker runs the job."""
+        runner = self._worker
+        entry_id = check_runnable(self.id, self.entry_id, runner is not None)
+        assert runner is not None
+        return StepLog(self._ctx, self.id, entry_id, runner.emit_flag, self._moved_by_step)
+
+    def _moved_by_step(self, state: str) -> None:
+        self._moved, self.state = True, state
 
     def discard(self) -> None:
         """Make the current run's failure final, whatever attempts remain."""

@@ -213,7 +213,8 @@ end)
 
 -- KEYS: stream, scheduled, events.
 -- ARGS: now, source ('failed' | 'completed' | 'dlq'), count, then optional explicit job ids.
--- Moves finished jobs back to waiting with a fresh attempt count. Returns how many moved.
+-- Moves finished jobs back to waiting with a fresh attempt count (a workflow's last step, if
+-- it failed for good, runs again). Returns how many moved.
 -- @wire glidemq_retryJobs keys=3 args=3..
 redis.register_function('glidemq_retryJobs', function(keys, args)
   local err = shape('glidemq_retryJobs', keys, args, 3, 3)
@@ -241,6 +242,7 @@ redis.register_function('glidemq_retryJobs', function(keys, args)
       redis.call('HDEL', jobKey, 'finishedOn', 'processedOn', 'returnvalue', 'failedReason',
         'deadLetter', 'revoked', 'stacktrace', 'expireAt', 'failures')
       redis.call('DEL', prefix .. 'result:' .. jobId) -- the cached outcome is stale now
+      reopenLastStep(jobKey)
       requeue(prefix, jobKey, jobId, priority, now, now)
       emit(events, 'waiting', jobId, 'reason', 'retried')
       n = n + 1

@@ -20,6 +20,7 @@ __all__ = [
     "ID_EXHAUSTED",
     "INVALID_JOB_ID",
     "KEY_FULL",
+    "MAILBOX_FULL",
     "PARENT_NOT_FOUND",
     "PARENT_STATE",
     "PAYLOAD_TOO_LARGE",
@@ -49,6 +50,8 @@ KEY_FULL = "ERR:KEY_FULL"
 ACTIVE = "ERR:ACTIVE"
 STATE = "ERR:STATE"
 FINISHED = "ERR:FINISHED"
+MAILBOX_FULL = "ERR:MAILBOX_FULL"
+"""A signal to a workflow whose mailbox holds its maximum of events; nothing written."""
 # Flows
 PARENT_NOT_FOUND = "ERR:PARENT_NOT_FOUND"
 PARENT_STATE = "ERR:PARENT_STATE"

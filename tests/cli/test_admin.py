@@ -573,3 +573,26 @@ async def test_queues_shows_waiting_children(
     header = table[0].split()
     row = next(line.split() for line in table if line.split()[0] == queue.name)
     assert row[header.index("WAITING-CHILDREN")] == "1"
+
+
+async def test_job_lists_a_workflows_steps(
+    glidemq: Runner, queue: Queue[Any, Any], valkey_server: ValkeyAddress
+) -> None:
+    from tests.durable_sample import run_sample
+
+    runs = await run_sample(valkey_server.url, queue.name)
+    detail = await as_json(glidemq, "job", queue.name, runs.done)
+    steps = [(s["position"], s["name"], s["kind"], s["status"]) for s in detail["steps"]]
+    assert steps == [
+        (1, "charge", "step", "done"),
+        (2, "square", "child", "done"),
+        (3, "shipped", "event", "done"),
+        (4, "label", "step", "done"),
+    ]
+    assert detail["steps"][0]["result"] == {"cents": 300}
+    assert detail["steps"][1]["result"] == 9 and detail["steps"][2]["result"] == "dhl"
+    assert detail["steps"][0]["attempts"] == 1 and detail["steps"][0]["finished_at"] > 0
+    text = (await glidemq("job", queue.name, runs.waiting)).stdout
+    assert "steps (3):" in text
+    assert re.search(r"^\s+3\s+event shipped\s+waiting\b", text, re.M), text
+    assert re.search(r"^\s+1\s+charge\s+done\b.*-> \{\"cents\":400\}", text, re.M), text

@@ -27,6 +27,7 @@ DOCS = (
     "TASKS.md",
     "MIGRATING.md",
     "DEPLOY.md",
+    "DURABLE.md",
 )
 FENCE = re.compile(r"^```python[^\n]*\n(.*?)^```", re.MULTILINE | re.DOTALL)
 

@@ -12,7 +12,7 @@ from glidemq import wire
 from glidemq.client.functions import library_source
 from glidemq.keys import QueueKeys
 from glidemq.types import Backoff, JobOptions
-from glidemq.wire import adds, features, fetch, flows, groups, ops
+from glidemq.wire import adds, features, fetch, flows, groups, ops, steps
 from glidemq.wire.layout import Call, Layout
 from tests.lua_headers import Arity, WireHeader, registered_functions, wire_headers
 
@@ -169,6 +169,17 @@ SAMPLES: dict[str, Callable[[], Iterable[Call]]] = {
     ],
     "glidemq_expireSuspended": lambda: [
         features.expire_suspended_call(K, "glide:{q}:suspended", 1, 100)
+    ],
+    "glidemq_stepRecord": lambda: [
+        steps.step_record_call(K, 1, "1", "1-0", 1, "a", "step", "done", 1, 1, b"1", "", 0, "1"),
+        steps.step_record_call(K, 1, "1", "1-0", 2, "a", "step", "retrying", 1, 1, b"", "", 9, "0"),
+    ],
+    "glidemq_stepSleep": lambda: [steps.step_sleep_call(K, 1, "1", "1-0", 1, "sleep", 9, "1")],
+    "glidemq_stepWait": lambda: [
+        steps.step_wait_call(K, "glide:{q}:suspended", 1, "1", "1-0", 1, "go", 0, "1")
+    ],
+    "glidemq_stepChild": lambda: [
+        steps.step_child_call(K, K2, 1, "1", "1-0", 1, "c", ("c", b"{}", b"{}", 0, 0, 1, 0), "1")
     ],
 }
 
