@@ -28,7 +28,7 @@ from .encoding import payload
 from .errors import GlideMQError, TaskArgumentError, ValidationError
 from .flows.plan import FlowJob
 from .job.job import Job
-from .keys import DEFAULT_PREFIX, validate_queue_name
+from .keys import DEFAULT_PREFIX, validate_job_name, validate_queue_name
 from .processor import ProcessorSpec, is_async_callable
 from .queue.queue import Queue
 from .sync import Job as SyncJob
@@ -170,7 +170,7 @@ class Task(Generic[P, R]):
     ) -> None:
         self.fn = fn
         self.queue = queue
-        self.name = name
+        self.name = validate_job_name(name)
         self.connection = connection
         self.prefix = prefix
         self.options = options
@@ -499,7 +499,7 @@ def task(
         handle = Task(
             fn,
             queue,
-            name or str(getattr(fn, "__name__", "task")),
+            str(getattr(fn, "__name__", "task")) if name is None else name,
             connection=connection,
             prefix=prefix,
             options=job_options,

@@ -55,6 +55,7 @@ _EXAMPLES = """examples:
   glidemq jobs emails --state failed --limit 20 --search welcome
   glidemq job emails 42
   glidemq retry emails 42 43            glidemq retry emails --state failed
+  glidemq update-data emails 42 '{"to": "ada@example.com"}'
   glidemq clean emails --state completed --grace 1h --yes
   glidemq events emails --follow
   glidemq groups emails                 glidemq pause-group emails tenant-42
@@ -140,6 +141,10 @@ def build_parser() -> argparse.ArgumentParser:
     c = command("revoke", "cancel jobs: not started ones fail now, running ones are stopped")
     queue_arg(c)
     c.add_argument("ids", nargs="+", metavar="ID")
+    c = command("update-data", "replace the data of a job no worker has taken yet")
+    queue_arg(c)
+    c.add_argument("id", metavar="ID")
+    c.add_argument("data", metavar="JSON", help="the new data as JSON; - reads it from stdin")
     queue_arg(command("pause", "stop workers from taking new jobs"))
     queue_arg(command("resume", "let workers take jobs again"))
     c = command("clean", "remove old jobs of one state")
@@ -309,6 +314,17 @@ async def _revoke(admin: Admin, args: argparse.Namespace, now: int) -> int:
     return _results(args, await admin.revoke(args.queue, args.ids))
 
 
+async def _update_data(admin: Admin, args: argparse.Namespace, now: int) -> int:
+    text = sys.stdin.read() if args.data == "-" else args.data
+    if not text.strip():
+        raise _Usage("update-data: JSON is empty; write the data to store (null, {} or a value)")
+    try:
+        data = orjson.loads(text)
+    except orjson.JSONDecodeError as exc:
+        raise _Usage(f"update-data: JSON is not JSON: {exc}") from None
+    return _results(args, [await admin.update_data(args.queue, args.id, data)])
+
+
 async def _pause_or_resume(admin: Admin, args: argparse.Namespace, now: int) -> None:
     bulk = await (admin.pause if args.command == "pause" else admin.resume)(args.queue)
     _emit(args, bulk, fmt.bulk_result(bulk))
@@ -401,6 +417,7 @@ _COMMANDS: dict[str, _Command] = {
     "remove": _remove,
     "promote": _promote,
     "revoke": _revoke,
+    "update-data": _update_data,
     "pause": _pause_or_resume,
     "resume": _pause_or_resume,
     "clean": _clean,

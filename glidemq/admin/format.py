@@ -308,7 +308,12 @@ def event_line(ev: QueueEvent) -> str:
 
 def action_results(results: Sequence[ActionResult]) -> str:
     """One line per job an action was asked to change."""
-    done = {"retry": "retried", "remove": "removed", "promote": "promoted"}
+    done = {
+        "retry": "retried",
+        "remove": "removed",
+        "promote": "promoted",
+        "update-data": "updated",
+    }
     lines = []
     for r in results:
         verb = done.get(r.action, r.action)

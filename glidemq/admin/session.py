@@ -179,12 +179,16 @@ class Admin:
         return await actions.add_job(view, self.connection, name, data, opts)
 
     async def update_data(self, queue: str, job_id: str, data: Any) -> ActionResult:
-        """Replace the data of a job that has not started."""
+        """Replace the data of a job no worker has taken yet (refused once one fetched it)."""
         return await actions.update_data(await self.view(queue), job_id, data)
 
     async def change_priority(self, queue: str, job_id: str, priority: int) -> ActionResult:
         """Give a job that has not started yet a new priority."""
         return await actions.change_priority(await self.view(queue), job_id, priority)
+
+    async def change_delay(self, queue: str, job_id: str, delay: int) -> ActionResult:
+        """Run a delayed job `delay` ms from now instead."""
+        return await actions.change_delay(await self.view(queue), job_id, delay)
 
     async def pause(self, queue: str) -> BulkResult:
         """Stop workers from taking new jobs of the queue."""

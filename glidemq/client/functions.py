@@ -37,8 +37,8 @@ __all__ = [
 ]
 
 LIBRARY_NAME = "glidemq"
-LIBRARY_VERSION = 28
-LIBRARY_SOURCE_SHA256 = "63c08d10fa1e5833913e532854bcdaca2fa4703c3f3e5c03a2868a4411078a67"
+LIBRARY_VERSION = 29
+LIBRARY_SOURCE_SHA256 = "dcf524f4ef12b7162a03a23e16e8bfcd90c6075af8a39bc8fa9e0b35ee949107"
 LIBRARY_FILES = (
     "00_prelude.lua",  # shebang, version placeholder, constants, input checks, shared helpers
     "05_groups.lua",  # group wait sets, fair scheduling across groups, pausing a group

@@ -35,7 +35,7 @@ from ..errors import (
     ValidationError,
 )
 from ..job.job import Job
-from ..keys import DEFAULT_PREFIX, QueueKeys, validate_job_id, validate_prefix
+from ..keys import DEFAULT_PREFIX, QueueKeys, validate_job_id, validate_job_name, validate_prefix
 from ..types import JobOptions, wire_opts
 from ..wire import Call, codes, flows, send
 from .budget import wire_budget
@@ -173,8 +173,7 @@ class FlowProducer:
         for node, parents in planned:
             where = label(node)
             try:
-                if not isinstance(node.name, str):
-                    raise ValidationError("name", "must be a string")
+                validate_job_name(node.name)
                 if node.queue_name not in queues:
                     QueueKeys(node.queue_name, self.prefix)
                 opts = JobOptions.coerce(node.opts)

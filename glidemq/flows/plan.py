@@ -35,8 +35,13 @@ class FlowJob:
 
 
 def flow_label(node: FlowJob) -> str:
-    """How an error names a flow job: `queue:name`."""
-    return f"{node.queue_name}:{node.name}"
+    """How an error names a flow job: `queue:name` (a long name cut short)."""
+    name = (
+        node.name
+        if not isinstance(node.name, str) or len(node.name) <= 64
+        else node.name[:61] + "..."
+    )
+    return f"{node.queue_name}:{name}"
 
 
 def _check_node(node: object) -> FlowJob:

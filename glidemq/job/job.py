@@ -51,6 +51,8 @@ class JobRunner(Protocol):
     @property
     def events(self) -> _Events: ...
     @property
+    def consumer(self) -> str: ...
+    @property
     def emit_flag(self) -> str: ...
     @property
     def token_limiter(self) -> TokenLimiter | None: ...
@@ -326,17 +328,16 @@ class Job(Generic[D, R]):
             self._worker.events.emit("progress", self, progress)
 
     async def update_data(self, data: D) -> None:
-        """Replace the job's data."""
-        await ops.update_job(
-            self._ctx,
-            self.id,
-            [
-                (
-                    "data",
-                    encode_data(data, compress=self._ctx.compress, serializer=self._ctx.serializer),
-                )
-            ],
-        )
+        """Replace the job's data. From its processor: while this run holds the job. From
+        anywhere else: only while no worker has taken it (waiting, delayed, prioritized,
+        parked by its group or flow); JobStateError once a worker fetched it (running or
+        held) or it finished. The server checks the state in the same call that writes."""
+        raw = encode_data(data, compress=self._ctx.compress, serializer=self._ctx.serializer)
+        runner = self._worker
+        if runner is not None and self.entry_id is not None:  # this run's own job
+            await ops.update_data(self._ctx, self.id, raw, self.entry_id, runner.consumer)
+        else:
+            await ops.update_data(self._ctx, self.id, raw)
         self.data = data
 
     async def report_usage(

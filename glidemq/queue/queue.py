@@ -27,7 +27,7 @@ from ..errors import (
 from ..flows.budget import QueueBudget
 from ..job.job import Job
 from ..job.streams import QueueStreams
-from ..keys import DEFAULT_PREFIX, QueueKeys
+from ..keys import DEFAULT_PREFIX, QueueKeys, validate_job_name
 from ..types import JobOptions, bulk_item
 from ..wire import Call, adds, send
 from ..wire.features import claim_serializer
@@ -171,8 +171,7 @@ class Queue(
         self, name: Any, data: Any, opts: JobOptions, traceparent: str | None
     ) -> list[str | bytes]:
         """One job for a bulk add (`glidemq.wire.adds.bulk_job`)."""
-        if not isinstance(name, str):
-            raise ValidationError("name", "must be a string")
+        validate_job_name(name)
         encoded = encode_data(data, compress=self.compression, serializer=self._serializer)
         header = plan_for(opts).header
         if traceparent:
@@ -185,6 +184,7 @@ class Queue(
         """The deduplicated add of one job."""
         d = opts.deduplication
         assert d is not None
+        validate_job_name(name)
         encoded = encode_data(data, compress=self.compression, serializer=self._serializer)
         opts_json = self._opts_json(opts, traceparent)
         args = adds.job_args(name, encoded, opts_json, now, opts, opts.job_id)
@@ -293,8 +293,7 @@ class Queue(
         else a one-job glidemq_addBulk."""
         plan = plan_for(options)
         if plan.plain:
-            if not isinstance(name, str):
-                raise ValidationError("name", "must be a string")
+            validate_job_name(name)
             encoded = encode_data(data, compress=self.compression, serializer=self._serializer)
             opts_json = self._opts_json(options, traceparent)
             return adds.add_call(self.keys, now, name, opts_json, encoded, plan.attempts)
@@ -391,8 +390,7 @@ class Queue(
         for i, item in enumerate(jobs):
             name, data, raw_opts = bulk_item(i, item)
             try:
-                if not isinstance(name, str):
-                    raise ValidationError("name", "must be a string")
+                validate_job_name(name)
                 options = default_result_ttl(JobOptions.coerce(raw_opts), self.result_ttl)
                 # one trace context for the whole bulk: runs of like jobs stay shared
                 payload: list[str | bytes] | Call

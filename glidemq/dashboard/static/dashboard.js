@@ -144,7 +144,9 @@
     form.querySelectorAll("textarea[data-json]").forEach(function (area) {
       var text = area.value.trim();
       var bad = "";
-      if (text) {
+      if (!text && area.getAttribute("data-json") === "any") {
+        bad = "is empty: write the JSON to store (null, {} or a value)";
+      } else if (text) {
         try {
           var value = JSON.parse(text);
           if (area.getAttribute("data-json") === "object" && (value === null || typeof value !== "object" || Array.isArray(value))) {

@@ -297,6 +297,7 @@ def build_cases(r: Any, p: str) -> list[Case]:
         Case("glidemq_changeDelay", job_ops, [d, "5000", now], {1: OPT, 2: TS}),
         Case("glidemq_promoteJob", job_ops, [d, now], {1: TS}),
         Case("glidemq_updateJob", k("events"), [a, "1", "progress", "5"]),
+        Case("glidemq_updateData", job_ops, [a, '{"v":2}', ea, "c1"], entry_ids=(2,)),
         Case("glidemq_log", k(f"job:{a}", f"log:{a}"), ["line"], too_many=False),
         Case(
             "glidemq_retryJobs", job_ops, [now, "completed", "10"], {0: TS, 2: ARGS}, too_many=False

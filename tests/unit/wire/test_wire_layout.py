@@ -123,9 +123,13 @@ SAMPLES: dict[str, Callable[[], Iterable[Call]]] = {
     "glidemq_changePriority": lambda: [ops.job_op_call(ops.CHANGE_PRIORITY, K, "1", "3", "5")],
     "glidemq_changeDelay": lambda: [ops.job_op_call(ops.CHANGE_DELAY, K, "1", "100", "5")],
     "glidemq_promoteJob": lambda: [ops.job_op_call(ops.PROMOTE_JOB, K, "1", "5")],
+    "glidemq_updateData": lambda: [
+        ops.update_data_call(K, "1", b"{}"),
+        ops.update_data_call(K, "1", b"{}", "1-0", "c"),
+    ],
     "glidemq_updateJob": lambda: [
         ops.update_job_call(K, "1", [("progress", "5")]),
-        ops.update_job_call(K, "1", [("data", b"{}"), ("progress", "5")]),
+        ops.update_job_call(K, "1", [("progress", "5"), ("progress", "6")]),
     ],
     "glidemq_log": lambda: [ops.log_call(K, "1", ["line"]), ops.log_call(K, "1", ["a", "b"])],
     "glidemq_retryJobs": lambda: [
