@@ -21,6 +21,8 @@ from .errors import (
     CycleError,
     DelayedError,
     DuplicateJobError,
+    DurabilityError,
+    DurabilityTimeoutError,
     ForeignLibraryError,
     GlideMQError,
     GroupFullError,
@@ -52,6 +54,7 @@ from .flows.flow import FlowJob, FlowProducer, JobNode
 from .job.flowview import Dependencies, Flow, FlowNode
 from .job.job import Job
 from .job.streams import StreamChunk
+from .options.durability import Durability
 from .options.limits import RateLimit, TokenBucket
 from .options.usage import FlowUsage, ModelUsage, TokenLimiter, Usage, UsageSummary, UsageTotals
 from .processor import ProcessorSpec, processor
@@ -85,6 +88,9 @@ __all__ = [
     "DelayedError",
     "Dependencies",
     "DuplicateJobError",
+    "Durability",
+    "DurabilityError",
+    "DurabilityTimeoutError",
     "Flow",
     "FlowJob",
     "FlowNode",

@@ -10,13 +10,23 @@ from collections.abc import Awaitable, Callable, Sequence
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
-from glide import Batch, ClusterBatch, GlideClusterClient
+from glide import (
+    Batch,
+    BatchOptions,
+    ClusterBatch,
+    ClusterBatchOptions,
+    GlideClusterClient,
+    SlotKeyRoute,
+    SlotType,
+)
 from glide import GlideError as _GlideError
 
+from ..errors import DurabilityError, DurabilityTimeoutError
 from ..keys import QueueKeys
+from ..options.durability import Durability
 from ..timing.clock import WALL_CLOCK, Clock, now_ms
 from .connection import Client
-from .functions import ensure_library
+from .functions import ensure_library, read_only_functions
 from .retry import (
     DEFAULT_RETRY,
     Failure,
@@ -45,12 +55,19 @@ class QueueContext:
     Calls are retried as `glidemq.client.retry` says. The owner may swap `client` at any time (a
     renewed connection); `on_transport_failure` / `on_success` tell it how calls fare, and
     `keep_trying` (when set) returning False ends retries early (the owner is closing).
+
+    With `durability` (ConnectionOptions.confirmation), every library call that writes goes
+    out with the waiting command (WAIT or WAITAOF) behind it in one pipeline, on the node of
+    the queue's slot, and raises DurabilityTimeoutError when the confirmation falls short;
+    a pipeline of calls waits once, after its last call.
     """
 
     __slots__ = (
+        "_wait_timeout_ms",
         "client",
         "clock",
         "compress",
+        "durability",
         "keep_trying",
         "keys",
         "name",
@@ -69,8 +86,13 @@ class QueueContext:
         retry: RetryPolicy = DEFAULT_RETRY,
         serializer: Serializer | None = None,
         clock: Clock = WALL_CLOCK,
+        durability: Durability | None = None,
+        request_timeout_ms: int = 10_000,
     ) -> None:
         self.client = client
+        self.durability = durability
+        # a batch that waits may take the wait's timeout on top of the usual one
+        self._wait_timeout_ms = request_timeout_ms + (durability.timeout_ms if durability else 0)
         self.clock = clock  # the server's: what job times are read from
         self.serializer = serializer  # of job data written through this context; None: JSON
         self.keys = keys
@@ -99,6 +121,8 @@ class QueueContext:
         """Call a library function on this queue's slot. `safe` allows a retry after a
         failure that may have run it (the wire layouts say which functions are)."""
         key_list, arg_list = list(keys), list(args)
+        if self.durability is not None and function not in read_only_functions():
+            return await self._fcall_confirmed(function, key_list, arg_list, safe)
 
         async def send(client: Client) -> Any:
             return await client.fcall(function, keys=key_list, arguments=arg_list)
@@ -114,6 +138,48 @@ class QueueContext:
             on_success=self.on_success,
             keep_trying=self.keep_trying,
         )
+
+    def _batch(
+        self, cluster: bool
+    ) -> tuple[Batch | ClusterBatch, BatchOptions | ClusterBatchOptions]:
+        """An empty pipeline and the options it goes with: with durability, sent whole to
+        the primary of the queue's slot (where the wait must run) and given the wait's time."""
+        if not cluster:
+            return Batch(False), BatchOptions(timeout=self._wait_timeout_ms)
+        route = SlotKeyRoute(SlotType.PRIMARY, self.keys.meta)
+        return ClusterBatch(False), ClusterBatchOptions(route=route, timeout=self._wait_timeout_ms)
+
+    async def _fcall_confirmed(
+        self, function: str, keys: list[str], args: list[str | bytes], safe: bool
+    ) -> Any:
+        """FCALL then the durability wait, in one pipeline on the slot's primary."""
+        durability = self.durability
+        assert durability is not None
+        wait = durability.command()
+
+        async def send(client: Client) -> tuple[Any, Any]:
+            batch, options = self._batch(isinstance(client, GlideClusterClient))
+            batch.fcall(function, keys, args)
+            batch.custom_command(wait)
+            replies = await _exec_with(batch, options, client)
+            reply, confirmation = replies
+            if isinstance(reply, _GlideError):
+                raise reply  # as a lone FCALL would have: retried, reloaded or raised
+            return reply, confirmation
+
+        reply, confirmation = await retrying(
+            send,
+            self._client,
+            what=function,
+            safe=safe,
+            policy=self.retry,
+            reload_library=ensure_library,
+            on_transport_failure=self.on_transport_failure,
+            on_success=self.on_success,
+            keep_trying=self.keep_trying,
+        )
+        check_confirmation(durability, function, confirmation, reply)
+        return reply
 
     async def command(
         self, call: Callable[[Client], Awaitable[Any]] | Awaitable[Any], *, safe: bool = True
@@ -172,13 +238,31 @@ class QueueContext:
         alone and with backoff; without it the pipeline is sent once."""
         client = self.client
         cluster = isinstance(client, GlideClusterClient)
+        durability = self.durability
+        unconfirmed: list[Any] = []
 
         async def run(indices: Sequence[int]) -> Any:
+            if durability is not None:
+                return await confirmed(indices)
             batch: Batch | ClusterBatch = ClusterBatch(False) if cluster else Batch(False)
             for i in indices:
                 function, keys, args, _ = calls[i]
                 batch.fcall(function, keys, args)
             return await self.command(partial(_exec, batch), safe=safe)
+
+        async def confirmed(indices: Sequence[int]) -> list[Any]:
+            # one wait behind the whole pipeline: it covers every write before it
+            assert durability is not None
+            batch, options = self._batch(cluster)
+            for i in indices:
+                function, keys, args, _ = calls[i]
+                batch.fcall(function, keys, args)
+            batch.custom_command(durability.command())
+            replies = list(await self.command(partial(_exec_with, batch, options), safe=safe) or [])
+            confirmation = replies.pop()
+            if any(not _did_not_run(r) for r in replies):
+                unconfirmed.append(confirmation)
+            return replies
 
         async def send(indices: Sequence[int]) -> list[Any]:
             if resend:
@@ -194,6 +278,10 @@ class QueueContext:
             await ensure_library(client)
             for i, reply in zip(lost, await send(lost), strict=True):
                 replies[i] = reply
+        if durability is not None:
+            what = calls[0][0] if calls else "pipeline"
+            for confirmation in unconfirmed:
+                check_confirmation(durability, what, confirmation, replies)
         return replies
 
     # -- plain reads ---------------------------------------------------------------------
@@ -223,8 +311,34 @@ def _library_missing(reply: Any) -> bool:
     return isinstance(reply, _GlideError) and classify(reply) is Failure.MISSING_LIBRARY
 
 
+def _did_not_run(reply: Any) -> bool:
+    return isinstance(reply, _GlideError) and classify(reply) in (
+        Failure.NOT_RUN,
+        Failure.MISSING_LIBRARY,
+    )
+
+
+def check_confirmation(durability: Durability, what: str, confirmation: Any, reply: Any) -> None:
+    """Raise DurabilityTimeoutError when the wait's reply falls short of `durability`,
+    DurabilityError when the wait itself failed (WAITAOF without an AOF, WAIT on a node
+    that is no longer a primary). `reply` is what the write(s) answered."""
+    if isinstance(confirmation, _GlideError):
+        raise DurabilityError(
+            what, f"{durability.command()[0]} failed: {confirmation}", reply=reply
+        )
+    ok, seen = durability.confirmed(confirmation)
+    if not ok:
+        raise DurabilityTimeoutError(what, seen, durability.timeout_ms, reply=reply)
+
+
 async def _exec(batch: Batch | ClusterBatch, client: Client) -> Any:
     return await client.exec(batch, False)  # type: ignore[arg-type,unused-ignore]
+
+
+async def _exec_with(
+    batch: Batch | ClusterBatch, options: BatchOptions | ClusterBatchOptions, client: Client
+) -> Any:
+    return await client.exec(batch, False, options)  # type: ignore[arg-type,unused-ignore]
 
 
 class ClientSender:

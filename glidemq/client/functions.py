@@ -83,6 +83,23 @@ def library_source() -> str:
     return src.replace(_PLACEHOLDER, str(LIBRARY_VERSION))
 
 
+_REGISTRATION = re.compile(r"redis\.register_function\s*[({]\s*(?:function_name\s*=\s*)?'(\w+)'")
+
+
+@cache
+def read_only_functions() -> frozenset[str]:
+    """The library functions registered with the `no-writes` flag: calls of them change
+    nothing, so durability has nothing to confirm after them."""
+    src = raw_library_source()
+    starts = [(m.start(), m.group(1)) for m in _REGISTRATION.finditer(src)]
+    out = set()
+    for i, (start, name) in enumerate(starts):
+        end = starts[i + 1][0] if i + 1 < len(starts) else len(src)
+        if "flags = {'no-writes'}" in src[start:end]:
+            out.add(name)
+    return frozenset(out)
+
+
 def source_sha256() -> str:
     """SHA-256 of the joined source files, compared with LIBRARY_SOURCE_SHA256 by the tests."""
     return hashlib.sha256(raw_library_source().encode()).hexdigest()

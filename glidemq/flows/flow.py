@@ -36,6 +36,7 @@ from ..errors import (
 )
 from ..job.job import Job
 from ..keys import DEFAULT_PREFIX, QueueKeys, validate_job_id, validate_prefix
+from ..options.durability import DurabilityLike
 from ..types import JobOptions, wire_opts
 from ..wire import Call, codes, flows, send
 from .budget import wire_budget
@@ -108,9 +109,10 @@ class FlowProducer:
         connection: ConnectionLike = None,
         prefix: str = DEFAULT_PREFIX,
         compression: bool = False,
+        durability: DurabilityLike = None,
     ) -> None:
         self.prefix = validate_prefix(prefix)
-        self.connection = resolve_connection(connection)
+        self.connection = resolve_connection(connection).with_durability(durability)
         self.compression = compression
         self._conn = LazyClient(self.connection, "glidemq-flow", "flow producer")
         self._contexts: dict[str, QueueContext] = {}
@@ -151,6 +153,8 @@ class FlowProducer:
                 QueueKeys(queue, self.prefix),
                 compress=self.compression,
                 clock=self.connection.clock,
+                durability=self.connection.confirmation,
+                request_timeout_ms=self.connection.request_timeout_ms,
             )
             self._contexts[queue] = ctx
         return ctx
