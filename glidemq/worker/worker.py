@@ -125,7 +125,10 @@ class Worker(WorkerLifecycle, Generic[D, R]):
         self._slots: Slots[Job[D, R]] = Slots(
             concurrency, base.prefetch or held, extension=executor.extension
         )
-        flush_size = max(base.batch.size if base.batch else 1, -(-held // _FLUSH_DIVISOR))
+        # A durability wait holds the connection, so flushes in flight queue behind each
+        # other's waits: with durability every pending completion goes in one flush.
+        divisor = 1 if self.connection.durability is not None else _FLUSH_DIVISOR
+        flush_size = max(base.batch.size if base.batch else 1, -(-held // divisor))
         # Asked once: None (OpenTelemetry absent or no provider) keeps the job path as is.
         self._tracing = otel.job_tracing()
         self._keep_complete = retention_args(base.remove_on_complete)
