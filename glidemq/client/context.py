@@ -26,7 +26,7 @@ from ..keys import QueueKeys
 from ..options.durability import Durability
 from ..timing.clock import WALL_CLOCK, Clock, now_ms
 from .connection import Client
-from .functions import ensure_library, read_only_functions
+from .functions import ensure_library, needs_no_wait
 from .retry import (
     DEFAULT_RETRY,
     Failure,
@@ -121,7 +121,7 @@ class QueueContext:
         """Call a library function on this queue's slot. `safe` allows a retry after a
         failure that may have run it (the wire layouts say which functions are)."""
         key_list, arg_list = list(keys), list(args)
-        if self.durability is not None and function not in read_only_functions():
+        if self.durability is not None and function not in needs_no_wait():
             return await self._fcall_confirmed(function, key_list, arg_list, safe)
 
         async def send(client: Client) -> Any:

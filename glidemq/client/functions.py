@@ -30,10 +30,13 @@ __all__ = [
     "LIBRARY_VERSION",
     "MARKER_FUNCTION",
     "MARKER_VALUE",
+    "UNCONFIRMED_WRITES",
     "connect_with_library",
     "ensure_library",
     "library_parts",
     "library_source",
+    "needs_no_wait",
+    "read_only_functions",
 ]
 
 LIBRARY_NAME = "glidemq"
@@ -84,6 +87,24 @@ def library_source() -> str:
 
 
 _REGISTRATION = re.compile(r"redis\.register_function\s*[({]\s*(?:function_name\s*=\s*)?'(\w+)'")
+
+
+UNCONFIRMED_WRITES: dict[str, str] = {
+    "glidemq_promote": "moves due jobs to waiting; a lost run is redone by the next tick",
+    "glidemq_reclaimStalled": "a lost run is redone by the next stall scan",
+    "glidemq_heartbeat": "renews locks; the next heartbeat renews them again",
+    "glidemq_expireSuspended": "a lost run is redone by the next tick",
+    "glidemq_fireScheduler": "a lost run is redone by the next tick, its job with it",
+}
+"""Writes no caller is told of, made by a worker's own loops: durability does not wait after
+them (a lost one is redone; a later confirmed write on the node confirms it too)."""
+
+
+@cache
+def needs_no_wait() -> frozenset[str]:
+    """The library functions durability does not wait after: the read-only ones and
+    UNCONFIRMED_WRITES."""
+    return read_only_functions() | frozenset(UNCONFIRMED_WRITES)
 
 
 @cache

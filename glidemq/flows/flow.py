@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import re
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from types import TracebackType
 from typing import Any, Literal, Self, TypeAlias
@@ -27,6 +27,8 @@ from ..encoding.serialize import encode_data
 from ..errors import (
     CycleError,
     DuplicateJobError,
+    DurabilityError,
+    GlideMQError,
     JobNotFoundError,
     JobStateError,
     PayloadTooLargeError,
@@ -239,6 +241,14 @@ class FlowProducer:
         queues = [QueueKeys(q, self.prefix) for q in p.queues]
         return flows.add_tree_call(queues, now, len(p.order), attach, p.body)
 
+    def _written(self, prepared: Sequence[_Prepared], replies: Sequence[Any]) -> list[str]:
+        """The ids of the jobs these flow calls wrote (a reply that added nothing: none)."""
+        out: list[str] = []
+        for p, reply in zip(prepared, replies, strict=False):
+            with contextlib.suppress(GlideMQError):
+                out += self._ids(reply, p, None)
+        return out
+
     def _ids(self, reply: Any, p: _Prepared, parent: tuple[str, str] | None) -> list[str]:
         code = flows.tree_reply(reply)
         if isinstance(code, list):
@@ -303,7 +313,10 @@ class FlowProducer:
         ctx = self._ctx(client, p.queues[0])
         # Not retried after an ambiguous failure: a second run would report the flow the
         # first run added as a duplicate (or add it twice).
-        reply = await send(ctx, self._call(p, now, attach))
+        try:
+            reply = await send(ctx, self._call(p, now, attach))
+        except DurabilityError as exc:
+            raise exc.naming(self._written([p], [exc.reply])) from None
         ids = self._ids(reply, p, located)
         return self._jobs(client, p, ids, now, located[1] if located else None)
 
@@ -375,7 +388,11 @@ class FlowProducer:
         for start in range(0, len(prepared), _PIPELINE_CALLS):
             chunk = prepared[start : start + _PIPELINE_CALLS]
             calls = [self._call(p, now, "") for p in chunk]
-            replies = await ctx.pipeline(calls, safe=False, resend=False)
+            try:
+                replies = await ctx.pipeline(calls, safe=False, resend=False)
+            except DurabilityError as exc:
+                got = exc.reply if isinstance(exc.reply, list) else []
+                raise exc.naming(self._written(chunk, got)) from None
             for p, root, reply in zip(chunk, roots[start:], replies or [], strict=False):
                 if isinstance(reply, Exception):
                     raise ServerError(f"add_bulk: {reply}")

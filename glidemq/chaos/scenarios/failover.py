@@ -134,6 +134,7 @@ class Failover(Scenario):
         cluster = run.target.cluster
         assert cluster is not None
         graceful = bool(run.args.graceful)
+        durable = getattr(run.args, "durability", None) not in (None, "none")
         bound = cluster.node_timeout_ms / 1000 + RESUME_SLACK_S
         report: list[dict[str, Any]] = []
         for point in run.fault_points(run.settings.faults, 0.25, 0.6):
@@ -163,6 +164,10 @@ class Failover(Scenario):
                 after = fault.at  # nothing completes while the slot has no primary
                 await self._wait_promoted(cluster, run, primary)
                 promoted = time.monotonic() - began
+                if durable:
+                    # durability acknowledges nothing while the shard has no replica: its
+                    # old primary comes back as one now, not after the measurement
+                    await asyncio.to_thread(self._restart_down, cluster)
             fault.ended = time.time()
             first = await _resumed(run, after, 3 * bound)
             resumed = None if first is None else round(first - fault.at, 3)
