@@ -145,10 +145,15 @@ async def test_an_add_the_replica_does_not_confirm_raises_naming_the_job(
                 await q.add("order", {"n": 1}, {"job_id": "order-1"})
             with pytest.raises(DurabilityTimeoutError) as bulk_err:
                 await q.add_bulk([("b", {}, {"job_id": f"b-{i}"}) for i in range(3)])
+            job = await q.get_job("order-1")  # a read: no wait
+            assert job is not None
+            with pytest.raises(DurabilityTimeoutError) as job_err:
+                await job.update_progress(50)
         assert err.value.job_ids == ["order-1"]
         assert err.value.timeout_ms == 300
         assert "may or may not survive" in str(err.value)
         assert bulk_err.value.job_ids == ["b-0", "b-1", "b-2"]
+        assert job_err.value.job_ids == ["order-1"]
         # the write ran on the primary: it is there
         assert await job_state(q, "order-1") == "waiting"
         # the safe retry: the same id, now confirmed, adds nothing twice
