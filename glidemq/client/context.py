@@ -239,7 +239,7 @@ class QueueContext:
         client = self.client
         cluster = isinstance(client, GlideClusterClient)
         durability = self.durability
-        unconfirmed: list[Any] = []
+        confirmations: list[Any] = []  # one per pipeline that ran a write
 
         async def run(indices: Sequence[int]) -> Any:
             if durability is not None:
@@ -261,7 +261,7 @@ class QueueContext:
             replies = list(await self.command(partial(_exec_with, batch, options), safe=safe) or [])
             confirmation = replies.pop()
             if any(not _did_not_run(r) for r in replies):
-                unconfirmed.append(confirmation)
+                confirmations.append(confirmation)
             return replies
 
         async def send(indices: Sequence[int]) -> list[Any]:
@@ -280,7 +280,7 @@ class QueueContext:
                 replies[i] = reply
         if durability is not None:
             what = calls[0][0] if calls else "pipeline"
-            for confirmation in unconfirmed:
+            for confirmation in confirmations:
                 check_confirmation(durability, what, confirmation, replies)
         return replies
 

@@ -15,6 +15,7 @@ import pytest
 
 from glidemq import (
     ConnectionOptions,
+    Durability,
     DurabilityError,
     DurabilityTimeoutError,
     FlowJob,
@@ -279,3 +280,20 @@ async def test_a_wait_longer_than_the_request_timeout_is_not_cut_off(
         assert err.value.timeout_ms == 600
     async with Queue(queue_name, connection=valkey_server.url) as plain:
         await plain.obliterate(force=True)
+
+
+def test_the_sync_api_waits_too(valkey_server: Any, queue_name: str) -> None:
+    # the sync add's direct path (its own blocking client) steps aside: the wait goes with
+    # the async path, so a server without replicas never confirms
+    from glidemq import sync
+
+    durable = Durability("replicated", replicas=1, timeout_ms=100)
+    with sync.Queue(queue_name, connection=valkey_server.url, durability=durable) as q:
+        assert q.connection.confirmation == durable
+        q.get_job_counts()  # connected: a plain add could now take the direct path
+        with pytest.raises(DurabilityTimeoutError) as err:
+            q.add("x", {}, {"job_id": "s1"})
+        assert err.value.job_ids == ["s1"]
+    with sync.Queue(queue_name, connection=valkey_server.url) as plain:
+        assert plain.get_job("s1") is not None
+        plain.obliterate(force=True)
