@@ -137,3 +137,36 @@ def test_every_acknowledged_change_waits() -> None:
     assert {"glidemq_fail", "glidemq_removeJob", "glidemq_updateJob", "glidemq_addTree"}.isdisjoint(
         skipped
     )
+
+
+def test_glidemq_run_flags_and_environment_set_the_fleet_durability() -> None:
+    from glidemq.runtime.cli import _connection
+    from glidemq.runtime.config import parse_config
+
+    argv = ["app:process", "--queue", "q", "--url", "valkey://h:1"]
+    cfg = parse_config([*argv, "--durability", "replicated", "--replicas", "2"], env={})
+    assert _connection(cfg).confirmation == Durability("replicated", 2, 1000)
+    env = {"GLIDEMQ_DURABILITY": "fsync", "GLIDEMQ_DURABILITY_TIMEOUT": "250"}
+    assert _connection(parse_config(argv, env=env)).confirmation == Durability("fsync", 0, 250)
+    assert _connection(parse_config(argv, env={})).confirmation is None
+    with pytest.raises(ValidationError):  # numbers without a mode
+        _connection(parse_config([*argv, "--replicas", "2"], env={}))
+
+
+def test_tasks_take_durability_from_their_declaration_or_the_defaults() -> None:
+    import glidemq
+
+    @glidemq.task("q", connection="valkey://h:1", durability="replicated")
+    def declared() -> None: ...
+
+    @glidemq.task("q", connection="valkey://h:1")
+    def plain() -> None: ...
+
+    assert declared._where()[0].confirmation == Durability("replicated")
+    assert plain._where()[0].confirmation is None
+    try:
+        glidemq.configure_tasks(durability="replicated")
+        assert plain._where()[0].confirmation == Durability("replicated")
+    finally:
+        glidemq.configure_tasks()
+    assert plain._where()[0].confirmation is None
