@@ -141,7 +141,12 @@ def build_result(
         "acknowledged_adds_lost": len(adds_lost),
         "acknowledged_adds_lost_ids": adds_lost[:20],
         "other_losses": len(lost_ids) - len(adds_lost) + len(outcomes.ids(STUCK)),
-        "completions_rerun": {"jobs": len(rerun), "ids": rerun[:20]},
+        # `acked`: jobs whose worker was told the completion was stored (the evidence)
+        "completions_rerun": {
+            "jobs": len(rerun),
+            "ids": rerun[:20],
+            "acked": len(executions.acked),
+        },
         "durability": getattr(run.args, "durability", None) or "none",
         "duplicates": {
             "count": dup.duplicates,

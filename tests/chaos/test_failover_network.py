@@ -92,4 +92,7 @@ def test_failover_with_a_lagging_replica_and_durability_keeps_what_it_acknowledg
     assert r["durability"] == "replicated"
     assert r["failover"]["replication_lag_ms"] == 300
     assert r["acknowledged_adds_lost"] == 0 and r["other_losses"] == 0, out.summary()
-    assert r["completions_rerun"] == {"jobs": 0, "ids": []}, out.summary()
+    rerun = r["completions_rerun"]
+    assert (rerun["jobs"], rerun["ids"]) == (0, []), out.summary()
+    # the evidence is there: the workers recorded the completions they were told of
+    assert rerun["acked"] >= JOBS // 2, out.summary()
