@@ -206,6 +206,29 @@ class QueueContext:
         except _GlideError as exc:
             raise to_glidemq_error(exc, "command") from exc
 
+    async def confirm_writes(self, what: str) -> None:
+        """With durability, wait for the plain commands this context just wrote (queue
+        settings): WAIT on the connection to the slot's primary, the one that carried them.
+        Not resent: on another connection a wait would confirm nothing."""
+        durability = self.durability
+        if durability is None:
+            return
+        wait = durability.command()
+
+        async def send(client: Client) -> Any:
+            if isinstance(client, GlideClusterClient):
+                route = SlotKeyRoute(SlotType.PRIMARY, self.keys.meta)
+                return await client.custom_command(wait, route)
+            return await client.custom_command(wait)
+
+        try:
+            confirmation = await retrying(
+                send, self._client, what=what, safe=False, policy=self.retry
+            )
+        except Exception as exc:  # the wait itself failed: the writes are not confirmed
+            raise DurabilityError(what, f"{wait[0]} failed: {exc}") from exc
+        check_confirmation(durability, what, confirmation, None)
+
     # -- keys of the common call shapes -------------------------------------------------
 
     @property

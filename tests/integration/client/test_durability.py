@@ -87,6 +87,12 @@ async def test_each_write_waits_once_on_the_primary_that_took_it(
         assert _calls(primary, "fcall") - fcalls == 8
         assert _calls(primary, "wait") - waits == 1
 
+        # a queue setting (plain commands) waits once too
+        waits = _calls(primary, "wait")
+        await q.set_global_concurrency(5)
+        await q.set_max_waiting(None)
+        assert _calls(primary, "wait") - waits == 2
+
         # reads change nothing: no wait
         waits = _calls(primary, "wait")
         counts = await q.get_job_counts()
@@ -146,6 +152,8 @@ async def test_an_add_the_replica_does_not_confirm_raises_naming_the_job(
                 await q.add("order", {"n": 1}, {"job_id": "order-1"})
             with pytest.raises(DurabilityTimeoutError) as bulk_err:
                 await q.add_bulk([("b", {}, {"job_id": f"b-{i}"}) for i in range(3)])
+            with pytest.raises(DurabilityTimeoutError):
+                await q.set_max_waiting(100)
             job = await q.get_job("order-1")  # a read: no wait
             assert job is not None
             with pytest.raises(DurabilityTimeoutError) as job_err:
