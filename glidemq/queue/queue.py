@@ -111,6 +111,7 @@ class Queue(
         self._add_in_flight = False  # a lone add is being sent by its own caller
         self._bulks_in_flight = 0  # coalesced adds being sent (_send_adds)
         self._add_tasks: set[asyncio.Task[None]] = set()
+        self._confirmed_adds: asyncio.Lock | None = None  # durability: one shared call at a time
         self._blocking: Client | None = None  # blocking stream reads (glidemq/job/streams.py)
         self._blocking_lock: asyncio.Lock | None = None
         # Asked once: None (OpenTelemetry absent or no provider) adds no span and no field.
@@ -324,6 +325,9 @@ class Queue(
         task.add_done_callback(self._add_tasks.discard)
 
     async def _flush_adds(self) -> None:
+        if self.connection.durability is not None:
+            await self._flush_adds_confirmed()
+            return
         self._add_scheduled = False
         pending, self._adds = self._adds, []
         chunk = _BULK_CHUNK
@@ -335,6 +339,18 @@ class Queue(
                 self._start_add_task(loop, self._send_adds(pending[start : start + chunk]))
             pending = pending[:chunk]
         await self._send_adds(pending)
+
+    async def _flush_adds_confirmed(self) -> None:
+        """With durability each call's wait holds the connection, and adds sent meanwhile
+        would only queue behind it: they wait for the call in flight and go out together,
+        one call and one wait."""
+        if self._confirmed_adds is None:
+            self._confirmed_adds = asyncio.Lock()
+        async with self._confirmed_adds:
+            self._add_scheduled = False
+            pending, self._adds = self._adds, []
+            for start in range(0, len(pending), _BULK_CHUNK):
+                await self._send_adds(pending[start : start + _BULK_CHUNK])
 
     async def _send_adds(
         self, pending: list[tuple[list[str | bytes], asyncio.Future[Any]]]

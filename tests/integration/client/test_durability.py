@@ -5,6 +5,7 @@ success); WAITAOF on a standalone server with and without an AOF."""
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import os
 import signal
@@ -80,6 +81,11 @@ async def test_each_write_waits_once_on_the_primary_that_took_it(
         grew = {port: after[port] - before[port] for port in after}
         assert grew == {port: (1 if port == primary.port else 0) for port in after}
 
+        # 50 callers at once: their adds share calls, and each call waits once
+        waits = _calls(primary, "wait")
+        await asyncio.gather(*(q.add("many", {"i": i}) for i in range(50)))
+        assert 1 <= _calls(primary, "wait") - waits <= 3
+
         # 2,000 jobs: 8 bulk calls in one pipeline, one wait behind them all
         fcalls, waits = _calls(primary, "fcall"), _calls(primary, "wait")
         added = await q.add_bulk([("bulk", {"i": i}) for i in range(2000)])
@@ -96,7 +102,7 @@ async def test_each_write_waits_once_on_the_primary_that_took_it(
         # reads change nothing: no wait
         waits = _calls(primary, "wait")
         counts = await q.get_job_counts()
-        assert counts.waiting == 2001
+        assert counts.waiting == 2051
         assert _calls(primary, "wait") == waits
         await q.obliterate(force=True)
 
