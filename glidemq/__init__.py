@@ -22,6 +22,8 @@ from .errors import (
     CycleError,
     DelayedError,
     DuplicateJobError,
+    DurabilityError,
+    DurabilityTimeoutError,
     EventTimeoutError,
     ForeignLibraryError,
     GlideMQError,
@@ -58,6 +60,7 @@ from .job.flowview import Dependencies, Flow, FlowNode
 from .job.job import Job
 from .job.steps import Step
 from .job.streams import StreamChunk
+from .options.durability import Durability
 from .options.limits import RateLimit, TokenBucket
 from .options.usage import FlowUsage, ModelUsage, TokenLimiter, Usage, UsageSummary, UsageTotals
 from .processor import ProcessorSpec, processor
@@ -93,6 +96,9 @@ __all__ = [
     "DelayedError",
     "Dependencies",
     "DuplicateJobError",
+    "Durability",
+    "DurabilityError",
+    "DurabilityTimeoutError",
     "EventTimeoutError",
     "Flow",
     "FlowJob",

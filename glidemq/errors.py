@@ -13,6 +13,8 @@ __all__ = [
     "CycleError",
     "DelayedError",
     "DuplicateJobError",
+    "DurabilityError",
+    "DurabilityTimeoutError",
     "EventTimeoutError",
     "ForeignLibraryError",
     "GlideMQError",
@@ -174,6 +176,69 @@ class JobTimeoutError(GlideMQError, TimeoutError):
 class OperationTimeoutError(GlideMQError, TimeoutError):
     """A call of the sync API did not finish within its `timeout`; what it asked for may
     still happen (an add may land)."""
+
+
+class DurabilityError(GlideMQError):
+    """A write ran on the primary, but its durability (ConnectionOptions `durability`) was
+    not confirmed: the write may or may not survive a failover. It is on the primary now,
+    and can still reach a replica, or be lost with the primary.
+
+    `job_ids` names the jobs the write concerned (when known), `what` the server call,
+    `seen` what the confirmation reported, and `reply` the server's answer to the write
+    itself (what the call would have returned). Retry with the same job ids (a custom
+    `job_id` or deduplication) to be safe: see docs/DURABILITY.md.
+    """
+
+    def __init__(
+        self, what: str, seen: str, job_ids: Sequence[str] = (), reply: object = None
+    ) -> None:
+        self.what = what
+        self.seen = seen
+        self.job_ids = list(job_ids)
+        self.reply = reply
+        super().__init__(self._text())
+
+    def _jobs(self) -> str:
+        if not self.job_ids:
+            return ""
+        shown = ", ".join(self.job_ids[:10]) + (" ..." if len(self.job_ids) > 10 else "")
+        return f" for job(s) {shown}"
+
+    def _text(self) -> str:
+        return (
+            f"{self.what}{self._jobs()} ran on the primary but was not confirmed "
+            f"({self.seen}): the write may or may not survive a failover"
+        )
+
+    def naming(self, job_ids: Sequence[str]) -> DurabilityError:
+        """The same error, naming `job_ids`."""
+        return DurabilityError(self.what, self.seen, job_ids, self.reply)
+
+
+class DurabilityTimeoutError(DurabilityError, TimeoutError):
+    """The replicas (or the AOF) did not confirm a write within the durability timeout:
+    the write ran on the primary and may or may not survive a failover (DurabilityError)."""
+
+    def __init__(
+        self,
+        what: str,
+        seen: str,
+        timeout_ms: int,
+        job_ids: Sequence[str] = (),
+        reply: object = None,
+    ) -> None:
+        self.timeout_ms = timeout_ms
+        super().__init__(what, seen, job_ids, reply)
+
+    def _text(self) -> str:
+        return (
+            f"{self.what}{self._jobs()} ran on the primary but was not confirmed within "
+            f"{self.timeout_ms} ms ({self.seen}): the write may or may not survive a failover"
+        )
+
+    def naming(self, job_ids: Sequence[str]) -> DurabilityTimeoutError:
+        """The same error, naming `job_ids`."""
+        return DurabilityTimeoutError(self.what, self.seen, self.timeout_ms, job_ids, self.reply)
 
 
 class JobFailedError(GlideMQError):

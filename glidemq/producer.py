@@ -31,6 +31,7 @@ from .errors import ConnectionError, GlideMQError, ValidationError
 from .flows.flow import FlowJob, FlowProducer, JobNode, JobRef
 from .job.job import Job
 from .keys import DEFAULT_PREFIX, QueueKeys, validate_prefix
+from .options.durability import DurabilityLike
 from .queue.queue import Queue
 from .queue.request import validate_result_ttl
 from .types import JobOptions
@@ -109,7 +110,8 @@ class Producer(Generic[D, R]):
     a serverless function) and call `close()` when the process ends, if it ever does.
     `verify_after` (seconds, None: never) and `ping_timeout` govern the check of an idle
     connection described in the module doc. `reconnects` counts connections made after
-    the first. Use it from one event loop at a time (it is not thread-safe).
+    the first. Use it from one event loop at a time (it is not thread-safe). `durability`
+    overrides the connection's (docs/DURABILITY.md).
     """
 
     def __init__(
@@ -122,11 +124,12 @@ class Producer(Generic[D, R]):
         result_ttl: int | None = None,
         verify_after: float | None = 1.0,
         ping_timeout: float = 1.0,
+        durability: DurabilityLike = None,
     ) -> None:
         self.name = name
         self.prefix = validate_prefix(prefix)
         QueueKeys(name, self.prefix)  # a bad queue name fails here, not at the first add
-        self.connection = resolve_connection(connection)
+        self.connection = resolve_connection(connection).with_durability(durability)
         self.compression = compression
         self.result_ttl = validate_result_ttl(result_ttl)
         if verify_after is not None and not verify_after >= 0:
@@ -229,6 +232,8 @@ class Producer(Generic[D, R]):
                 compress=self.compression,
                 retry=self.connection.retry,
                 clock=self.connection.clock,
+                durability=self.connection.confirmation,
+                request_timeout_ms=self.connection.request_timeout_ms,
             )
             self._contexts[queue] = ctx
         return ctx

@@ -29,6 +29,7 @@ from .errors import GlideMQError, TaskArgumentError, ValidationError
 from .flows.plan import FlowJob
 from .job.job import Job
 from .keys import DEFAULT_PREFIX, validate_job_name, validate_queue_name
+from .options.durability import DurabilityLike
 from .processor import ProcessorSpec, is_async_callable
 from .queue.queue import Queue
 from .sync import Job as SyncJob
@@ -128,6 +129,7 @@ class _Binder:
 class _Defaults:
     connection: ConnectionLike = None
     prefix: str = DEFAULT_PREFIX
+    durability: DurabilityLike = None
     generation: int = 0  # bumped by configure_tasks: handles drop the queues they cached
 
 
@@ -138,12 +140,19 @@ _loop_queues: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, dict[Any, Que
 _loop_queues = weakref.WeakKeyDictionary()
 
 
-def configure_tasks(*, connection: ConnectionLike = None, prefix: str = DEFAULT_PREFIX) -> None:
+def configure_tasks(
+    *,
+    connection: ConnectionLike = None,
+    prefix: str = DEFAULT_PREFIX,
+    durability: DurabilityLike = None,
+) -> None:
     """Where tasks declared without `connection` / `prefix` are added: a URL or
     ConnectionOptions (None: the `GLIDEMQ_URL` environment variable) and a key prefix.
-    `glidemq-run` sets it to the server and prefix it serves."""
+    `durability` applies to tasks declared without one (docs/DURABILITY.md). `glidemq-run`
+    sets all three to what it serves."""
     _defaults.connection = None if connection is None else resolve_connection(connection)
     _defaults.prefix = prefix
+    _defaults.durability = durability
     _defaults.generation += 1
 
 
@@ -167,8 +176,10 @@ class Task(Generic[P, R]):
         prefix: str | None,
         options: JobOptions,
         schedule: Mapping[str, Any] | None,
+        durability: DurabilityLike = None,
     ) -> None:
         self.fn = fn
+        self.durability = durability
         self.queue = queue
         self.name = validate_job_name(name)
         self.connection = connection
@@ -297,7 +308,9 @@ class Task(Generic[P, R]):
             return cached[1], cached[2]
         connection = self.connection if self.connection is not None else _defaults.connection
         prefix = self.prefix if self.prefix is not None else _defaults.prefix
-        resolved = resolve_connection(connection)  # parsed once: a URL costs ~0.1 ms
+        durability = self.durability if self.durability is not None else _defaults.durability
+        # parsed once: a URL costs ~0.1 ms
+        resolved = resolve_connection(connection).with_durability(durability)
         self.__dict__["_where_cache"] = (_defaults.generation, resolved, prefix)
         return resolved, prefix
 
@@ -457,6 +470,7 @@ def task(
     every: int | None = None,
     tz: str | None = None,
     schedule_args: Mapping[str, Any] | None = None,
+    durability: DurabilityLike = None,
     **options: Any,
 ) -> Callable[[Callable[P, R]], Task[P, R]]: ...
 def task(
@@ -470,6 +484,7 @@ def task(
     every: int | None = None,
     tz: str | None = None,
     schedule_args: Mapping[str, Any] | None = None,
+    durability: DurabilityLike = None,
     **options: Any,
 ) -> Callable[[Callable[P, R]], Task[P, R]]:
     """Declare a function (async or sync) as a task of `queue`.
@@ -480,7 +495,8 @@ def task(
     `name` is the job name (default: the function's name); `options` are JobOptions for
     every job (unknown keys are an error); `cron` (with `tz`) or `every` (ms) make
     `glidemq-run` keep one scheduler adding a job with `schedule_args` on that schedule.
-    `connection` and `prefix` default to `configure_tasks` (then `GLIDEMQ_URL`)."""
+    `connection`, `prefix` and `durability` default to `configure_tasks` (then
+    `GLIDEMQ_URL`)."""
     validate_queue_name(queue)
     job_options = JobOptions.coerce(options)
     if cron is not None and every is not None:
@@ -504,6 +520,7 @@ def task(
             prefix=prefix,
             options=job_options,
             schedule=schedule,
+            durability=durability,
         )
         if schedule is not None:
             schedule_of(handle)  # bad schedule or arguments fail at import

@@ -71,7 +71,14 @@ class Admin:
             client = await self._connect()
             keys = QueueKeys(name, self.prefix)
             view = QueueView(
-                QueueContext(client, keys, retry=self.connection.retry, clock=self.connection.clock)
+                QueueContext(
+                    client,
+                    keys,
+                    retry=self.connection.retry,
+                    clock=self.connection.clock,
+                    durability=self.connection.confirmation,
+                    request_timeout_ms=self.connection.request_timeout_ms,
+                )
             )
             if len(self._views) >= _VIEWS_KEPT:
                 del self._views[next(iter(self._views))]  # the oldest: views hold no resource

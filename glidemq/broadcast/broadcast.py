@@ -480,7 +480,13 @@ class BroadcastWorker(Generic[D, R]):
         full = False
         done = list(gone)
         if ids:
-            ctx = QueueContext(client, k, clock=self.connection.clock)
+            ctx = QueueContext(
+                client,
+                k,
+                clock=self.connection.clock,
+                durability=self.connection.confirmation,
+                request_timeout_ms=self.connection.request_timeout_ms,
+            )
             replies = await ctx.pipeline(calls, safe=False, resend=False)
             for entry_id, reply in zip(ids, replies or [], strict=True):
                 if isinstance(reply, Exception):

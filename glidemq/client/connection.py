@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field, fields, replace
 from typing import Any, Protocol, TypeAlias
 from urllib.parse import parse_qs, quote, unquote, urlsplit
 
@@ -23,6 +23,7 @@ from glide import (
 from glide import GlideError as _GlideError
 
 from ..errors import ConnectionError, UnsupportedOptionError, ValidationError
+from ..options.durability import Durability, DurabilityLike, coerce_durability
 from ..timing.clock import WALL_CLOCK, Clock
 from .retry import DEFAULT_RETRY, RetryPolicy
 from .tls import diagnose, glide_tls_settings
@@ -86,6 +87,11 @@ class ConnectionOptions:
     the files change); `tls_insecure=True` skips certificate verification (tests only).
     `server_name` is accepted only when it equals every host: valkey-glide 2.6 verifies the
     certificate against the host it connects to and cannot be given another name.
+
+    `durability`: "replicated" (every state change is acknowledged only once `replicas`
+    replicas have it, WAIT), "fsync" (once the AOF has it on disk, WAITAOF), or None (the
+    default: acknowledged by the primary alone). A confirmation that does not come within
+    `durability_timeout_ms` raises DurabilityTimeoutError. See docs/DURABILITY.md.
     """
 
     addresses: tuple[tuple[str, int], ...] = (("127.0.0.1", 6379),)
@@ -105,8 +111,12 @@ class ConnectionOptions:
     tls_insecure: bool = False
     backend: Backend | None = field(default=None, repr=False)
     """A server in this process instead of `addresses` (glidemq.memory)."""
+    durability: DurabilityLike = None
+    replicas: int | None = None
+    durability_timeout_ms: int | None = None
 
     def __post_init__(self) -> None:
+        self._resolve_durability()
         if not self.addresses:
             raise ValidationError("addresses", "at least one host:port is required")
         for host, port in self.addresses:
@@ -121,6 +131,42 @@ class ConnectionOptions:
         if not isinstance(self.retry, RetryPolicy):
             raise ValidationError("retry", "must be a glidemq.RetryPolicy")
         self._check_tls()
+
+    def _resolve_durability(self) -> None:
+        """`durability` as a Durability (from a mode name and the two numbers), or None;
+        `replicas` and `durability_timeout_ms` then repeat what it says."""
+        given: DurabilityLike = self.durability
+        d = coerce_durability(given, replicas=self.replicas, timeout_ms=self.durability_timeout_ms)
+        object.__setattr__(self, "durability", d)
+        object.__setattr__(self, "replicas", None if d is None else d.replicas)
+        object.__setattr__(self, "durability_timeout_ms", None if d is None else d.timeout_ms)
+        if d is not None and self.backend is not None:
+            raise UnsupportedOptionError(
+                "durability", "needs a Valkey server (an in-process server has no replicas)"
+            )
+
+    @property
+    def confirmation(self) -> Durability | None:
+        """`durability` as checked: what the server must confirm before a write is
+        acknowledged, or None."""
+        d = self.durability
+        assert d is None or isinstance(d, Durability)
+        return d
+
+    def with_durability(
+        self,
+        durability: DurabilityLike,
+        *,
+        replicas: int | None = None,
+        timeout_ms: int | None = None,
+    ) -> ConnectionOptions:
+        """These options with another durability (None and no numbers: unchanged)."""
+        if durability is None and replicas is None and timeout_ms is None:
+            return self
+        if durability is None:
+            durability = self.confirmation
+        d = coerce_durability(durability, replicas=replicas, timeout_ms=timeout_ms)
+        return replace(self, durability=d, replicas=None, durability_timeout_ms=None)
 
     def _check_tls(self) -> None:
         settings = ("ca_file", "cert_file", "key_file", "server_name", "tls_insecure")
@@ -199,6 +245,11 @@ class ConnectionOptions:
                 query.append(f"{key}={quote(value, safe='/')}")
         if self.tls_insecure:
             query.append("tls_insecure=1")
+        d = self.confirmation
+        if d is not None:
+            query.append(
+                f"durability={d.mode}&replicas={d.wanted}&durability_timeout_ms={d.timeout_ms}"
+            )
         db = f"/{self.database}" if self.database else ""
         suffix = f"?{'&'.join(query)}" if query else ""
         return f"{scheme}://{user}{hosts}{db}{suffix}"
@@ -282,7 +333,8 @@ def _url_netloc(netloc: str, shown: str) -> tuple[str | None, str | None, list[t
 
 
 def _url_query(query: dict[str, list[str]], shown: str) -> dict[str, Any]:
-    """The connection options a URL's query sets (timeout_ms, the TLS files and flags)."""
+    """The connection options a URL's query sets (timeout_ms, the TLS files and flags,
+    durability with replicas and durability_timeout_ms)."""
     out: dict[str, Any] = {}
     if "timeout_ms" in query:
         try:
@@ -292,6 +344,14 @@ def _url_query(query: dict[str, list[str]], shown: str) -> dict[str, Any]:
     for key in ("ca_file", "cert_file", "key_file", "server_name"):
         if key in query:
             out[key] = query[key][0]
+    if "durability" in query:
+        out["durability"] = query["durability"][0]
+    for key in ("replicas", "durability_timeout_ms"):
+        if key in query:
+            try:
+                out[key] = int(query[key][0])
+            except ValueError:
+                raise ValidationError("url", f"bad {key} in {shown!r}") from None
     if "tls_insecure" in query:
         flag = query["tls_insecure"][0].lower()
         if flag not in ("1", "true", "yes", "0", "false", "no"):

@@ -30,10 +30,13 @@ __all__ = [
     "LIBRARY_VERSION",
     "MARKER_FUNCTION",
     "MARKER_VALUE",
+    "UNCONFIRMED_WRITES",
     "connect_with_library",
     "ensure_library",
     "library_parts",
     "library_source",
+    "needs_no_wait",
+    "read_only_functions",
 ]
 
 LIBRARY_NAME = "glidemq"
@@ -83,6 +86,41 @@ def library_source() -> str:
     if _PLACEHOLDER not in src:
         raise LibraryError("the glidemq library source has no version placeholder")
     return src.replace(_PLACEHOLDER, str(LIBRARY_VERSION))
+
+
+_REGISTRATION = re.compile(r"redis\.register_function\s*[({]\s*(?:function_name\s*=\s*)?'(\w+)'")
+
+
+UNCONFIRMED_WRITES: dict[str, str] = {
+    "glidemq_promote": "moves due jobs to waiting; a lost run is redone by the next tick",
+    "glidemq_reclaimStalled": "a lost run is redone by the next stall scan",
+    "glidemq_heartbeat": "renews locks; the next heartbeat renews them again",
+    "glidemq_expireSuspended": "a lost run is redone by the next tick",
+    "glidemq_fireScheduler": "a lost run is redone by the next tick, its job with it",
+}
+"""Writes no caller is told of, made by a worker's own loops: durability does not wait after
+them (a lost one is redone; a later confirmed write on the node confirms it too)."""
+
+
+@cache
+def needs_no_wait() -> frozenset[str]:
+    """The library functions durability does not wait after: the read-only ones and
+    UNCONFIRMED_WRITES."""
+    return read_only_functions() | frozenset(UNCONFIRMED_WRITES)
+
+
+@cache
+def read_only_functions() -> frozenset[str]:
+    """The library functions registered with the `no-writes` flag: calls of them change
+    nothing, so durability has nothing to confirm after them."""
+    src = raw_library_source()
+    starts = [(m.start(), m.group(1)) for m in _REGISTRATION.finditer(src)]
+    out = set()
+    for i, (start, name) in enumerate(starts):
+        end = starts[i + 1][0] if i + 1 < len(starts) else len(src)
+        if "flags = {'no-writes'}" in src[start:end]:
+            out.add(name)
+    return frozenset(out)
 
 
 def source_sha256() -> str:

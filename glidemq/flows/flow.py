@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import re
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from types import TracebackType
 from typing import Any, Literal, Self, TypeAlias
@@ -27,6 +27,8 @@ from ..encoding.serialize import encode_data
 from ..errors import (
     CycleError,
     DuplicateJobError,
+    DurabilityError,
+    GlideMQError,
     JobNotFoundError,
     JobStateError,
     PayloadTooLargeError,
@@ -36,6 +38,7 @@ from ..errors import (
 )
 from ..job.job import Job
 from ..keys import DEFAULT_PREFIX, QueueKeys, validate_job_id, validate_job_name, validate_prefix
+from ..options.durability import DurabilityLike
 from ..types import JobOptions, wire_opts
 from ..wire import Call, codes, flows, send
 from .budget import wire_budget
@@ -108,9 +111,10 @@ class FlowProducer:
         connection: ConnectionLike = None,
         prefix: str = DEFAULT_PREFIX,
         compression: bool = False,
+        durability: DurabilityLike = None,
     ) -> None:
         self.prefix = validate_prefix(prefix)
-        self.connection = resolve_connection(connection)
+        self.connection = resolve_connection(connection).with_durability(durability)
         self.compression = compression
         self._conn = LazyClient(self.connection, "glidemq-flow", "flow producer")
         self._contexts: dict[str, QueueContext] = {}
@@ -151,6 +155,8 @@ class FlowProducer:
                 QueueKeys(queue, self.prefix),
                 compress=self.compression,
                 clock=self.connection.clock,
+                durability=self.connection.confirmation,
+                request_timeout_ms=self.connection.request_timeout_ms,
             )
             self._contexts[queue] = ctx
         return ctx
@@ -234,6 +240,14 @@ class FlowProducer:
         queues = [QueueKeys(q, self.prefix) for q in p.queues]
         return flows.add_tree_call(queues, now, len(p.order), attach, p.body)
 
+    def _written(self, prepared: Sequence[_Prepared], replies: Sequence[Any]) -> list[str]:
+        """The ids of the jobs these flow calls wrote (a reply that added nothing: none)."""
+        out: list[str] = []
+        for p, reply in zip(prepared, replies, strict=False):
+            with contextlib.suppress(GlideMQError):
+                out += self._ids(reply, p, None)
+        return out
+
     def _ids(self, reply: Any, p: _Prepared, parent: tuple[str, str] | None) -> list[str]:
         code = flows.tree_reply(reply)
         if isinstance(code, list):
@@ -298,7 +312,10 @@ class FlowProducer:
         ctx = self._ctx(client, p.queues[0])
         # Not retried after an ambiguous failure: a second run would report the flow the
         # first run added as a duplicate (or add it twice).
-        reply = await send(ctx, self._call(p, now, attach))
+        try:
+            reply = await send(ctx, self._call(p, now, attach))
+        except DurabilityError as exc:
+            raise exc.naming(self._written([p], [exc.reply])) from None
         ids = self._ids(reply, p, located)
         return self._jobs(client, p, ids, now, located[1] if located else None)
 
@@ -370,7 +387,11 @@ class FlowProducer:
         for start in range(0, len(prepared), _PIPELINE_CALLS):
             chunk = prepared[start : start + _PIPELINE_CALLS]
             calls = [self._call(p, now, "") for p in chunk]
-            replies = await ctx.pipeline(calls, safe=False, resend=False)
+            try:
+                replies = await ctx.pipeline(calls, safe=False, resend=False)
+            except DurabilityError as exc:
+                got = exc.reply if isinstance(exc.reply, list) else []
+                raise exc.naming(self._written(chunk, got)) from None
             for p, root, reply in zip(chunk, roots[start:], replies or [], strict=False):
                 if isinstance(reply, Exception):
                     raise ServerError(f"add_bulk: {reply}")

@@ -13,6 +13,7 @@ from ..client.context import QueueContext
 from ..encoding.serialize import decode_data, decode_json, encode_data, encode_progress
 from ..errors import (
     DelayedError,
+    DurabilityError,
     JobNotFoundError,
     JobStateError,
     JobTimeoutError,
@@ -63,6 +64,7 @@ class JobRunner(Protocol):
 
 D = TypeVar("D")
 R = TypeVar("R")
+_T = TypeVar("_T")
 
 JobState = str
 """One of: waiting, active, delayed, prioritized, completed, failed, waiting-children,
@@ -315,14 +317,23 @@ class Job(Generic[D, R]):
 
     # -- lifecycle -------------------------------------------------------------------------
 
+    async def _named(self, call: Awaitable[_T]) -> _T:
+        """`call`, a DurabilityError from it naming this job."""
+        try:
+            return await call
+        except DurabilityError as exc:
+            raise exc.naming([self.id]) from None
+
     async def log(self, message: str) -> int:
         """Append a line to the job's log; returns the log's length."""
-        return await ops.log(self._ctx, self.id, [message])
+        return await self._named(ops.log(self._ctx, self.id, [message]))
 
     async def update_progress(self, progress: int | float | Mapping[str, Any]) -> None:
         """Store the job's progress and emit a `progress` event."""
         check_progress(progress)
-        await ops.update_job(self._ctx, self.id, [("progress", encode_progress(progress))])
+        await self._named(
+            ops.update_job(self._ctx, self.id, [("progress", encode_progress(progress))])
+        )
         self.progress = progress
         if self._worker is not None:
             self._worker.events.emit("progress", self, progress)
@@ -335,9 +346,11 @@ class Job(Generic[D, R]):
         raw = encode_data(data, compress=self._ctx.compress, serializer=self._ctx.serializer)
         runner = self._worker
         if runner is not None and self.entry_id is not None:  # this run's own job
-            await ops.update_data(self._ctx, self.id, raw, self.entry_id, runner.consumer)
+            await self._named(
+                ops.update_data(self._ctx, self.id, raw, self.entry_id, runner.consumer)
+            )
         else:
-            await ops.update_data(self._ctx, self.id, raw)
+            await self._named(ops.update_data(self._ctx, self.id, raw))
         self.data = data
 
     async def report_usage(
@@ -494,12 +507,13 @@ class Job(Generic[D, R]):
 
     async def remove(self) -> None:
         """Delete the job; refused while a worker runs it."""
-        await ops.remove_job(self._ctx, self.id)
+        await self._named(ops.remove_job(self._ctx, self.id))
 
     async def retry(self, state: str = "failed") -> None:
         """Send a finished job (`failed` or `completed`) back to waiting with fresh attempts."""
         source = retry_source(state)
-        if await ops.retry_jobs(self._ctx, self._ctx.now_ms(), source, 1, [self.id]) != 1:
+        retried = ops.retry_jobs(self._ctx, self._ctx.now_ms(), source, 1, [self.id])
+        if await self._named(retried) != 1:
             if await self._ctx.get_state(self.id) is None:
                 raise JobNotFoundError(self._ctx.name, self.id)
             raise JobStateError(self.id, "retry", f"it is not {state}")
@@ -507,18 +521,22 @@ class Job(Generic[D, R]):
     async def change_priority(self, priority: int) -> None:
         """Re-prioritize a job that is not running yet."""
         check_priority(priority)
-        self.state = await ops.change_priority(self._ctx, self.id, priority, self._ctx.now_ms())
+        self.state = await self._named(
+            ops.change_priority(self._ctx, self.id, priority, self._ctx.now_ms())
+        )
         self.priority = priority
 
     async def change_delay(self, delay: int) -> None:
         """Set a delayed job's remaining delay to `delay` ms from now."""
         check_delay(delay)
-        self.state = await ops.change_delay(self._ctx, self.id, delay, self._ctx.now_ms())
+        self.state = await self._named(
+            ops.change_delay(self._ctx, self.id, delay, self._ctx.now_ms())
+        )
         self.delay = delay
 
     async def promote(self) -> None:
         """Make a delayed job runnable now."""
-        self.state = await ops.promote_job(self._ctx, self.id, self._ctx.now_ms())
+        self.state = await self._named(ops.promote_job(self._ctx, self.id, self._ctx.now_ms()))
 
     # -- queries ---------------------------------------------------------------------------
 

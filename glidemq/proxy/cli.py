@@ -47,6 +47,21 @@ def build_parser() -> argparse.ArgumentParser:
     url = p.add_mutually_exclusive_group()
     url.add_argument("--url", help="Valkey server (default: $GLIDEMQ_URL, else 127.0.0.1:6379)")
     url.add_argument("--url-file", metavar="FILE", help="read the server URL from FILE")
+    p.add_argument(
+        "--durability",
+        choices=("replicated", "fsync", "none"),
+        help="answer an add only once replicas (WAIT) or the AOF (WAITAOF) confirmed it "
+        "(docs/DURABILITY.md; default none)",
+    )
+    p.add_argument(
+        "--replicas", type=int, metavar="N", help="replicas that must confirm (default 1)"
+    )
+    p.add_argument(
+        "--durability-timeout",
+        type=int,
+        metavar="MS",
+        help="how long a write waits for its confirmation (default 1000)",
+    )
     p.add_argument("--prefix", default="glide", help="key prefix of the queues (default glide)")
     p.add_argument("--port", type=port, default=8081, help="HTTP port (default 8081)")
     p.add_argument(
@@ -108,6 +123,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         except ValidationError as exc:
             flag = "--url-file" if args.url_file else "--url"
             raise ValidationError(flag, exc.reason) from None
+        try:
+            conn = conn.with_durability(
+                args.durability, replicas=args.replicas, timeout_ms=args.durability_timeout
+            )
+        except ValidationError as exc:
+            raise ValidationError("--durability", exc.reason) from None
         prefix = validate_prefix(args.prefix)
         basic = BasicAuth.from_file(args.basic_auth_file) if args.basic_auth_file else None
         for name in args.queue or ():

@@ -104,6 +104,10 @@ def error_response(exc: Exception) -> Response:
         return json_response(body, 422)
     if isinstance(exc, errors.JobTimeoutError):
         return json_response({"error": "timeout", "message": str(exc)}, 504)
+    if isinstance(exc, errors.DurabilityError):
+        # written on the primary, not confirmed: the caller must know which jobs to retry
+        body = {"error": "not_confirmed", "job_ids": exc.job_ids, "message": str(exc)}
+        return json_response(body, 504)
     if isinstance(exc, errors.QueueFullError):
         return json_response({"error": "queue_full", "message": str(exc)}, 429)
     if isinstance(exc, errors.JobIdsExhaustedError):

@@ -18,6 +18,7 @@ from ..client.renewal import queue_renewal
 from ..encoding.serialize import encode_data
 from ..encoding.serializers import DEFAULT_SERIALIZER, get_serializer
 from ..errors import (
+    DurabilityError,
     GlideMQError,
     PayloadTooLargeError,
     QueueFullError,
@@ -28,6 +29,7 @@ from ..flows.budget import QueueBudget
 from ..job.job import Job
 from ..job.streams import QueueStreams
 from ..keys import DEFAULT_PREFIX, QueueKeys, validate_job_name
+from ..options.durability import DurabilityLike
 from ..types import JobOptions, bulk_item
 from ..wire import Call, adds, send
 from ..wire.features import claim_serializer
@@ -77,6 +79,8 @@ class Queue(
     `JobOptions.result_ttl` for jobs added through this Queue. `serializer` encodes job data:
     `"json"` (the default, readable by every language) or `"msgpack"` (Python only); it is
     recorded for the queue, and a Queue or Worker with another one is refused.
+    `durability` ("replicated", "fsync" or a `Durability`) overrides the connection's: adds
+    and every other write are acknowledged only once confirmed (docs/DURABILITY.md).
     """
 
     def __init__(
@@ -88,6 +92,7 @@ class Queue(
         compression: bool = False,
         result_ttl: int | None = None,
         serializer: str = DEFAULT_SERIALIZER,
+        durability: DurabilityLike = None,
     ) -> None:
         self.keys = QueueKeys(name, prefix)
         self._serializer = get_serializer(serializer)
@@ -95,7 +100,7 @@ class Queue(
         self.result_ttl = validate_result_ttl(result_ttl)
         self._results: ResultWaiter | None = None
         self.name = name
-        self.connection = resolve_connection(connection)
+        self.connection = resolve_connection(connection).with_durability(durability)
         self.compression = compression
         self._client: Client | None = None
         self._ctx: QueueContext | None = None
@@ -106,6 +111,7 @@ class Queue(
         self._add_in_flight = False  # a lone add is being sent by its own caller
         self._bulks_in_flight = 0  # coalesced adds being sent (_send_adds)
         self._add_tasks: set[asyncio.Task[None]] = set()
+        self._confirmed_adds: asyncio.Lock | None = None  # durability: one shared call at a time
         self._blocking: Client | None = None  # blocking stream reads (glidemq/job/streams.py)
         self._blocking_lock: asyncio.Lock | None = None
         # Asked once: None (OpenTelemetry absent or no provider) adds no span and no field.
@@ -138,6 +144,8 @@ class Queue(
                     retry=self.connection.retry,
                     serializer=self._serializer,
                     clock=self.connection.clock,
+                    durability=self.connection.confirmation,
+                    request_timeout_ms=self.connection.request_timeout_ms,
                 )
                 try:
                     await claim_serializer(ctx, self.serializer, "Queue")
@@ -238,7 +246,10 @@ class Queue(
         ctx = self._ctx if self._ctx is not None else await self._context()
         if options.deduplication is not None:
             now = self.connection.clock.now_ms()
-            reply = await send(ctx, self._dedup_call(name, data, options, now, traceparent))
+            try:
+                reply = await send(ctx, self._dedup_call(name, data, options, now, traceparent))
+            except DurabilityError as exc:
+                raise exc.naming(adds.written_ids([exc.reply])) from None
             return self._added(reply, name, data, options, now)
         if not (self._add_in_flight or self._add_scheduled or self._bulks_in_flight):
             # No other add under way: send this one now, from this task. A lone add then
@@ -248,6 +259,9 @@ class Queue(
                 now = self.connection.clock.now_ms()
                 call = self._lone_add_call(name, data, options, traceparent, now)
                 reply = _lone_reply(call, await send(ctx, call))
+            except DurabilityError as exc:
+                written = adds.written_ids([_lone_reply(call, exc.reply)])
+                raise exc.naming(written) from None
             finally:
                 self._add_in_flight = False
             return self._added(reply, name, data, options, now)
@@ -268,13 +282,15 @@ class Queue(
     ) -> tuple[Call, JobOptions, int] | None:
         """The FCALL of one add, the job's options and its time, for a caller that sends
         it on a client of its own (the sync API's); None when the add must go through
-        `add`: deduplicated, traced, on a memory server, or before the first connect."""
+        `add`: deduplicated, traced, on a memory server, with durability, or before the
+        first connect."""
         options = default_result_ttl(JobOptions.coerce(opts), self.result_ttl)
         if (
             options.deduplication is not None
             or self._tracing is not None
             or self._ctx is None
             or self.connection.backend is not None
+            or self.connection.durability is not None  # the wait goes with the async path
         ):
             return None
         now = self.connection.clock.now_ms()
@@ -308,6 +324,9 @@ class Queue(
         task.add_done_callback(self._add_tasks.discard)
 
     async def _flush_adds(self) -> None:
+        if self.connection.durability is not None:
+            await self._flush_adds_confirmed()
+            return
         self._add_scheduled = False
         pending, self._adds = self._adds, []
         chunk = _BULK_CHUNK
@@ -320,6 +339,18 @@ class Queue(
             pending = pending[:chunk]
         await self._send_adds(pending)
 
+    async def _flush_adds_confirmed(self) -> None:
+        """With durability each call's wait holds the connection, and adds sent meanwhile
+        would only queue behind it: they wait for the call in flight and go out together,
+        one call and one wait."""
+        if self._confirmed_adds is None:
+            self._confirmed_adds = asyncio.Lock()
+        async with self._confirmed_adds:
+            self._add_scheduled = False
+            pending, self._adds = self._adds, []
+            for start in range(0, len(pending), _BULK_CHUNK):
+                await self._send_adds(pending[start : start + _BULK_CHUNK])
+
     async def _send_adds(
         self, pending: list[tuple[list[str | bytes], asyncio.Future[Any]]]
     ) -> None:
@@ -331,6 +362,14 @@ class Queue(
             # Item 7 of each job is its custom id: with one everywhere, a resend is harmless.
             call = adds.add_bulk_call(self.keys, now, jobs, safe=all(job[6] for job in jobs))
             replies = await send(ctx, call)
+        except DurabilityError as exc:
+            # each caller hears of its own job: written, not confirmed
+            got = exc.reply if isinstance(exc.reply, list) else []
+            for i, (_, future) in enumerate(pending):
+                if not future.done():
+                    job = got[i] if i < len(got) else None
+                    future.set_exception(exc.naming(adds.written_ids([job])))
+            return
         except BaseException as exc:
             for _, future in pending:
                 if not future.done():
@@ -518,6 +557,17 @@ def _bulk_calls(keys: QueueKeys, items: list[_BulkItem], now: int) -> list[tuple
     return calls
 
 
+def _written_in(chunk: list[tuple[Call, list[int]]], replies: Any) -> list[str]:
+    """The ids of the jobs a pipeline of add calls wrote, from its replies."""
+    per_job: list[Any] = []
+    for (call, _), reply in zip(chunk, replies if isinstance(replies, list) else [], strict=False):
+        if call.function == adds.ADD_BULK.name and isinstance(reply, list):
+            per_job.extend(reply)
+        else:
+            per_job.append(reply)
+    return adds.written_ids(per_job)
+
+
 async def _send_bulk(
     ctx: QueueContext, items: list[_BulkItem], calls: list[tuple[Call, list[int]]]
 ) -> list[Any]:
@@ -529,7 +579,11 @@ async def _send_bulk(
         # Resent after a time-out only when every job has a custom or deduplication id.
         safe = all(items[j][2].job_id or items[j][2].deduplication for c in chunk for j in c[1])
         # A call answered MOVED / TRYAGAIN / CLUSTERDOWN did not run: it is sent again.
-        replies = await ctx.pipeline([c for c, _ in chunk], safe=safe)
+        try:
+            replies = await ctx.pipeline([c for c, _ in chunk], safe=safe)
+        except DurabilityError as exc:
+            # the jobs of earlier pipelines were confirmed; these were written, not confirmed
+            raise exc.naming(_written_in(chunk, exc.reply)) from None
         for (call, idx), reply in zip(chunk, replies, strict=True):
             if isinstance(reply, Exception):
                 raise ServerError(f"add_bulk: {reply}")

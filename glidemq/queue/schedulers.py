@@ -418,6 +418,8 @@ async def get_all(ctx: QueueContext) -> list[JobScheduler]:
 
 async def remove(ctx: QueueContext, name: str) -> bool:
     n = await ctx.command(lambda c: c.hdel(schedulers_key(ctx), [name]))
+    if n:
+        await ctx.confirm_writes("remove_job_scheduler")
     return bool(n)
 
 

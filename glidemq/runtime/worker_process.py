@@ -152,6 +152,8 @@ class WorkerProcess:
                     options=options,
                 )
                 self.workers.append(worker)
+                if self.spec.setup is not None:
+                    self.spec.setup(worker)
                 if self.max_jobs is not None:
                     # checked on every job, not only at heartbeats: fast jobs overshoot a lot
                     worker.on("completed", self.job_done)

@@ -15,6 +15,7 @@ from ..flows.builders import Dag, DagNode
 from ..flows.plan import FlowJob
 from ..job.job import Job as AsyncJob
 from ..keys import DEFAULT_PREFIX
+from ..options.durability import DurabilityLike
 from . import runner
 from .queue import Job, Queue
 
@@ -46,8 +47,9 @@ class FlowProducer:
         prefix: str = DEFAULT_PREFIX,
         compression: bool = False,
         timeout: float | None = runner.DEFAULT_TIMEOUT,
+        durability: DurabilityLike = None,
     ) -> None:
-        self.connection = resolve_connection(connection)
+        self.connection = resolve_connection(connection).with_durability(durability)
         self.prefix = prefix
         self.timeout = timeout
         self._compression = compression

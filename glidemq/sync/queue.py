@@ -15,6 +15,7 @@ from ..errors import GlideMQError, JobFailedError
 from ..job.job import Job as AsyncJob
 from ..job.job import JobState
 from ..keys import DEFAULT_PREFIX
+from ..options.durability import DurabilityLike
 from ..options.limits import RateLimit
 from ..queue import queue as async_queue
 from ..queue.admin import JobCounts
@@ -51,9 +52,10 @@ class Queue(Generic[D, R]):
         result_ttl: int | None = None,
         serializer: str = DEFAULT_SERIALIZER,
         timeout: float | None = DEFAULT_TIMEOUT,
+        durability: DurabilityLike = None,
     ) -> None:
         self.name = name
-        self.connection = resolve_connection(connection)
+        self.connection = resolve_connection(connection).with_durability(durability)
         self.timeout = timeout
         self._options: dict[str, Any] = {
             "connection": self.connection,

@@ -142,7 +142,11 @@ async def complete_and_fetch_next(
 ) -> Fetched:
     """Store the completions and take up to `fetch` jobs, in one call."""
     call = complete_and_fetch_next_call(ctx.keys, now, consumer, fetch, emit, completions, limiter)
-    r = await send(ctx, call)
+    return fetched_of(await send(ctx, call))
+
+
+def fetched_of(r: Any) -> Fetched:
+    """A glidemq_completeAndFetchNext reply as a Fetched."""
     n = len(r)
     return Fetched(
         r[0], r[1], n > 2 and r[2] == 1, int(r[3]) if n > 3 else 0, r[4] if n > 4 else []

@@ -14,7 +14,7 @@ from glide import GlideError as _GlideError
 from glide import StreamGroupOptions
 
 from ..client.retry import to_glidemq_error
-from ..errors import GlideMQError, ServerError
+from ..errors import DurabilityError, GlideMQError, ServerError
 from ..timing.clock import WALL_CLOCK
 from ..wire import fetch
 from .hold import send_back
@@ -191,9 +191,14 @@ class Fetcher:
         ticket, flat = self.order.ticket(), []
         sent = time.monotonic()
         try:
-            got = await fetch.complete_and_fetch_next(
-                ctx, ctx.now_ms(), w.consumer, n, w.emit_flag, (), w.limiter
-            )
+            try:
+                got = await fetch.complete_and_fetch_next(
+                    ctx, ctx.now_ms(), w.consumer, n, w.emit_flag, (), w.limiter
+                )
+            except DurabilityError as exc:
+                # taken on the primary, not confirmed: run them (their completions wait)
+                w.events.emit("error", exc)
+                got = fetch.fetched_of(exc.reply)
             flat = got.entries
         finally:
             self.order.deliver(ticket, flat, n, sent)

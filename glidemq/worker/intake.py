@@ -15,7 +15,7 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
-from ..errors import GlideMQError
+from ..errors import DurabilityError, GlideMQError
 from ..wire import fetch as wire_fetch
 
 if TYPE_CHECKING:
@@ -122,20 +122,29 @@ class Intake:
                     completions,
                     link.limiter,
                 )
+            except DurabilityError as exc:
+                # Stored on the primary but not confirmed: an error naming the jobs, never
+                # "completed"; the jobs the call took are run.
+                link.events.emit("error", exc.naming([job.id for job, _, _ in batch]))
+                for job, _, _ in batch:
+                    slots.drop(job.entry_id)
+                got = wire_fetch.fetched_of(exc.reply)
             except GlideMQError as exc:
                 link.events.emit("error", exc)
                 # The jobs stay in the PEL; stall recovery runs them again.
                 for job, _, _ in batch:
                     slots.drop(job.entry_id)
                 return
-            for (job, _, _), status in zip(batch, got.statuses, strict=True):
-                slots.drop(job.entry_id)
-                if status == b"ok":
-                    self.completed(job)
-                elif status == b"stale":
-                    log.info(
-                        "glidemq: job %s was reclaimed by another worker; result dropped", job.id
-                    )
+            else:
+                for (job, _, _), status in zip(batch, got.statuses, strict=True):
+                    slots.drop(job.entry_id)
+                    if status == b"ok":
+                        self.completed(job)
+                    elif status == b"stale":
+                        log.info(
+                            "glidemq: job %s was reclaimed by another worker; result dropped",
+                            job.id,
+                        )
             fetched = got.entries
             if self.fetcher is not None:
                 self.fetcher.took(got, fetch)

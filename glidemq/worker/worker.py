@@ -23,9 +23,10 @@ from ..client.functions import ensure_library
 from ..emitter import Emitter
 from ..encoding.serialize import encode_result
 from ..encoding.serializers import get_serializer
-from ..errors import DelayedError, GlideMQError, RateLimitError, UnrecoverableError
+from ..errors import DelayedError, DurabilityError, GlideMQError, RateLimitError, UnrecoverableError
 from ..job.job import Job
 from ..keys import DEFAULT_PREFIX, QueueKeys
+from ..options.durability import DurabilityLike
 from ..processor import ProcessorCall
 from ..sandbox.errors import SandboxHandBack
 from ..types import WorkerOptions, job_retention, retention_args, worker_options
@@ -81,6 +82,8 @@ class Worker(WorkerLifecycle, Generic[D, R]):
     Start it with `async with Worker(...)`, `await worker.start()` or `await worker.run()`;
     stop it with `close()`, which lets running jobs finish (up to `close_timeout`) and hands
     the rest back to the queue. Options are `WorkerOptions` fields, as keywords or `options=`.
+    `durability` overrides the connection's: completions, failures and every other write
+    are acknowledged only once confirmed (docs/DURABILITY.md).
     """
 
     RateLimitError = RateLimitError
@@ -93,10 +96,11 @@ class Worker(WorkerLifecycle, Generic[D, R]):
         connection: ConnectionLike = None,
         prefix: str = DEFAULT_PREFIX,
         options: WorkerOptions | None = None,
+        durability: DurabilityLike = None,
         **settings: Any,
     ) -> None:
         base = worker_options(options, settings)
-        self.connection = resolve_connection(connection)
+        self.connection = resolve_connection(connection).with_durability(durability)
         # In batch mode `concurrency` counts batches; the worker holds that many batches' jobs.
         concurrency = base.concurrency * (base.batch.size if base.batch else 1)
         hooks = {
@@ -123,7 +127,10 @@ class Worker(WorkerLifecycle, Generic[D, R]):
         self._slots: Slots[Job[D, R]] = Slots(
             concurrency, base.prefetch or held, extension=executor.extension
         )
-        flush_size = max(base.batch.size if base.batch else 1, -(-held // _FLUSH_DIVISOR))
+        # A durability wait holds the connection, so flushes in flight queue behind each
+        # other's waits: with durability every pending completion goes in one flush.
+        divisor = 1 if self.connection.durability is not None else _FLUSH_DIVISOR
+        flush_size = max(base.batch.size if base.batch else 1, -(-held // divisor))
         # Asked once: None (OpenTelemetry absent or no provider) keeps the job path as is.
         self._tracing = otel.job_tracing()
         self._keep_complete = retention_args(base.remove_on_complete)
@@ -206,6 +213,8 @@ class Worker(WorkerLifecycle, Generic[D, R]):
                 retry=self.connection.retry,
                 serializer=self._serializer,
                 clock=self.connection.clock,
+                durability=self.connection.confirmation,
+                request_timeout_ms=self.connection.request_timeout_ms,
             )
             await claim_serializer(link.ctx, self.opts.serializer, "Worker")
             self.watchdog.attach(link.ctx)
@@ -496,6 +505,8 @@ class Worker(WorkerLifecycle, Generic[D, R]):
             self._slots.drop(job.entry_id)
         try:
             await wire.fetch.defer_active(self._ctx, self.consumer, args[1:])
+        except DurabilityError as exc:
+            self.events.emit("error", exc.naming([job.id for job in jobs]))
         except GlideMQError as exc:
             self.events.emit("error", exc)  # left in the PEL: stall recovery takes them
         self._slots.wake()
@@ -537,6 +548,10 @@ class Worker(WorkerLifecycle, Generic[D, R]):
                 self.opts.dead_letter,
                 f.stack,
             )
+        except DurabilityError as exc:
+            # Recorded on the primary, not confirmed: an error, never a silent success.
+            self.events.emit("error", exc.naming([job.id]))
+            reply = b"error"
         except GlideMQError as exc:
             # Left in the PEL: stall recovery will retry the job.
             self.events.emit("error", exc)
