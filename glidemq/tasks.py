@@ -26,6 +26,7 @@ from typing import Any, Generic, ParamSpec, TypeVar, overload
 from .client.connection import ConnectionLike, ConnectionOptions, resolve_connection
 from .encoding import payload
 from .errors import GlideMQError, TaskArgumentError, ValidationError
+from .flows.builders import GROUP_JOB_NAME
 from .flows.plan import FlowJob
 from .job.job import Job
 from .keys import DEFAULT_PREFIX, validate_queue_name
@@ -572,10 +573,15 @@ def _route(table: Mapping[Any, Task[Any, Any]], job: Job[Any, Any]) -> Task[Any,
 def task_processor(*tasks: Task[Any, Any]) -> Callable[[Job[Any, Any]], Any]:
     """A processor for a Worker that runs these tasks, each job by its name (a name no task
     has fails the job as unrecoverable). Async tasks run on the worker's loop, sync ones on
-    threads (as many as the worker's concurrency lets run)."""
+    threads (as many as the worker's concurrency lets run).
+
+    The parent job `glidemq.group` adds (`__group__`) needs no task: unless a task has that
+    name, it returns its children's values (`get_children_values()`, by child key)."""
     table = _table(tasks)
 
     async def run(job: Job[Any, Any]) -> Any:
+        if job.name == GROUP_JOB_NAME and GROUP_JOB_NAME not in table:
+            return await job.get_children_values()
         return await _route(table, job).run(job)
 
     return run
