@@ -229,6 +229,7 @@ class Producer(Generic[D, R]):
                 compress=self.compression,
                 retry=self.connection.retry,
                 clock=self.connection.clock,
+                where=self.connection.where,
             )
             self._contexts[queue] = ctx
         return ctx

@@ -71,7 +71,13 @@ class Admin:
             client = await self._connect()
             keys = QueueKeys(name, self.prefix)
             view = QueueView(
-                QueueContext(client, keys, retry=self.connection.retry, clock=self.connection.clock)
+                QueueContext(
+                    client,
+                    keys,
+                    retry=self.connection.retry,
+                    clock=self.connection.clock,
+                    where=self.connection.where,
+                )
             )
             if len(self._views) >= _VIEWS_KEPT:
                 del self._views[next(iter(self._views))]  # the oldest: views hold no resource

@@ -181,6 +181,14 @@ class ConnectionOptions:
         return WALL_CLOCK if self.backend is None else self.backend.queue_clock
 
     @property
+    def where(self) -> str | None:
+        """The server's addresses as text (`127.0.0.1:6379`), for messages; None for a
+        server in this process."""
+        if self.backend is not None:
+            return None
+        return ",".join(f"[{h}]:{p}" if ":" in h else f"{h}:{p}" for h, p in self.addresses)
+
+    @property
     def url(self) -> str:
         """A URL that `from_url` turns back into equal options (without the password)."""
         if self.backend is not None:

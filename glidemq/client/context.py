@@ -58,6 +58,7 @@ class QueueContext:
         "on_transport_failure",
         "retry",
         "serializer",
+        "where",
     )
 
     def __init__(
@@ -69,8 +70,10 @@ class QueueContext:
         retry: RetryPolicy = DEFAULT_RETRY,
         serializer: Serializer | None = None,
         clock: Clock = WALL_CLOCK,
+        where: str | None = None,
     ) -> None:
         self.client = client
+        self.where = where  # the server's address, for the outage record (client.outage)
         self.clock = clock  # the server's: what job times are read from
         self.serializer = serializer  # of job data written through this context; None: JSON
         self.keys = keys
@@ -113,6 +116,7 @@ class QueueContext:
             on_transport_failure=self.on_transport_failure,
             on_success=self.on_success,
             keep_trying=self.keep_trying,
+            where=self.where,
         )
 
     async def command(
@@ -134,6 +138,7 @@ class QueueContext:
                 on_transport_failure=self.on_transport_failure,
                 on_success=self.on_success,
                 keep_trying=self.keep_trying,
+                where=self.where,
             )
         try:
             return await call

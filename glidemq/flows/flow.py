@@ -151,6 +151,7 @@ class FlowProducer:
                 QueueKeys(queue, self.prefix),
                 compress=self.compression,
                 clock=self.connection.clock,
+                where=self.connection.where,
             )
             self._contexts[queue] = ctx
         return ctx

@@ -138,6 +138,7 @@ class Queue(
                     retry=self.connection.retry,
                     serializer=self._serializer,
                     clock=self.connection.clock,
+                    where=self.connection.where,
                 )
                 try:
                     await claim_serializer(ctx, self.serializer, "Queue")

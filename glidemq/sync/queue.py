@@ -22,7 +22,7 @@ from ..queue.groups import GroupInfo
 from ..queue.queries import Metrics, WorkerInfo
 from ..types import JobOptions
 from . import runner
-from .direct import DirectClient, Retryable, available
+from .direct import CLIENT_PREFIX, DirectClient, Retryable, available
 from .runner import DEFAULT_TIMEOUT
 
 __all__ = ["Job", "Queue"]
@@ -64,9 +64,9 @@ class Queue(Generic[D, R]):
         async_queue.Queue(name, **self._options)  # bad options fail here, not on first use
         self._lock = threading.Lock()
         self._async: async_queue.Queue[D, R] | None = None
-        self._direct = (
-            DirectClient(self.connection, f"glidemq-queue-{name}", timeout) if available() else None
-        )
+        self._direct: DirectClient | None = None
+        if available():
+            self._direct = DirectClient(self.connection, CLIENT_PREFIX + name, timeout)
         self._pid = os.getpid()
         self._closed = False
 

@@ -204,6 +204,7 @@ class Worker(WorkerLifecycle, Generic[D, R]):
                 retry=self.connection.retry,
                 serializer=self._serializer,
                 clock=self.connection.clock,
+                where=self.connection.where,
             )
             await claim_serializer(link.ctx, self.opts.serializer, "Worker")
             self.watchdog.attach(link.ctx)
