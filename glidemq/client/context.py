@@ -80,7 +80,7 @@ class QueueContext:
         self.name = keys.name
         self.compress = compress
         self.retry = retry
-        self.on_transport_failure: Callable[[], Awaitable[None]] | None = None
+        self.on_transport_failure: Callable[[BaseException], Awaitable[None]] | None = None
         self.on_success: Callable[[], None] | None = None
         self.keep_trying: Callable[[], bool] | None = None
 

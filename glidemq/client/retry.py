@@ -169,7 +169,7 @@ async def retrying(
     safe: bool,
     policy: RetryPolicy = DEFAULT_RETRY,
     reload_library: Callable[[C], Awaitable[None]] | None = None,
-    on_transport_failure: Callable[[], Awaitable[None]] | None = None,
+    on_transport_failure: Callable[[BaseException], Awaitable[None]] | None = None,
     on_success: Callable[[], None] | None = None,
     keep_trying: Callable[[], bool] | None = None,
     where: str | None = None,
@@ -178,8 +178,8 @@ async def retrying(
 
     `client` is asked again before every try, so an owner that replaced a broken client is
     picked up. `reload_library` loads the function library into the node that lost it.
-    `on_transport_failure` runs after each time-out or connection failure (a hook that may
-    replace the client); `on_success` after the call succeeds; `keep_trying`, when given
+    `on_transport_failure(exc)` runs after each time-out or connection failure (a hook that
+    may replace the client); `on_success` after the call succeeds; `keep_trying`, when given
     and False, ends the retries early. `where` (the server's address) keeps the outage
     record (glidemq.client.outage) that a ConnectionError then names.
     """
@@ -209,7 +209,7 @@ async def retrying(
             if kind is Failure.AMBIGUOUS:
                 outage.failed(where, time.time() - (time.monotonic() - started))
                 if on_transport_failure is not None:
-                    await on_transport_failure()
+                    await on_transport_failure(exc)
                 if not safe:
                     raise ConnectionError(
                         _lost(where, f"{detail} (it may have run: not retried)")
