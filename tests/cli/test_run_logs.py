@@ -55,6 +55,11 @@ async def test_failed_tries_are_logged_with_their_job_and_the_final_one_with_its
     assert counted, log[-3000:]
     assert logged + sum(counted) == 26, (logged, counted)
     assert logged <= 3 * BURST  # the 26 fit in a few windows on any machine
+    # The final count says what it counts: tries, as the worker processes reported them.
+    assert (
+        "stopped after 0 restarts; the worker processes reported 0 jobs completed and 27 "
+        "failed tries (a process that was killed did not report its last second)"
+    ) in log
 
 
 async def test_the_json_log_carries_the_facts_of_a_failure_as_fields(
