@@ -115,6 +115,12 @@ class ConnectionError(GlideMQError, builtins.ConnectionError):
     """The Valkey server could not be reached or the connection was lost (also a builtin
     `ConnectionError`, so code written against the builtin catches it)."""
 
+    REFUSED_HINT = (
+        "is a Valkey server running there? Start one with glidemq-server, or point "
+        "GLIDEMQ_URL (--url on the command line) at yours"
+    )
+    """What to do about a refused connection, said after each such error."""
+
 
 class ServerError(GlideMQError):
     """The server answered a command with an error glidemq did not expect."""

@@ -234,6 +234,7 @@ class Producer(Generic[D, R]):
                 clock=self.connection.clock,
                 durability=self.connection.confirmation,
                 request_timeout_ms=self.connection.request_timeout_ms,
+                where=self.connection.where,
             )
             self._contexts[queue] = ctx
         return ctx

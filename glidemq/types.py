@@ -17,6 +17,7 @@ import orjson
 from .encoding.serializers import get_serializer
 from .errors import ValidationError
 from .keys import validate_job_id
+from .options import foreign
 from .options.checks import check_int as _int
 from .options.fallbacks import Fallback, check_fallbacks
 from .options.limits import RateLimit, TokenBucket, check_job_limits, limits_to_wire
@@ -51,6 +52,8 @@ def from_mapping(cls: type[T], values: Mapping[str, Any]) -> T:
     known = {f.name for f in fields(cls)}  # type: ignore[arg-type]
     for key in values:
         if key not in known:
+            if key in foreign.OPTIONS:  # a Celery word: say glidemq's, never guess a near name
+                raise ValidationError(key, f"not a glidemq option: {foreign.OPTIONS[key]}")
             hint = difflib.get_close_matches(key, known, n=1)
             extra = f" (did you mean {hint[0]!r}?)" if hint else ""
             raise ValidationError(key, f"unknown option for {cls.__name__}{extra}")

@@ -78,6 +78,7 @@ class Admin:
                     clock=self.connection.clock,
                     durability=self.connection.confirmation,
                     request_timeout_ms=self.connection.request_timeout_ms,
+                    where=self.connection.where,
                 )
             )
             if len(self._views) >= _VIEWS_KEPT:

@@ -56,6 +56,7 @@ class Backend(Protocol):
 
 
 DEFAULT_URL = "valkey://127.0.0.1:6379"
+
 # valkey-glide's own default (250 ms) would also cut off a slow FCALL that still ran on the
 # server; a command client waits longer and treats the time-out as an error, not a retry.
 DEFAULT_REQUEST_TIMEOUT_MS = 10_000
@@ -196,6 +197,10 @@ class ConnectionOptions:
         parts = urlsplit(url)
         shown = redact_url(url)  # error messages never repeat the password
         if parts.scheme not in ("valkey", "valkeys", "redis", "rediss"):
+            if "://" not in url:  # a bare host:port
+                raise ValidationError(
+                    "url", f"{shown!r} has no scheme: write it as 'valkey://{shown}'"
+                )
             raise ValidationError("url", f"unsupported scheme {parts.scheme!r} in {shown!r}")
         username, password, addresses = _url_netloc(parts.netloc, shown)
         query = parse_qs(parts.query)
@@ -225,6 +230,14 @@ class ConnectionOptions:
     def clock(self) -> Clock:
         """The clock of the server: its backend's, or the wall clock."""
         return WALL_CLOCK if self.backend is None else self.backend.queue_clock
+
+    @property
+    def where(self) -> str | None:
+        """The server's addresses as text (`127.0.0.1:6379`), for messages; None for a
+        server in this process."""
+        if self.backend is not None:
+            return None
+        return ",".join(f"[{h}]:{p}" if ":" in h else f"{h}:{p}" for h, p in self.addresses)
 
     @property
     def url(self) -> str:
@@ -377,7 +390,8 @@ async def create_client(opts: ConnectionOptions, *, name: str | None = None) -> 
     _quiet_native_logs()
     refused = await _refused(opts.addresses)
     if refused is not None:
-        raise ConnectionError(f"cannot connect to {opts.url}: connection refused by {refused}")
+        why = f"connection refused by {refused} ({ConnectionError.REFUSED_HINT})"
+        raise ConnectionError(f"cannot connect to {opts.url}: {why}")
     glide_tls_settings(opts)  # an unreadable TLS file fails here, before any try
     for attempt in range(_CONNECT_TRIES):
         try:

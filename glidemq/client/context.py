@@ -76,6 +76,7 @@ class QueueContext:
         "on_transport_failure",
         "retry",
         "serializer",
+        "where",
     )
 
     def __init__(
@@ -89,9 +90,11 @@ class QueueContext:
         clock: Clock = WALL_CLOCK,
         durability: Durability | None = None,
         request_timeout_ms: int = 10_000,
+        where: str | None = None,
     ) -> None:
         self.client = client
         self.durability = durability
+        self.where = where  # the server's address, for the outage record (client.outage)
         # a batch that waits may take the wait's timeout on top of the usual one
         self._wait_timeout_ms = request_timeout_ms + (durability.timeout_ms if durability else 0)
         self.clock = clock  # the server's: what job times are read from
@@ -100,7 +103,7 @@ class QueueContext:
         self.name = keys.name
         self.compress = compress
         self.retry = retry
-        self.on_transport_failure: Callable[[], Awaitable[None]] | None = None
+        self.on_transport_failure: Callable[[BaseException], Awaitable[None]] | None = None
         self.on_success: Callable[[], None] | None = None
         self.keep_trying: Callable[[], bool] | None = None
 
@@ -138,6 +141,7 @@ class QueueContext:
             on_transport_failure=self.on_transport_failure,
             on_success=self.on_success,
             keep_trying=self.keep_trying,
+            where=self.where,
         )
 
     def _batch(
@@ -201,6 +205,7 @@ class QueueContext:
                 on_transport_failure=self.on_transport_failure,
                 on_success=self.on_success,
                 keep_trying=self.keep_trying,
+                where=self.where,
             )
         try:
             return await call

@@ -46,6 +46,7 @@ from glide import RequestError as _RequestError
 from glide import TimeoutError as _GlideTimeout
 
 from ..errors import ConnectionError, ServerError, ValidationError
+from . import outage
 
 __all__ = [
     "DEFAULT_RETRY",
@@ -168,17 +169,19 @@ async def retrying(
     safe: bool,
     policy: RetryPolicy = DEFAULT_RETRY,
     reload_library: Callable[[C], Awaitable[None]] | None = None,
-    on_transport_failure: Callable[[], Awaitable[None]] | None = None,
+    on_transport_failure: Callable[[BaseException], Awaitable[None]] | None = None,
     on_success: Callable[[], None] | None = None,
     keep_trying: Callable[[], bool] | None = None,
+    where: str | None = None,
 ) -> T:
     """Run `send(client())`, retrying as the module doc says.
 
     `client` is asked again before every try, so an owner that replaced a broken client is
     picked up. `reload_library` loads the function library into the node that lost it.
-    `on_transport_failure` runs after each time-out or connection failure (a hook that may
-    replace the client); `on_success` after the call succeeds; `keep_trying`, when given
-    and False, ends the retries early.
+    `on_transport_failure(exc)` runs after each time-out or connection failure (a hook that
+    may replace the client); `on_success` after the call succeeds; `keep_trying`, when given
+    and False, ends the retries early. `where` (the server's address) keeps the outage
+    record (glidemq.client.outage) that a ConnectionError then names.
     """
     started = time.monotonic()
     attempt = 0
@@ -204,22 +207,34 @@ async def retrying(
                     raise ConnectionError(f"{detail} (client closed)") from exc
                 continue  # the owner swapped in a new client
             if kind is Failure.AMBIGUOUS:
+                outage.failed(where, time.time() - (time.monotonic() - started))
                 if on_transport_failure is not None:
-                    await on_transport_failure()
+                    await on_transport_failure(exc)
                 if not safe:
-                    raise ConnectionError(f"{detail} (it may have run: not retried)") from exc
+                    raise ConnectionError(
+                        _lost(where, f"{detail} (it may have run: not retried)")
+                    ) from exc
             elapsed = time.monotonic() - started
             out_of_time = attempt >= policy.attempts or elapsed >= policy.budget
             if out_of_time or (keep_trying is not None and not keep_trying()):
+                tries = "1 try" if attempt == 1 else f"{attempt} tries"
                 raise ConnectionError(
-                    f"{detail} (gave up after {attempt} tries in {elapsed:.1f} s)"
+                    _lost(where, f"{detail} (gave up after {tries} in {elapsed:.1f} s)")
                 ) from exc
             pause = policy.delay(attempt)
             await asyncio.sleep(min(pause, max(0.0, policy.budget - elapsed)))
         else:
             if on_success is not None:
                 on_success()
+            if outage.OPEN and where is not None:
+                outage.ok(where)
             return result
+
+
+def _lost(where: str | None, detail: str) -> str:
+    """`detail`, after what is known of an outage of `where`."""
+    lost = outage.describe(where)
+    return f"{lost}: {detail}" if lost else detail
 
 
 async def retry_batch(

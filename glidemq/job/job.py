@@ -23,7 +23,7 @@ from ..errors import (
 )
 from ..options.usage import TokenLimiter, Usage, check_usage, parse_usage
 from ..wire import codes, features, fetch, ops
-from . import children, signals
+from . import children, signals, waits
 from .checks import (
     check_delay,
     check_next_step,
@@ -599,14 +599,20 @@ class Job(Generic[D, R]):
     ) -> JobState:
         """Wait until the job completed or failed; returns that state, refreshes the fields.
 
-        Raises JobTimeoutError when `timeout` seconds pass first.
+        Raises JobTimeoutError when `timeout` seconds pass first (saying so when no worker
+        serves the queue, or it is paused), and ConnectionError when the server does not
+        answer within them.
         """
         deadline = None if timeout is None else time.monotonic() + timeout
         while True:
-            state = await self.get_state()
+            state = await waits.bounded(self._ctx, self.get_state(), deadline, timeout)
             if state in FINISHED:
-                await self.refresh()
+                await waits.bounded(self._ctx, self.refresh(), deadline, timeout)
                 return state
             if deadline is not None and time.monotonic() >= deadline:
-                raise JobTimeoutError(f"job {self.id} still {state} after {timeout} s")
+                why = await waits.unfinished_reason(self._ctx, state)
+                raise JobTimeoutError(
+                    f"job {self.id} of queue {self._ctx.name!r} still {state} after {timeout} s"
+                    + (f": {why}" if why else "")
+                )
             await asyncio.sleep(poll_interval)

@@ -146,6 +146,7 @@ class Queue(
                     clock=self.connection.clock,
                     durability=self.connection.confirmation,
                     request_timeout_ms=self.connection.request_timeout_ms,
+                    where=self.connection.where,
                 )
                 try:
                     await claim_serializer(ctx, self.serializer, "Queue")

@@ -34,6 +34,7 @@ from ..errors import (
     JobTimeoutError,
     ValidationError,
 )
+from ..job import waits
 from ..types import JobOptions, OptionsKey, options_key
 
 if TYPE_CHECKING:
@@ -183,13 +184,21 @@ class ResultWaiter:
             remaining = None if deadline is None else max(0.0, deadline - loop.time())
             done, _ = await asyncio.wait({waiter.future}, timeout=remaining)
             if not done:
-                raise JobTimeoutError(
-                    f"job {job_id!r} of queue {self.queue.name!r} did not finish within {timeout} s"
-                )
+                raise JobTimeoutError(await self._timed_out(ctx, job_id, timeout))
             outcome = waiter.future.result()
         finally:
             self._unregister(job_id, waiter)
         return await self._result(ctx, job_id, outcome)
+
+    async def _timed_out(self, ctx: QueueContext, job_id: str, timeout: float | None) -> str:
+        """The message of a wait that ran out: the job's state and why it is still there."""
+        text = f"job {job_id!r} of queue {self.queue.name!r} did not finish within {timeout} s"
+        try:
+            state = await ctx.get_state(job_id)
+        except GlideMQError:
+            return text
+        why = "" if state is None else await waits.unfinished_reason(ctx, state)
+        return f"{text} (still {state}): {why}" if why else text
 
     async def close(self) -> None:
         """Stop reading and fail every caller still waiting. Idempotent."""

@@ -35,6 +35,7 @@ log = logging.getLogger("glidemq.run")
 
 HEARTBEAT_INTERVAL = 1.0
 COUNTS_INTERVAL = 5.0
+RUNNING = 20  # jobs named in each heartbeat's list of what the process runs
 RECLAIM_WAIT = 5.0  # how long a stopping process still lets a reclaim of dead siblings finish
 
 
@@ -130,11 +131,14 @@ class WorkerProcess:
         completed = sum(w.completed_count for w in self.workers)
         failed = sum(w.failed_count for w in self.workers)
         active = sum(w.active_count for w in self.workers)
+        # what it runs, so that the supervisor can say it should this process die
+        running = [[w.name, j.id, j.name] for w in self.workers for j in w.running_jobs(RUNNING)]
         return {
             "completed": completed,
             "failed": failed,
             "active": active,
             "rss": rss_bytes(),
+            "running": running[:RUNNING],
         }
 
     async def serve(self) -> int:

@@ -14,7 +14,7 @@ from glide import GlideError as _GlideError
 from glide import StreamGroupOptions
 
 from ..client.retry import to_glidemq_error
-from ..errors import DurabilityError, GlideMQError, ServerError
+from ..errors import ConnectionError, DurabilityError, GlideMQError, ServerError
 from ..timing.clock import WALL_CLOCK
 from ..wire import fetch
 from .hold import send_back
@@ -160,6 +160,8 @@ class Fetcher:
                         continue
                     except GlideMQError as group_exc:  # server gone again: back off, retry
                         exc = group_exc
+                if isinstance(exc, ConnectionError):
+                    w.report.connection_lost(str(exc))
                 w.events.emit("error", exc)
                 await asyncio.sleep(backoff)
                 backoff = min(backoff * 2, 5.0)

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 from ..errors import GlideMQError
 from ..options.limits import limiter_args
 from ..types import retention_args
+from .report import WorkerReport
 
 if TYPE_CHECKING:
     from ..client.connection import Client, ConnectionOptions
@@ -51,6 +52,7 @@ class WorkerLink:
         "name",
         "opts",
         "pacer",
+        "report",
         "slots",
     )
 
@@ -87,6 +89,8 @@ class WorkerLink:
         self.client: Client | None = None
         self.blocking: Client | None = None
         self.ctx: QueueContext | None = None
+        self.report = WorkerReport(name, consumer, connection.where)
+        """The worker's log lines (failures, the connection, stall recovery)."""
 
     @property
     def token_limiter(self) -> TokenLimiter | None:

@@ -93,7 +93,8 @@ class Maintenance:
             await asyncio.sleep(interval)
             try:
                 assert w.ctx is not None
-                if not await fetch.any_stalled(w.ctx, w.opts.lock_duration):
+                owners = await fetch.stalled_owners(w.ctx, w.opts.lock_duration)
+                if not owners:
                     continue
                 await asyncio.sleep(confirm)
                 while True:
@@ -112,6 +113,7 @@ class Maintenance:
                     cursor = reply[0].decode() if isinstance(reply[0], bytes) else str(reply[0])
                     requeued, failed = int(reply[1]), int(reply[2])
                     if requeued or failed:
+                        w.report.stalled(requeued, failed, owners)
                         w.events.emit("stalled", requeued, failed)
                     self.stall_cursor = cursor
                     if cursor == "0-0":
@@ -140,6 +142,7 @@ class Maintenance:
         while True:
             await asyncio.sleep(interval)
             await self.register()
+            w.report.flush()
             if not w.slots:
                 continue
             try:

@@ -188,6 +188,11 @@ class Worker(WorkerLifecycle, Generic[D, R]):
         """Jobs this worker holds right now (running, held to run next, or being completed)."""
         return len(self._slots)
 
+    def running_jobs(self, most: int = 20) -> list[Job[D, R]]:
+        """Up to `most` of the jobs this worker runs now (not those it only holds)."""
+        held = {id(job) for _, job in self._slots.held_jobs()}
+        return [job for _, job in self._slots.jobs() if id(job) not in held][:most]
+
     def _held_tasks(self) -> list[asyncio.Task[Any]]:
         return self._slots.tasks()
 
@@ -215,6 +220,7 @@ class Worker(WorkerLifecycle, Generic[D, R]):
                 clock=self.connection.clock,
                 durability=self.connection.confirmation,
                 request_timeout_ms=self.connection.request_timeout_ms,
+                where=self.connection.where,
             )
             await claim_serializer(link.ctx, self.opts.serializer, "Worker")
             self.watchdog.attach(link.ctx)
@@ -279,6 +285,7 @@ class Worker(WorkerLifecycle, Generic[D, R]):
                 self.events.emit("error", exc)
         self._slots.clear()
         self._proc.shutdown()
+        self._link.report.flush(everything=True)
         await close_client(self._link.client)
 
     # -- taking jobs ----------------------------------------------------------------------
@@ -560,6 +567,8 @@ class Worker(WorkerLifecycle, Generic[D, R]):
             self._slots.drop(job.entry_id)
         status = reply.decode() if isinstance(reply, bytes) else str(reply)
         record_failure(self, job, error, f.reason, status)
+        if status in ("retry", "failed"):
+            self._link.report.failed(job, error, status, f.delay)
         if status == "stale":
             log.info("glidemq: job %s was reclaimed by another worker; failure dropped", job.id)
         if self._tracing is not None:

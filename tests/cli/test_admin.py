@@ -485,7 +485,8 @@ def test_an_unreachable_server_exits_6_with_one_line() -> None:
     assert done.returncode == 6  # as glidemq-run's ExitCode.UNREACHABLE
     assert done.stderr.strip().splitlines() == [
         "glidemq: error: cannot reach Valkey at valkey://127.0.0.1:1 "
-        "(127.0.0.1:1: Connection refused)"
+        "(127.0.0.1:1: Connection refused); is a Valkey server running there? Start one with "
+        "glidemq-server, or point GLIDEMQ_URL (--url on the command line) at yours"
     ]
 
 
