@@ -152,7 +152,7 @@ class Fetcher:
                 backoff = 0.05
             except asyncio.CancelledError:
                 raise
-            except GlideMQError as exc:
+            except Exception as exc:  # the loop must outlive any one failed fetch
                 self.error_at = time.monotonic()
                 if "NOGROUP" in str(exc):
                     try:
@@ -160,7 +160,7 @@ class Fetcher:
                         continue
                     except GlideMQError as group_exc:  # server gone again: back off, retry
                         exc = group_exc
-                w.events.emit("error", exc)
+                w.fault(exc, "fetching")
                 await asyncio.sleep(backoff)
                 backoff = min(backoff * 2, 5.0)
 

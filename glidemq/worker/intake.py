@@ -15,7 +15,6 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
-from ..errors import GlideMQError
 from ..wire import fetch as wire_fetch
 
 if TYPE_CHECKING:
@@ -110,6 +109,7 @@ class Intake:
         ticket = self.order.ticket() if fetch else -1
         fetched: list[Any] = []
         sent = time.monotonic()
+        dropped = False
         try:
             try:
                 # Transient faults are retried inside fcall, within the connection's budget.
@@ -122,11 +122,9 @@ class Intake:
                     completions,
                     link.limiter,
                 )
-            except GlideMQError as exc:
-                link.events.emit("error", exc)
+            except Exception as exc:  # any failure: the batch must not keep its entries
+                link.fault(exc, "storing completions")
                 # The jobs stay in the PEL; stall recovery runs them again.
-                for job, _, _ in batch:
-                    slots.drop(job.entry_id)
                 return
             for (job, _, _), status in zip(batch, got.statuses, strict=True):
                 slots.drop(job.entry_id)
@@ -136,10 +134,16 @@ class Intake:
                     log.info(
                         "glidemq: job %s was reclaimed by another worker; result dropped", job.id
                     )
+            dropped = True
             fetched = got.entries
             if self.fetcher is not None:
                 self.fetcher.took(got, fetch)
+        except Exception as exc:  # a fault here must not leave the batch held either
+            link.fault(exc, "handling a completion reply")
         finally:
+            if not dropped:  # a failure anywhere above: nothing of the batch stays held
+                for job, _, _ in batch:
+                    slots.drop(job.entry_id)
             self._flushes -= 1
             if self._pending and not self._scheduled:
                 self._scheduled = True
