@@ -25,6 +25,7 @@ __all__ = [
     "OperationTimeoutError",
     "PayloadTooLargeError",
     "ProcessorExitError",
+    "QueueClosedError",
     "QueueFullError",
     "QueueNotFoundError",
     "RateLimitError",
@@ -151,6 +152,15 @@ class QueueNotFoundError(GlideMQError, LookupError):
         super().__init__(f"no queue {queue!r} under prefix {prefix!r}")
         self.queue = queue
         self.prefix = prefix
+
+
+class QueueClosedError(GlideMQError):
+    """The Queue (or producer) was closed: a call made after `close()`, or an add that was
+    accepted but not sent before close's time-out ran out. Nothing of it was written."""
+
+    def __init__(self, queue: str, detail: str = "it was closed") -> None:
+        super().__init__(f"queue {queue!r} is closed: {detail}")
+        self.queue = queue
 
 
 class JobStateError(GlideMQError):
