@@ -62,7 +62,9 @@ class Retryable(GlideMQError):
 class DirectClient:
     """One blocking client per process for one sync Queue; safe to share between threads."""
 
-    def __init__(self, connection: ConnectionOptions, name: str, timeout: float | None) -> None:
+    def __init__(
+        self, connection: ConnectionOptions, name: str, timeout: float | None, *, queue: str
+    ) -> None:
         if timeout is not None:  # the sync call's own limit bounds the blocking call
             limit = max(1, int(timeout * 1000))
             connection = replace(
@@ -71,6 +73,9 @@ class DirectClient:
         self.timeout = timeout
         self.connection = connection
         self.name = name
+        """The client's name on the server."""
+        self.queue = queue
+        """The queue's name, for errors."""
         self._client: Any = None
         self._pid = os.getpid()
         self._lock = threading.Lock()
@@ -130,7 +135,7 @@ class DirectClient:
                     if self.timeout is not None
                     else f"the call timed out: {exc} (it may still take effect)"
                 ) from exc
-            raise to_glidemq_error(exc, f"{function} on queue {self.name}") from exc
+            raise to_glidemq_error(exc, f"{function} on queue {self.queue!r}") from exc
 
     def reset(self) -> None:
         """Drop the client (closed or broken); the next call opens another."""

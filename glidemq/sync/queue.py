@@ -65,7 +65,9 @@ class Queue(Generic[D, R]):
         self._lock = threading.Lock()
         self._async: async_queue.Queue[D, R] | None = None
         self._direct = (
-            DirectClient(self.connection, f"glidemq-queue-{name}", timeout) if available() else None
+            DirectClient(self.connection, f"glidemq-queue-{name}", timeout, queue=name)
+            if available()
+            else None
         )
         self._pid = os.getpid()
         self._closed = False
