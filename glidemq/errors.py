@@ -111,7 +111,13 @@ class ConnectionError(GlideMQError, builtins.ConnectionError):
 
 
 class ServerError(GlideMQError):
-    """The server answered a command with an error glidemq did not expect."""
+    """The server answered a command with an error glidemq did not expect. `code` is the
+    error's code, the first word of the server's reply (`WRONGTYPE`, `NOGROUP`, `ERR`, ...),
+    None when there is none to tell."""
+
+    def __init__(self, message: str = "", code: str | None = None) -> None:
+        super().__init__(message)
+        self.code = code
 
 
 class LibraryError(ServerError):

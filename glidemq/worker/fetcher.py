@@ -118,8 +118,8 @@ class Fetcher:
         try:
             await w.ctx.command(lambda c: c.xgroup_create(stream, "workers", "0", opts))
         except ServerError as exc:
-            if "BUSYGROUP" not in str(exc):
-                raise ServerError(f"cannot create the consumer group: {exc}") from exc
+            if exc.code != "BUSYGROUP":
+                raise ServerError(f"cannot create the consumer group: {exc}", exc.code) from exc
 
     async def loop(self) -> None:
         """Fetch while there are free slots; wait for a slot otherwise. Completions fetch
@@ -154,7 +154,7 @@ class Fetcher:
                 raise
             except Exception as exc:  # the loop must outlive any one failed fetch
                 self.error_at = time.monotonic()
-                if "NOGROUP" in str(exc):
+                if isinstance(exc, ServerError) and exc.code == "NOGROUP":
                     try:
                         await self.ensure_group()
                         continue
