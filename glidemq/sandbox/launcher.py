@@ -133,6 +133,7 @@ class LaunchThread:
         """`subprocess.Popen(argv, **options)` on the launch thread. Cancelled meanwhile,
         the process it made anyway is killed and reaped."""
         loop = asyncio.get_running_loop()
+
         def start() -> subprocess.Popen[bytes]:
             return subprocess.Popen(argv, **options)
 

@@ -36,9 +36,7 @@ async def test_adds_close_could_not_send_in_time_fail_clearly_and_are_not_stored
     queue: Queue[Any, Any] = Queue(queue_name, connection=conn)
     await queue.add("warm", {}, {"job_id": "warm"})
     n = 12_000  # 12 calls of 1,000: 8 go out at once, the others wait their turn
-    adds = [
-        asyncio.ensure_future(queue.add("x", {"i": i}, {"job_id": f"j{i}"})) for i in range(n)
-    ]
+    adds = [asyncio.ensure_future(queue.add("x", {"i": i}, {"job_id": f"j{i}"})) for i in range(n)]
     await asyncio.sleep(0)
     await queue.close(timeout=0)  # no time to wait: what is not on its way fails
     results = await asyncio.gather(*adds, return_exceptions=True)
