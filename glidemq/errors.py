@@ -30,6 +30,7 @@ __all__ = [
     "OperationTimeoutError",
     "PayloadTooLargeError",
     "ProcessorExitError",
+    "QueueClosedError",
     "QueueFullError",
     "QueueNotFoundError",
     "RateLimitError",
@@ -123,7 +124,13 @@ class ConnectionError(GlideMQError, builtins.ConnectionError):
 
 
 class ServerError(GlideMQError):
-    """The server answered a command with an error glidemq did not expect."""
+    """The server answered a command with an error glidemq did not expect. `code` is the
+    error's code, the first word of the server's reply (`WRONGTYPE`, `NOGROUP`, `ERR`, ...),
+    None when there is none to tell."""
+
+    def __init__(self, message: str = "", code: str | None = None) -> None:
+        super().__init__(message)
+        self.code = code
 
 
 class LibraryError(ServerError):
@@ -164,6 +171,15 @@ class QueueNotFoundError(GlideMQError, LookupError):
         super().__init__(f"no queue {queue!r} under prefix {prefix!r}")
         self.queue = queue
         self.prefix = prefix
+
+
+class QueueClosedError(GlideMQError):
+    """The Queue (or producer) was closed: a call made after `close()`, or an add that was
+    accepted but not sent before close's time-out ran out. Nothing of it was written."""
+
+    def __init__(self, queue: str, detail: str = "it was closed") -> None:
+        super().__init__(f"queue {queue!r} is closed: {detail}")
+        self.queue = queue
 
 
 class JobStateError(GlideMQError):

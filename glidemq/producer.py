@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any, Generic, Literal, Self, TypeVar
 from .client.connection import Client, ConnectionLike, close_client, resolve_connection
 from .client.context import QueueContext
 from .client.functions import connect_with_library
-from .errors import ConnectionError, GlideMQError, ValidationError
+from .errors import ConnectionError, QueueClosedError, ValidationError
 from .flows.flow import FlowJob, FlowProducer, JobNode, JobRef
 from .job.job import Job
 from .keys import DEFAULT_PREFIX, QueueKeys, validate_prefix
@@ -59,8 +59,8 @@ class _Adds(Queue[Any, Any]):
         )
         self._ctx, self._client = ctx, ctx.client
 
-    async def close(self) -> None:
-        self._closed = True
+    async def close(self, timeout: float | None = None) -> None:
+        self._closing = self._closed = True
 
 
 class _Flows(FlowProducer):
@@ -248,14 +248,14 @@ class Producer(Generic[D, R]):
         """The link to use now: connect on first use, on a new event loop, or when an idle
         connection does not answer."""
         if self._closed:
-            raise GlideMQError(f"producer of queue {self.name!r} is closed")
+            raise QueueClosedError(self.name, "its producer was closed")
         loop = asyncio.get_running_loop()
         link = self._link
         if link is not None and link.loop is loop and not self._idle():
             return link
         async with self._loop_lock(loop):
             if self._closed:
-                raise GlideMQError(f"producer of queue {self.name!r} is closed")
+                raise QueueClosedError(self.name, "its producer was closed")
             link = self._link
             if link is not None and (link.loop is not loop or not await self._answers(link)):
                 await self._drop()

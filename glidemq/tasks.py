@@ -31,8 +31,8 @@ from .flows.builders import GROUP_JOB_NAME
 from .flows.plan import FlowJob
 from .job.job import Job
 from .keys import DEFAULT_PREFIX, validate_job_name, validate_queue_name
-from .options.durability import DurabilityLike
 from .options import foreign
+from .options.durability import DurabilityLike
 from .processor import ProcessorSpec, is_async_callable
 from .queue.queue import Queue
 from .sync import Job as SyncJob

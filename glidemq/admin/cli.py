@@ -200,6 +200,10 @@ def _out(text: str) -> None:
     print(text, flush=True)
 
 
+def _note(text: str) -> None:
+    print(f"glidemq: note: {text}", file=sys.stderr, flush=True)
+
+
 def _emit(args: argparse.Namespace, value: Any, text: str) -> None:
     if getattr(args, "json", False):
         _out(orjson.dumps(to_jsonable(value), option=orjson.OPT_INDENT_2).decode())
@@ -379,10 +383,21 @@ async def _groups(admin: Admin, args: argparse.Namespace, now: int) -> None:
 
 
 async def _pause_or_resume_group(admin: Admin, args: argparse.Namespace, now: int) -> None:
-    act = admin.pause_group if args.command == "pause-group" else admin.resume_group
+    pausing = args.command == "pause-group"
+    unknown = await admin.group(args.queue, args.key) is None
+    where = f"group {args.key!r} of {args.queue!r}"
+    if unknown and not pausing:
+        _note(f"queue {args.queue!r} has no group {args.key!r} (no jobs, no settings): "
+              "nothing to resume")  # fmt: skip
+        _emit(args, None, f"{where}: no such group, nothing resumed")
+        return
+    act = admin.pause_group if pausing else admin.resume_group
     group = await act(args.queue, args.key)
-    done = "paused" if args.command == "pause-group" else "resumed"
-    _emit(args, group, f"group {args.key!r} of {args.queue!r} {done}")
+    if unknown:  # a typo, or a pause ahead of the group's first job: say which
+        _note(f"queue {args.queue!r} has no group {args.key!r} yet (no jobs, no settings): "
+              "it is paused ahead of its first job; check the name")  # fmt: skip
+    done = "paused" if pausing else "resumed"
+    _emit(args, group, f"{where} {done}")
 
 
 async def _exporter(admin: Admin, args: argparse.Namespace, now: int) -> int:

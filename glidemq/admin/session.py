@@ -210,6 +210,11 @@ class Admin:
         """The queue's groups (`Queue.get_groups`), at most `limit` of them."""
         return await (await self.view(queue)).get_groups(limit)
 
+    async def group(self, queue: str, key: str) -> GroupInfo | None:
+        """One group of the queue (`Queue.get_group`); None when the queue has no group by
+        that key (no jobs, no settings)."""
+        return await (await self.view(queue)).get_group(key)
+
     async def pause_group(self, queue: str, key: str) -> GroupInfo | None:
         """Stop the group's jobs from starting; the group as it is now."""
         view = await self.view(queue)

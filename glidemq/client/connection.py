@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import os
 from dataclasses import dataclass, field, fields, replace
 from typing import Any, Protocol, TypeAlias
@@ -15,6 +16,7 @@ from glide import (
     GlideClientConfiguration,
     GlideClusterClient,
     GlideClusterClientConfiguration,
+    InfoSection,
     Logger,
     LogLevel,
     NodeAddress,
@@ -407,8 +409,38 @@ async def create_client(opts: ConnectionOptions, *, name: str | None = None) -> 
                 found = await asyncio.to_thread(diagnose, opts)
                 if found is not None:
                     why = f"{found}; the client said: {why}"
+            if opts.cluster:
+                found = await _not_a_cluster(opts)
+                if found is not None:
+                    why = f"{found}; the client said: {why}"
             raise ConnectionError(f"cannot connect to {opts.url}: {why}") from exc
     raise AssertionError("unreachable")  # the last attempt returns or raises
+
+
+async def _not_a_cluster(opts: ConnectionOptions) -> str | None:
+    """After a cluster client could not connect: what a plain connection to the first
+    address finds there, when it is a server without cluster mode (else None)."""
+    host, port = opts.addresses[0]
+    plain = dataclasses.replace(opts, addresses=((host, port),), cluster=False)
+    try:
+        client = await _create(plain, "glidemq-diagnose")
+    except _GlideError:
+        return None
+    try:
+        info = await client.info([InfoSection.CLUSTER])
+    except _GlideError:
+        return None
+    finally:
+        await close_client(client)
+    text = info.decode(errors="replace") if isinstance(info, bytes) else str(info)
+    if "cluster_enabled:0" not in text:
+        return None
+    where = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+    return (
+        f"the URL asks for a cluster (several addresses or ?cluster=1), but {where} is a "
+        "standalone server (INFO cluster says cluster_enabled:0): drop ?cluster=1 and give "
+        "one address, or point the URL at a node of a cluster"
+    )
 
 
 _CONNECT_TRIES = 3

@@ -44,7 +44,7 @@ from ..wire import Call, codes, flows, send
 from .budget import wire_budget
 from .builders import Dag, DagNode
 from .builders import dag as build_dag
-from .plan import MAX_FLOW_JOBS, FlowJob, check_same_slot, flow_label, plan_flow
+from .plan import MAX_FLOW_JOBS, FlowJob, as_flow_job, check_same_slot, flow_label, plan_flow
 
 __all__ = [
     "MAX_FLOW_JOBS",
@@ -324,12 +324,14 @@ class FlowProducer:
 
     async def add(
         self,
-        flow: FlowJob,
+        flow: FlowJob | Mapping[str, Any],
         *,
         parent: JobRef | None = None,
         budget: Mapping[str, Any] | None = None,
     ) -> JobNode:
         """Add a flow (a tree, or a DAG through shared FlowJob objects) in one atomic call.
+        `flow` is a FlowJob or a mapping of its fields (`{"name", "queue_name", "data",
+        "opts", "children": [...]}`); anything else is a TypeError.
 
         With `parent`, an existing job that is not finished, the flow's root becomes one more
         child of it (a waiting parent then waits for it; a running one may call
@@ -339,6 +341,7 @@ class FlowProducer:
         `budget={"max_total_tokens": N, "max_total_cost": X, "on_exceeded": "fail"|"pause"}`
         caps the usage the flow's jobs report (docs/AI.md, "Budgets").
         """
+        flow = as_flow_job(flow)
         wired = wire_budget(budget) if budget is not None else None
         with self._traced("add_flow", flow.queue_name) as tp:
             p = self._prepare([flow], traceparent=tp)
@@ -365,11 +368,11 @@ class FlowProducer:
         by_node = {id(n): j for n, j in zip(p.order, jobs, strict=True)}
         return {key: by_node[id(job)] for key, job in graph.jobs.items()}
 
-    async def add_bulk(self, flows: Iterable[FlowJob]) -> list[JobNode | None]:
+    async def add_bulk(self, flows: Iterable[FlowJob | Mapping[str, Any]]) -> list[JobNode | None]:
         """Add several independent flows, one atomic call each, pipelined. All are checked
         before anything is sent. Returns one JobNode per flow, None where a custom job id
         already existed (nothing of that flow was written)."""
-        roots = list(flows)
+        roots = [as_flow_job(f, f"flows[{i}]") for i, f in enumerate(flows)]
         with self._traced("add_flow", roots[0].queue_name if roots else "") as tp:
             return await self._add_many(roots, [self._prepare([f], traceparent=tp) for f in roots])
 

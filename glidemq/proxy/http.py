@@ -15,6 +15,12 @@ from starlette.responses import Response
 
 from .. import errors
 from ..admin.model import to_jsonable
+from ..web.capacity import (
+    RETRY_AFTER_S,
+    StreamsFull,
+    out_of_descriptors,
+    warn_out_of_descriptors,
+)
 from ..web.errors import status_for
 from .state import Busy, Forbidden
 
@@ -94,6 +100,17 @@ def error_response(exc: Exception) -> Response:
     if isinstance(exc, Busy):
         answer = json_response({"error": "busy", "message": str(exc)}, 503)
         answer.headers["retry-after"] = "1"
+        return answer
+    if isinstance(exc, StreamsFull):
+        answer = json_response({"error": "busy", "message": str(exc)}, 503)
+        answer.headers["retry-after"] = str(exc.retry_after)
+        answer.headers["connection"] = "close"  # its socket is freed at once
+        return answer
+    if out_of_descriptors(exc):  # one warning a minute, not a traceback per request
+        warn_out_of_descriptors("glidemq.proxy", str(exc))
+        answer = json_response({"error": "unavailable", "message": "out of file descriptors"}, 503)
+        answer.headers["retry-after"] = str(RETRY_AFTER_S)
+        answer.headers["connection"] = "close"
         return answer
     if isinstance(exc, errors.ValidationError):
         return json_response(

@@ -19,8 +19,8 @@ from ..encoding.serialize import encode_data
 from ..encoding.serializers import DEFAULT_SERIALIZER, get_serializer
 from ..errors import (
     DurabilityError,
-    GlideMQError,
     PayloadTooLargeError,
+    QueueClosedError,
     QueueFullError,
     ServerError,
     ValidationError,
@@ -50,6 +50,9 @@ D = TypeVar("D")
 R = TypeVar("R")
 
 _BULK_CHUNK = 1000  # most coalesced single adds in one FCALL
+_BULKS_IN_FLIGHT = 8  # coalesced add calls sent and not answered yet, at most
+CLOSE_TIMEOUT_S = 10.0
+"""How long `Queue.close()` sends the adds it accepted before it fails the rest."""
 # A flush that finds no other coalesced add in flight splits this many or more in two halves,
 # so the client builds one call while the server runs the other (docs/BENCHMARKS.md).
 _SPLIT_AT = 8
@@ -106,10 +109,14 @@ class Queue(
         self._ctx: QueueContext | None = None
         self._lock = asyncio.Lock()
         self._closed = False
+        self._closing = False  # close() began: no new add; those accepted are still sent
         self._adds: list[tuple[list[str | bytes], asyncio.Future[Any]]] = []
         self._add_scheduled = False
         self._add_in_flight = False  # a lone add is being sent by its own caller
-        self._bulks_in_flight = 0  # coalesced adds being sent (_send_adds)
+        self._bulks_in_flight = 0  # coalesced adds being sent or waiting to (_send_adds)
+        self._bulk_gate: asyncio.Semaphore | None = None  # _BULKS_IN_FLIGHT calls at once
+        self._sending = 0  # adds accepted and not answered yet, outside _add_tasks
+        self._quiet: asyncio.Event | None = None  # set by close(): woken as adds finish
         self._add_tasks: set[asyncio.Task[None]] = set()
         self._confirmed_adds: asyncio.Lock | None = None  # durability: one shared call at a time
         self._blocking: Client | None = None  # blocking stream reads (glidemq/job/streams.py)
@@ -130,7 +137,7 @@ class Queue(
         if self._ctx is not None:
             return self._ctx
         if self._closed:
-            raise GlideMQError(f"queue {self.name!r} is closed")
+            raise QueueClosedError(self.name)
         async with self._lock:
             if self._ctx is None:
                 client = await connect_with_library(
@@ -158,9 +165,19 @@ class Queue(
                 queue_renewal(self._ctx, self.connection, f"glidemq-queue-{self.name}")
         return self._ctx
 
-    async def close(self) -> None:
-        """Close the connection. Idempotent."""
+    async def close(self, timeout: float | None = CLOSE_TIMEOUT_S) -> None:
+        """Close the connection. Idempotent. Adds already accepted (awaited by their callers)
+        are sent first, for at most `timeout` seconds (None: until they are); those still not
+        sent then fail with QueueClosedError (nothing of them is written), and new calls
+        raise QueueClosedError at once."""
+        if not self._closing:
+            self._closing = True
+            await self._send_accepted(timeout)
         self._closed = True
+        for _, future in self._adds:  # accepted, never taken by a flush
+            if not future.done():
+                future.set_exception(QueueClosedError(self.name, "the add was not sent"))
+        self._adds = []
         if self._results is not None:
             await self._results.close()
         await self._close_streams()
@@ -168,6 +185,34 @@ class Queue(
         if ctx is not None:
             client = ctx.client  # a renewed connection replaced the first client
         await close_client(client)
+        # batches still waiting for their turn fail at once now; their callers hear it here
+        await asyncio.gather(*list(self._add_tasks), return_exceptions=True)
+
+    def _adds_under_way(self) -> bool:
+        return bool(self._sending or self._adds or self._add_tasks)
+
+    async def _send_accepted(self, timeout: float | None) -> None:
+        """Wait until every accepted add was answered, or `timeout` ran out."""
+        if not self._adds_under_way():
+            return
+        quiet = self._quiet = asyncio.Event()
+
+        async def settled() -> None:
+            while self._adds_under_way():
+                quiet.clear()
+                await quiet.wait()
+
+        try:
+            await asyncio.wait_for(settled(), timeout)
+        except TimeoutError:
+            pass
+        finally:
+            self._quiet = None
+
+    def _add_done(self) -> None:
+        """One accepted add (or batch of them) was answered: wake a waiting close()."""
+        if self._quiet is not None:
+            self._quiet.set()
 
     # -- adding ------------------------------------------------------------------------------
 
@@ -244,18 +289,25 @@ class Queue(
         traceparent: str | None,
     ) -> Job[D, R] | None:
         options = default_result_ttl(JobOptions.coerce(opts), self.result_ttl)
+        if self._closing:
+            raise QueueClosedError(self.name)
         ctx = self._ctx if self._ctx is not None else await self._context()
         if options.deduplication is not None:
             now = self.connection.clock.now_ms()
+            self._sending += 1
             try:
                 reply = await send(ctx, self._dedup_call(name, data, options, now, traceparent))
             except DurabilityError as exc:
                 raise exc.naming(adds.written_ids([exc.reply])) from None
+            finally:
+                self._sending -= 1
+                self._add_done()
             return self._added(reply, name, data, options, now)
         if not (self._add_in_flight or self._add_scheduled or self._bulks_in_flight):
             # No other add under way: send this one now, from this task. A lone add then
             # costs what the client's call costs, with no hop through another task.
             self._add_in_flight = True
+            self._sending += 1
             try:
                 now = self.connection.clock.now_ms()
                 call = self._lone_add_call(name, data, options, traceparent, now)
@@ -265,6 +317,8 @@ class Queue(
                 raise exc.naming(written) from None
             finally:
                 self._add_in_flight = False
+                self._sending -= 1
+                self._add_done()
             return self._added(reply, name, data, options, now)
         args = self._compact(name, data, options, traceparent)
         loop = asyncio.get_running_loop()
@@ -322,7 +376,11 @@ class Queue(
     ) -> None:
         task = loop.create_task(coro)
         self._add_tasks.add(task)
-        task.add_done_callback(self._add_tasks.discard)
+        task.add_done_callback(self._add_task_done)
+
+    def _add_task_done(self, task: asyncio.Task[None]) -> None:
+        self._add_tasks.discard(task)
+        self._add_done()
 
     async def _flush_adds(self) -> None:
         if self.connection.durability is not None:
@@ -355,14 +413,19 @@ class Queue(
     async def _send_adds(
         self, pending: list[tuple[list[str | bytes], asyncio.Future[Any]]]
     ) -> None:
-        now = self.connection.clock.now_ms()
-        jobs = [job for job, _ in pending]
         self._bulks_in_flight += 1
+        if self._bulk_gate is None:
+            self._bulk_gate = asyncio.Semaphore(_BULKS_IN_FLIGHT)
         try:
-            ctx = await self._context()
-            # Item 7 of each job is its custom id: with one everywhere, a resend is harmless.
-            call = adds.add_bulk_call(self.keys, now, jobs, safe=all(job[6] for job in jobs))
-            replies = await send(ctx, call)
+            async with self._bulk_gate:
+                if self._closed:  # close() ran out of time before this batch's turn
+                    raise QueueClosedError(self.name, "the add was not sent")
+                now = self.connection.clock.now_ms()
+                jobs = [job for job, _ in pending]
+                ctx = await self._context()
+                # Item 7 of each job is its custom id: with one everywhere, a resend is harmless.
+                call = adds.add_bulk_call(self.keys, now, jobs, safe=all(job[6] for job in jobs))
+                replies = await send(ctx, call)
         except DurabilityError as exc:
             # each caller hears of its own job: written, not confirmed
             got = exc.reply if isinstance(exc.reply, list) else []
@@ -403,10 +466,17 @@ class Queue(
         jobs: Iterable[Mapping[str, Any] | tuple[str, Any] | tuple[str, Any, Any]],
         traceparent: str | None,
     ) -> list[Job[D, R] | None]:
+        if self._closing:
+            raise QueueClosedError(self.name)
         now = self.connection.clock.now_ms()
         items = self._bulk_items(jobs, now, traceparent)
         ctx = await self._context()
-        replies = await _send_bulk(ctx, items, _bulk_calls(self.keys, items, now))
+        self._sending += 1
+        try:
+            replies = await _send_bulk(ctx, items, _bulk_calls(self.keys, items, now))
+        finally:
+            self._sending -= 1
+            self._add_done()
         refused = queue_limits.refused_items(replies)
         out: list[Job[D, R] | None] = []
         for (name, data, options, _), reply in zip(items, replies, strict=True):

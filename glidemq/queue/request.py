@@ -32,6 +32,7 @@ from ..errors import (
     JobFailedError,
     JobNotFoundError,
     JobTimeoutError,
+    QueueClosedError,
     ValidationError,
 )
 from ..job import waits
@@ -214,7 +215,7 @@ class ResultWaiter:
         for ws in waiters.values():
             for w in ws:
                 if not w.future.done():
-                    w.future.set_exception(GlideMQError(f"queue {self.queue.name!r} is closed"))
+                    w.future.set_exception(QueueClosedError(self.queue.name))
 
     # -- registration ----------------------------------------------------------------------
 
@@ -266,7 +267,7 @@ class ResultWaiter:
 
     async def _start_reader(self) -> None:
         if self._closed:
-            raise GlideMQError(f"queue {self.queue.name!r} is closed")
+            raise QueueClosedError(self.queue.name)
         if self._reader is not None and not self._reader.done():
             return
         async with self._start_lock:

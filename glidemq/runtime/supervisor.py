@@ -47,6 +47,9 @@ HANDLED = (
 KILL_AFTER_TERM = 3.0  # a silent child gets SIGTERM, then SIGKILL this much later
 BOOT_TIMEOUT = 60.0  # a child that never reports ready is treated as silent after this
 RECLAIM_TIMEOUT = 20.0  # the reclaimer forked at the end of a drain gets this long
+READ_PER_TURN = 256 * 1024
+"""Most bytes the supervisor reads from one child's pipe in one turn of its loop."""
+_READ_CHUNK = 64 * 1024
 
 WorkerMain = Callable[[RuntimeConfig, ConnectionOptions, int, int, Sequence[Holding]], int]
 
@@ -261,9 +264,12 @@ class Supervisor:
         return child
 
     def _read_child(self, child: ForkedProcess) -> None:
-        while True:
+        # At most READ_PER_TURN bytes per turn: a child that writes as fast as it can must
+        # not keep the loop here, away from the other children, the signals and the
+        # deadlines. What is left stays in the pipe; the next select reports it again.
+        for _ in range(READ_PER_TURN // _READ_CHUNK):
             try:
-                data = os.read(child.fd, 65536)
+                data = os.read(child.fd, _READ_CHUNK)
             except BlockingIOError:
                 return
             except OSError:

@@ -66,7 +66,9 @@ class Retryable(GlideMQError):
 class DirectClient:
     """One blocking client per process for one sync Queue; safe to share between threads."""
 
-    def __init__(self, connection: ConnectionOptions, name: str, timeout: float | None) -> None:
+    def __init__(
+        self, connection: ConnectionOptions, name: str, timeout: float | None, *, queue: str
+    ) -> None:
         if timeout is not None:  # the sync call's own limit bounds the blocking call
             limit = max(1, int(timeout * 1000))
             connection = replace(
@@ -75,6 +77,9 @@ class DirectClient:
         self.timeout = timeout
         self.connection = connection
         self.name = name
+        """The client's name on the server."""
+        self.queue = queue
+        """The queue's name, for errors."""
         self._client: Any = None
         self._pid = os.getpid()
         self._lock = threading.Lock()
@@ -134,7 +139,7 @@ class DirectClient:
                 raise Retryable(str(exc)) from exc
             if isinstance(exc, GlideTimeout):
                 raise OperationTimeoutError(self._timed_out(function)) from exc
-            error = to_glidemq_error(exc, f"{function} on queue {self.name}")
+            error = to_glidemq_error(exc, f"{function} on queue {self.queue!r}")
             lost = outage.describe(where)
             raise type(error)(f"{lost}: {error}" if lost else str(error)) from exc
         if outage.OPEN:
@@ -146,7 +151,7 @@ class DirectClient:
         still accepts connections, since when calls fail."""
         where = self.connection.where
         wait = self.connection.request_timeout_ms / 1000
-        queue = self.name.removeprefix(CLIENT_PREFIX)
+        queue = self.queue
         text = f"{function} on queue {queue!r}: no reply from {where} within {wait:g} s"
         if not _accepts(self.connection.addresses):
             text += " (the server does not accept connections)"

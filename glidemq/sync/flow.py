@@ -97,7 +97,7 @@ class FlowProducer:
 
     def add(
         self,
-        flow: FlowJob,
+        flow: FlowJob | Mapping[str, Any],
         *,
         parent: async_flow.JobRef | None = None,
         budget: Mapping[str, Any] | None = None,
@@ -107,7 +107,7 @@ class FlowProducer:
         added = runner.call(lambda: producer.add(flow, parent=parent, budget=budget), self.timeout)
         return self._node(added)
 
-    def add_bulk(self, flows: Iterable[FlowJob]) -> list[JobNode | None]:
+    def add_bulk(self, flows: Iterable[FlowJob | Mapping[str, Any]]) -> list[JobNode | None]:
         """Add several independent flows, pipelined; None where a custom job id existed."""
         roots = list(flows)
         producer = self.aio

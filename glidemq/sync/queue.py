@@ -11,7 +11,7 @@ from typing import Any, Generic, Self, TypeVar
 
 from ..client.connection import ConnectionLike, resolve_connection
 from ..encoding.serializers import DEFAULT_SERIALIZER
-from ..errors import GlideMQError, JobFailedError
+from ..errors import JobFailedError, QueueClosedError
 from ..job.job import Job as AsyncJob
 from ..job.job import JobState
 from ..keys import DEFAULT_PREFIX
@@ -70,7 +70,7 @@ class Queue(Generic[D, R]):
         self._async: async_queue.Queue[D, R] | None = None
         self._direct: DirectClient | None = None
         if available():
-            self._direct = DirectClient(self.connection, CLIENT_PREFIX + name, timeout)
+            self._direct = DirectClient(self.connection, CLIENT_PREFIX + name, timeout, queue=name)
         self._pid = os.getpid()
         self._closed = False
 
@@ -89,7 +89,7 @@ class Queue(Generic[D, R]):
     def aio(self) -> async_queue.Queue[D, R]:
         """The async Queue behind this one, bound to the sync API's loop: for `runner.aio`."""
         if self._closed:
-            raise GlideMQError(f"queue {self.name!r} is closed")
+            raise QueueClosedError(self.name)
         with self._lock:
             if self._async is None or self._pid != os.getpid():
                 # A forked child never touches the parent's client: its threads are gone.

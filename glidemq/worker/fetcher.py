@@ -118,8 +118,8 @@ class Fetcher:
         try:
             await w.ctx.command(lambda c: c.xgroup_create(stream, "workers", "0", opts))
         except ServerError as exc:
-            if "BUSYGROUP" not in str(exc):
-                raise ServerError(f"cannot create the consumer group: {exc}") from exc
+            if exc.code != "BUSYGROUP":
+                raise ServerError(f"cannot create the consumer group: {exc}", exc.code) from exc
 
     async def loop(self) -> None:
         """Fetch while there are free slots; wait for a slot otherwise. Completions fetch
@@ -152,9 +152,9 @@ class Fetcher:
                 backoff = 0.05
             except asyncio.CancelledError:
                 raise
-            except GlideMQError as exc:
+            except Exception as exc:  # the loop must outlive any one failed fetch
                 self.error_at = time.monotonic()
-                if "NOGROUP" in str(exc):
+                if isinstance(exc, ServerError) and exc.code == "NOGROUP":
                     try:
                         await self.ensure_group()
                         continue
@@ -162,7 +162,7 @@ class Fetcher:
                         exc = group_exc
                 if isinstance(exc, ConnectionError):
                     w.report.connection_lost(str(exc))
-                w.events.emit("error", exc)
+                w.fault(exc, "fetching")
                 await asyncio.sleep(backoff)
                 backoff = min(backoff * 2, 5.0)
 

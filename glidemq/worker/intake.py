@@ -15,7 +15,7 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
-from ..errors import DurabilityError, GlideMQError
+from ..errors import DurabilityError
 from ..wire import fetch as wire_fetch
 
 if TYPE_CHECKING:
@@ -110,6 +110,7 @@ class Intake:
         ticket = self.order.ticket() if fetch else -1
         fetched: list[Any] = []
         sent = time.monotonic()
+        dropped = False
         try:
             try:
                 # Transient faults are retried inside fcall, within the connection's budget.
@@ -128,12 +129,11 @@ class Intake:
                 link.events.emit("error", exc.naming([job.id for job, _, _ in batch]))
                 for job, _, _ in batch:
                     slots.drop(job.entry_id)
+                dropped = True
                 got = wire_fetch.fetched_of(exc.reply)
-            except GlideMQError as exc:
-                link.events.emit("error", exc)
+            except Exception as exc:  # any failure: the batch must not keep its entries
+                link.fault(exc, "storing completions")
                 # The jobs stay in the PEL; stall recovery runs them again.
-                for job, _, _ in batch:
-                    slots.drop(job.entry_id)
                 return
             else:
                 for (job, _, _), status in zip(batch, got.statuses, strict=True):
@@ -145,10 +145,16 @@ class Intake:
                             "glidemq: job %s was reclaimed by another worker; result dropped",
                             job.id,
                         )
+                dropped = True
             fetched = got.entries
             if self.fetcher is not None:
                 self.fetcher.took(got, fetch)
+        except Exception as exc:  # a fault here must not leave the batch held either
+            link.fault(exc, "handling a completion reply")
         finally:
+            if not dropped:  # a failure anywhere above: nothing of the batch stays held
+                for job, _, _ in batch:
+                    slots.drop(job.entry_id)
             self._flushes -= 1
             if self._pending and not self._scheduled:
                 self._scheduled = True

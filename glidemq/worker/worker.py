@@ -119,7 +119,7 @@ class Worker(WorkerLifecycle, Generic[D, R]):
         self.name = name
         self.keys = QueueKeys(name, prefix)
         self.consumer = base.consumer or f"worker-{uuid4().hex}"
-        self.events = Emitter()
+        self.events = Emitter(f"worker of queue {name}")
         self._proc = ProcessorCall(executor.call, base.concurrency, f"glidemq-{name}")
         # Jobs held beyond the concurrency: in the hold window, or queued in sandbox children.
         held = concurrency + executor.extra

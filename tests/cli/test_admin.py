@@ -378,6 +378,26 @@ async def test_groups_lists_groups_and_pauses_and_resumes_one(
     assert bad.returncode == 2 and "key" in bad.stderr
 
 
+async def test_pausing_or_resuming_a_group_that_does_not_exist_says_so(
+    glidemq: Runner, queue: Queue[Any, Any]
+) -> None:
+    await queue.add("j", 0, {"group_key": "known"})
+    # a typo: the pause still applies (jobs added to it later wait), but it is not silent
+    paused = await glidemq("pause-group", queue.name, "knwon")
+    assert paused.returncode == 0, paused.stderr
+    assert f"queue '{queue.name}' has no group 'knwon' yet" in paused.stderr
+    assert "check the name" in paused.stderr
+    assert (await queue.get_group("knwon")).paused  # type: ignore[union-attr]
+    # a known group: nothing more to say
+    quiet = await glidemq("pause-group", queue.name, "known")
+    assert quiet.returncode == 0 and quiet.stderr == ""
+    resumed = await glidemq("resume-group", queue.name, "never")
+    assert resumed.returncode == 0
+    assert f"queue '{queue.name}' has no group 'never'" in resumed.stderr
+    assert "nothing to resume" in resumed.stderr
+    assert await queue.get_group("never") is None  # resuming it made nothing
+
+
 async def test_clean_removes_old_jobs_of_one_state(
     glidemq: Runner, queue: Queue[Any, Any], valkey_server: ValkeyAddress
 ) -> None:

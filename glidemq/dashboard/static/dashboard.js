@@ -134,7 +134,14 @@
     var source = new EventSource(url);
     var dot = document.getElementById("live");
     source.addEventListener("open", function () { if (dot) dot.classList.add("on"); });
-    source.addEventListener("error", function () { if (dot) dot.classList.remove("on"); });
+    source.addEventListener("error", function () {
+      if (dot) dot.classList.remove("on");
+      // A refusal (503 while the dashboard's live feeds are all taken) closes the source
+      // for good; the browser only retries a dropped connection by itself.
+      if (source.readyState === EventSource.CLOSED) {
+        setTimeout(connect, 5000 + Math.random() * 5000);
+      }
+    });
     source.addEventListener("snapshot", onSnapshot);
   }
 
