@@ -245,14 +245,15 @@ class Queue(
         return adds.dedup_call(self.keys, d.id, d.ttl, d.mode, args)
 
     def _added(
-        self, reply: Any, name: str, data: Any, opts: JobOptions, now: int
+        self, ctx: QueueContext, reply: Any, name: str, data: Any, opts: JobOptions, now: int
     ) -> Job[D, R] | None:
+        """The Job an answered add made; `ctx` is the connection it went out on (close()
+        may have dropped the queue's own since)."""
         job_id = adds.added_id(reply, self.name, opts)
         if job_id is None:
             return None
-        assert self._ctx is not None
         return Job.created(
-            self._ctx,
+            ctx,
             job_id,
             name,
             data,
@@ -302,7 +303,7 @@ class Queue(
             finally:
                 self._sending -= 1
                 self._add_done()
-            return self._added(reply, name, data, options, now)
+            return self._added(ctx, reply, name, data, options, now)
         if not (self._add_in_flight or self._add_scheduled or self._bulks_in_flight):
             # No other add under way: send this one now, from this task. A lone add then
             # costs what the client's call costs, with no hop through another task.
@@ -319,7 +320,7 @@ class Queue(
                 self._add_in_flight = False
                 self._sending -= 1
                 self._add_done()
-            return self._added(reply, name, data, options, now)
+            return self._added(ctx, reply, name, data, options, now)
         args = self._compact(name, data, options, traceparent)
         loop = asyncio.get_running_loop()
         future: asyncio.Future[Any] = loop.create_future()
@@ -329,8 +330,8 @@ class Queue(
             # until then: adds made meanwhile share one call.
             self._add_scheduled = True
             self._start_add_task(loop, self._flush_adds())
-        reply, now = await future
-        return self._added(reply, name, data, options, now)
+        reply, now, sent_on = await future
+        return self._added(sent_on, reply, name, data, options, now)
 
     def plain_add_call(
         self, name: str, data: D | None, opts: JobOptions | Mapping[str, Any] | None
@@ -355,7 +356,9 @@ class Queue(
         self, call: Call, reply: Any, name: str, data: D | None, options: JobOptions, now: int
     ) -> Job[D, R] | None:
         """The Job a `plain_add_call` made, from the call's reply."""
-        return self._added(_lone_reply(call, reply), name, data, options, now)
+        ctx = self._ctx
+        assert ctx is not None  # plain_add_call gave a call: the queue was connected
+        return self._added(ctx, _lone_reply(call, reply), name, data, options, now)
 
     def _lone_add_call(
         self, name: Any, data: Any, options: JobOptions, traceparent: str | None, now: int
@@ -443,7 +446,7 @@ class Queue(
             self._bulks_in_flight -= 1
         for (_, future), reply in zip(pending, replies, strict=True):
             if not future.done():
-                future.set_result((reply, now))
+                future.set_result((reply, now, ctx))
 
     async def add_bulk(
         self, jobs: Iterable[Mapping[str, Any] | tuple[str, Any] | tuple[str, Any, Any]]
@@ -483,7 +486,7 @@ class Queue(
             if refused and (reply is None or queue_limits.is_full(reply)):
                 out.append(None)
             else:
-                out.append(self._added(reply, name, data, options, now))
+                out.append(self._added(ctx, reply, name, data, options, now))
         if refused:
             raise QueueFullError(self.name, out, refused)
         return out

@@ -80,3 +80,34 @@ async def test_coalesced_add_calls_in_flight_are_bounded(
         await queue.obliterate(force=True)
     # 30,000 adds made together are 30 calls of 1,000: at most 8 of them out at once
     assert 1 < most[0] <= 8
+
+
+async def test_an_add_answered_while_close_runs_returns_its_job(
+    standalone_conn: ConnectionOptions, queue_name: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    queue: Queue[Any, Any] = Queue(queue_name, connection=standalone_conn)
+    await queue.add("warm", {})
+    real_send, real_close_client = queue_module.send, queue_module.close_client
+    stored, dropped = asyncio.Event(), asyncio.Event()
+
+    async def answered_after_close_began(sender: Any, call: Any) -> Any:
+        reply = await real_send(sender, call)
+        if call.function == "glidemq_addBulk":
+            stored.set()
+            await dropped.wait()  # the reply is read once close() dropped the connection
+        return reply
+
+    async def dropping(client: Any) -> None:
+        dropped.set()
+        await real_close_client(client)
+
+    monkeypatch.setattr(queue_module, "send", answered_after_close_began)
+    monkeypatch.setattr(queue_module, "close_client", dropping)
+    adds = [asyncio.ensure_future(queue.add("x", {"i": i})) for i in range(10)]
+    await stored.wait()
+    await queue.close(timeout=0)
+    results = await asyncio.gather(*adds, return_exceptions=True)
+    assert all(not isinstance(r, BaseException) and r is not None for r in results), results
+    async with Queue(queue_name, connection=standalone_conn) as check:
+        assert (await check.get_job_counts()).waiting == 11
+        await check.obliterate(force=True)
