@@ -34,7 +34,6 @@ import asyncio
 import enum
 import random
 import re
-import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
@@ -46,6 +45,7 @@ from glide import RequestError as _RequestError
 from glide import TimeoutError as _GlideTimeout
 
 from ..errors import ConnectionError, ServerError, ValidationError
+from ..timing.clock import monotonic
 
 __all__ = [
     "DEFAULT_RETRY",
@@ -180,7 +180,7 @@ async def retrying(
     replace the client); `on_success` after the call succeeds; `keep_trying`, when given
     and False, ends the retries early.
     """
-    started = time.monotonic()
+    started = monotonic()
     attempt = 0
     reloaded = False
     while True:
@@ -208,7 +208,7 @@ async def retrying(
                     await on_transport_failure()
                 if not safe:
                     raise ConnectionError(f"{detail} (it may have run: not retried)") from exc
-            elapsed = time.monotonic() - started
+            elapsed = monotonic() - started
             out_of_time = attempt >= policy.attempts or elapsed >= policy.budget
             if out_of_time or (keep_trying is not None and not keep_trying()):
                 raise ConnectionError(
@@ -237,7 +237,7 @@ async def retry_batch(
     """
     replies: list[Any] = [None] * count
     todo = list(range(count))
-    started = time.monotonic()
+    started = monotonic()
     attempt = 0
     while True:
         attempt += 1
@@ -246,7 +246,7 @@ async def retry_batch(
             replies[i] = reply
             if isinstance(reply, _GlideError) and classify(reply) is Failure.NOT_RUN:
                 again.append(i)
-        elapsed = time.monotonic() - started
+        elapsed = monotonic() - started
         if not again or attempt >= policy.attempts or elapsed >= policy.budget:
             return replies
         todo = again

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import time
 from collections.abc import Awaitable, Callable, Mapping
 from typing import TYPE_CHECKING, Any, Generic, NoReturn, Protocol, TypeVar
 
@@ -21,6 +20,7 @@ from ..errors import (
     WaitingChildrenError,
 )
 from ..options.usage import TokenLimiter, Usage, check_usage, parse_usage
+from ..timing.clock import monotonic
 from ..wire import codes, features, fetch, ops
 from . import children, signals
 from .checks import (
@@ -556,12 +556,12 @@ class Job(Generic[D, R]):
 
         Raises JobTimeoutError when `timeout` seconds pass first.
         """
-        deadline = None if timeout is None else time.monotonic() + timeout
+        deadline = None if timeout is None else monotonic() + timeout
         while True:
             state = await self.get_state()
             if state in FINISHED:
                 await self.refresh()
                 return state
-            if deadline is not None and time.monotonic() >= deadline:
+            if deadline is not None and monotonic() >= deadline:
                 raise JobTimeoutError(f"job {self.id} still {state} after {timeout} s")
             await asyncio.sleep(poll_interval)

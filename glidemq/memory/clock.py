@@ -19,6 +19,10 @@ class Clock(Protocol):
 
     def now_ms(self) -> int: ...
 
+    def monotonic_ms(self) -> float:
+        """Monotonic time in ms: what idle times of pending stream entries are measured on."""
+        ...
+
     def subscribe(self, listener: Callable[[], None]) -> None:
         """Call `listener()` whenever the time jumps (never called for real time)."""
         ...
@@ -32,6 +36,9 @@ class SystemClock:
     def now_ms(self) -> int:
         return int(time.time() * 1000)
 
+    def monotonic_ms(self) -> float:
+        return time.monotonic() * 1000
+
     def subscribe(self, listener: Callable[[], None]) -> None:
         """Real time never jumps: nothing to notify."""
 
@@ -44,7 +51,8 @@ class ManualClock:
 
     `advance(ms)` moves it forward; delayed jobs, retry backoffs, ttl deadlines, retention
     ages, `clean` grace periods and throttle windows then see the new time at once, and
-    waiting workers wake up to run whatever became due.
+    waiting workers wake up to run whatever became due. Idle times of running jobs (stall
+    recovery) stay on real time: a lock is about workers that are alive now.
     """
 
     manual = True
@@ -55,6 +63,9 @@ class ManualClock:
 
     def now_ms(self) -> int:
         return self._now
+
+    def monotonic_ms(self) -> float:
+        return time.monotonic() * 1000
 
     def subscribe(self, listener: Callable[[], None]) -> None:
         self._listeners.append(listener)

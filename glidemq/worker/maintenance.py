@@ -5,13 +5,13 @@ which also tells it about revoked and lost jobs)."""
 from __future__ import annotations
 
 import asyncio
-import time
 from typing import TYPE_CHECKING
 
 from ..errors import GlideMQError
 from ..job import signals
 from ..queue.queries import WorkerRegistration
 from ..queue.schedulers import SchedulerRunner
+from ..timing.clock import monotonic
 from ..wire import fetch
 from . import limits as worker_limits
 
@@ -148,7 +148,7 @@ class Maintenance:
                 if not held:
                     continue
                 args = [p for entry_id, job in held for p in (entry_id, job.id)]
-                sent = time.monotonic()
+                sent = monotonic()
                 lost, revoked = await fetch.heartbeat(w.ctx, w.consumer, args)
                 # Lost: another worker owns the job now; it stops here and reports nothing.
                 for raw in revoked:
