@@ -37,8 +37,8 @@ __all__ = [
 ]
 
 LIBRARY_NAME = "glidemq"
-LIBRARY_VERSION = 27
-LIBRARY_SOURCE_SHA256 = "61ebbbb6205f94a6fec58cce13b1a9dc21ab71462eefa9b1b305252bb36ce3d2"
+LIBRARY_VERSION = 28
+LIBRARY_SOURCE_SHA256 = "c2c2c0d9bf3af4fab9cb9fcba3ba5a0ef9d1d37b94eda37076506b38e0f44095"
 LIBRARY_FILES = (
     "00_prelude.lua",  # shebang, version placeholder, constants, input checks, shared helpers
     "05_groups.lua",  # group wait sets, fair scheduling across groups, pausing a group
