@@ -51,6 +51,7 @@ SHARDS: dict[str, tuple[str, ...]] = {
         "tests/sandbox",
         "tests/unit",
         "tests/docs",
+        "tests/sim",
     ),
 }
 
@@ -67,6 +68,7 @@ WEIGHTS: dict[str, float] = {
     "tests/proxy": 2.0,
     "tests/unit": 0.5,
     "tests/docs": 4.0,
+    "tests/sim": 3.0,
 }
 
 # pytest options whose value is the next argument (so that value is not a path).

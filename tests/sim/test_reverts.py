@@ -1,0 +1,21 @@
+"""Each fix of the past, patched out, is found by the simulator within its default budget of
+seeds, and the seed that finds it holds the invariant once the fix is back.
+(tests/sim/reverts.py lists them; add one there for each new fix.)"""
+
+from __future__ import annotations
+
+import pytest
+
+from glidemq.sim import make_plan, run_plan
+from glidemq.sim.revert import DEFAULT_BUDGET, hunt
+from tests.sim.reverts import REVERTS, Revert
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("revert", REVERTS, ids=[r.fix for r in REVERTS])
+def test_the_simulator_finds_the_defect_a_fix_removed(revert: Revert) -> None:
+    with revert.applied():
+        found = hunt(revert.invariant, range(DEFAULT_BUDGET), revert.faults)
+    assert found is not None, f"{revert.fix} ({revert.what}): not found in {DEFAULT_BUDGET} seeds"
+    fixed = run_plan(make_plan(found.seed, revert.faults))
+    assert revert.invariant not in {v.invariant for v in fixed.violations}
