@@ -94,7 +94,8 @@ def _reclaimed(world: World, f: Facts) -> Iterator[Violation]:
             if (base, str(c.info.get("entry"))) in f.stranded:
                 continue  # the reply that delivered it never reached the worker
             kinds = TAKES_HOLD | {"timeout"} if owner != base else TAKES_HOLD
-            if f.faulted(base, c.t - margin, c.t, kinds):
+            since = min(c.t - margin, f.activated_before(job, c.t))  # it held it from then
+            if f.faulted(base, since, c.t, kinds):
                 continue
             yield Violation(
                 "reclaimed-from-live-worker",

@@ -126,3 +126,11 @@ def test_a_users_processor_runs_through_the_same_faults(target: str) -> None:
 def test_the_command_line_takes_an_app(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["run", "--seeds", "1-2", "--procs", "1", "--app", "tests.sim.apps:process"]) == 0
     assert capsys.readouterr().out.strip().splitlines()[-1] == "2 seeds, 0 violations"
+
+
+def test_every_invariant_is_documented() -> None:
+    from pathlib import Path
+
+    text = (Path(__file__).parents[2] / "docs" / "SIMULATION.md").read_text(encoding="utf-8")
+    for name in INVARIANTS:
+        assert f"| `{name}` |" in text, f"docs/SIMULATION.md does not describe {name}"
