@@ -17,7 +17,9 @@ class Clock(Protocol):
         """True when time moves only by `advance`; then nothing waits in real time for it."""
         ...
 
-    def now_ms(self) -> int: ...
+    def now_ms(self) -> int:
+        """The time in ms."""
+        ...
 
     def monotonic_ms(self) -> float:
         """Monotonic time in ms: what idle times of pending stream entries are measured on."""
@@ -34,6 +36,7 @@ class SystemClock:
     manual = False
 
     def now_ms(self) -> int:
+        """The wall clock in ms."""
         return int(time.time() * 1000)
 
     def monotonic_ms(self) -> float:
@@ -62,12 +65,14 @@ class ManualClock:
         self._listeners: list[Callable[[], None]] = []
 
     def now_ms(self) -> int:
+        """The clock's time in ms; it moves only by `advance` and `set`."""
         return self._now
 
     def monotonic_ms(self) -> float:
         return time.monotonic() * 1000
 
     def subscribe(self, listener: Callable[[], None]) -> None:
+        """Call `listener()` whenever the clock moves."""
         self._listeners.append(listener)
 
     def advance(self, ms: int) -> int:

@@ -169,6 +169,8 @@ def _unrecorded(world: World, f: Facts) -> Iterator[Violation]:
             dead = f.dead_at.get(run.worker)
             if dead is not None and dead <= stored[0].t + grace:
                 continue
+            if dead is not None and f.frozen_until_death(run.worker, stored[0].t + grace, dead):
+                continue  # frozen before the reply could be read, killed before the thaw
             if f.faulted(run.worker, run.end, stored[0].t + grace, LOSES_REPLIES):
                 continue
             yield Violation(

@@ -225,6 +225,15 @@ class Facts:
                 return True
         return False
 
+    def frozen_until_death(self, who: str, since: float, dead: float) -> bool:
+        """Whether `who` froze by `since` and was still frozen when it died at `dead`: none
+        of its code ran in between."""
+        base = who.split(":", 1)[0]
+        return any(
+            w.who == base and w.kind == "freeze" and w.start <= since and w.end >= dead
+            for w in self.windows
+        )
+
     def live(self, run: Run, t: float) -> bool:
         """Whether `run` is running at `t` as far as the server knows: started, and neither
         ended on its worker nor on the server (a failure or suspension recorded, taken back)."""

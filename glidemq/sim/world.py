@@ -21,7 +21,7 @@ from ..admin.view import QueueView
 from ..client.connection import ConnectionOptions, create_client
 from ..client.context import QueueContext
 from ..client.retry import RetryPolicy
-from ..errors import GlideMQError
+from ..errors import GlideMQError, JobStateError
 from ..flows.flow import FlowProducer
 from ..flows.plan import FlowJob
 from ..job.job import Job
@@ -424,7 +424,11 @@ class World:
             job = await self.queue.get_job(rec.id)
             if job is None:
                 return
-            await job.update_data(data)
+            try:
+                await job.update_data(data)
+            except JobStateError as exc:  # a worker fetched it, or it finished
+                self.record("edit-refused", "producer", rec.id, v=version, detail=str(exc))
+                return
         rec.version = version
         self.record("edit", "producer", rec.id, v=version, how=kind)
 
