@@ -418,8 +418,9 @@ class Worker(WorkerLifecycle, Generic[D, R]):
 
     async def _cancelled(self, job: Job[D, R]) -> str:
         """A try's task was cancelled: revoked, it fails for good; else (closing) the job
-        stays in the PEL and deferActive hands it back."""
+        stays in the PEL and deferActive hands it back, or (lost) another worker owns it."""
         self._job_ended()
+        self._slots.wake()  # its slot is free: the fetch loop may be waiting for one
         if not self._closing and self._slots.take_revoked(job.id):
             return await self._fail(job, UnrecoverableError(_REASON_REVOKED), counted=True)
         return "handed-back"
