@@ -43,6 +43,7 @@ SHARDS: dict[str, tuple[str, ...]] = {
         "tests/cli",
         "tests/dashboard",
         "tests/proxy",
+        "tests/sim",
     ),
     "engine": (
         "tests/integration",
@@ -51,7 +52,6 @@ SHARDS: dict[str, tuple[str, ...]] = {
         "tests/sandbox",
         "tests/unit",
         "tests/docs",
-        "tests/sim",
     ),
 }
 
@@ -68,7 +68,7 @@ WEIGHTS: dict[str, float] = {
     "tests/proxy": 2.0,
     "tests/unit": 0.5,
     "tests/docs": 4.0,
-    "tests/sim": 3.0,
+    "tests/sim": 4.5,  # 1-2 min alone, 4.5 min with the machine loaded (2026-12-07)
 }
 
 # pytest options whose value is the next argument (so that value is not a path).

@@ -2,9 +2,9 @@
 wrapper that records every run for the checker.
 
 The seed's processor reads what to do from the job's data (glidemq.sim.plan.JobSpec.run):
-work for `d` ms of virtual time, fail its first `f` tries, crash its own worker process, report
-progress, or suspend on its first try. It returns the run's token, so the checker knows which
-run's completion the server accepted.
+work for `d` ms of virtual time, fail its first `f` tries, crash its own worker process, block
+its worker's loop on its first run, report progress, or suspend on its first try. It returns
+the run's token, so the checker knows which run's completion the server accepted.
 """
 
 from __future__ import annotations
@@ -37,6 +37,8 @@ class Recorder(Protocol):
 
     def crash(self, slot: Any, why: str) -> None: ...
 
+    def block(self, slot: Any, job: Job[Any, Any], seconds: float) -> bool: ...
+
 
 class PlannedFailure(Exception):
     """The failure a job's data asked for."""
@@ -47,6 +49,8 @@ async def _planned(world: Recorder, slot: Slot, job: Job[Any, Any], token: int) 
     if data.get("x"):
         world.crash(slot, "its job crashed it")
         await asyncio.get_running_loop().create_future()  # the process is gone: never resumes
+    if data.get("b") and world.block(slot, job, int(data["b"]) / 1000):
+        await asyncio.sleep(0)  # runs again once the loop is free: nothing ran meanwhile
     if data.get("s") and not job.signals:
         await job.suspend("waiting for a signal")
     if data.get("p"):

@@ -170,7 +170,7 @@ def build_parser() -> Parser:
         "--faults",
         default="all",
         type=_faults,
-        help="all, none, or a list of crash,freeze,slow,lossy,reset,restart,clock",
+        help="all, none, or a list of crash,freeze,slow,lossy,reset,restart,stall,clock,block",
     )
     run.add_argument("--procs", type=int, default=None, help="processes (default: every core)")
     run.add_argument("--app", help="MODULE:ATTR: run your processor instead of the seed's")

@@ -23,8 +23,10 @@ __all__ = [
     "parse_faults",
 ]
 
-FAULT_KINDS = ("crash", "freeze", "slow", "lossy", "reset", "restart", "stall", "clock")
-"""Every fault the simulator injects (see docs/SIMULATION.md)."""
+FAULT_KINDS = ("crash", "freeze", "slow", "lossy", "reset", "restart", "stall", "clock", "block")
+"""Every fault the simulator injects (see docs/SIMULATION.md). `block` is not timed: it marks
+jobs whose processor blocks its worker's loop on its first run."""
+_TIMED = FAULT_KINDS[:-1]
 
 QUEUE = "sim"
 GROUP_LIMITS = {"g1": 3}
@@ -59,7 +61,8 @@ class JobSpec:
 
     `run` is the job's data, which tells the processor what to do: `d` ms of work, fail the
     first `f` tries, `x` crash its worker on every start (a poison job), `p` report progress,
-    `s` suspend on its first try (the producer signals it `s` ms later), `v` the version of
+    `s` suspend on its first try (the producer signals it `s` ms later), `b` block its
+    worker's event loop for `b` ms on its first run (the `block` fault), `v` the version of
     the data (an edit raises it)."""
 
     n: int
@@ -300,8 +303,22 @@ def _actions(rng: random.Random, s: Settings, jobs: list[JobSpec]) -> list[Actio
     return [Action(i, round(t, 4), k, tg, v) for i, (t, k, tg, v) in enumerate(out)]
 
 
+def _blocking(rng: random.Random, s: Settings, jobs: list[JobSpec]) -> list[JobSpec]:
+    """Mark a few jobs to block their worker's loop on their first run (a CPU-bound stretch,
+    a sync call, a long GC pause) for 1.5 to 3 locks: the jobs the worker started or holds
+    beside them wait meanwhile, and their leases run out."""
+    out = []
+    for j in jobs:
+        if not j.run.get("x") and rng.random() < 0.05:
+            block = rng.randint(s.lock_ms * 3 // 2, s.lock_ms * 3)
+            j = replace(j, run={**j.run, "b": block})
+        out.append(j)
+    return out
+
+
 def _faults(rng: random.Random, s: Settings, kinds: tuple[str, ...]) -> list[Fault]:
     out: list[tuple[float, str, str, float, float]] = []
+    kinds = tuple(k for k in kinds if k in _TIMED)
     if kinds:
         lock = s.lock_ms / 1000
         for _ in range(rng.randint(3, 6)):
@@ -341,6 +358,8 @@ def make_plan(seed: int, faults: str | tuple[str, ...] = "all") -> Plan:
     settings = _network(random.Random(f"glidemq-sim:{seed}:network"), _settings(rng))
     jobs = _jobs(rng, settings)
     actions = _actions(rng, settings, jobs)
+    if "block" in kinds:  # from a stream of its own: the rest of the plan stays the same
+        jobs = _blocking(random.Random(f"glidemq-sim:{seed}:block"), settings, jobs)
     fault_rng = random.Random(f"glidemq-sim:{seed}:faults")
     return Plan(
         seed,

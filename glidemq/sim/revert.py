@@ -5,7 +5,9 @@
     assert found is not None, "the simulator no longer finds the defect 5dc2e01 fixed"
 
 `reverted` puts a named function (or any attribute) back to its old behaviour while the
-block runs; `hunt` runs seeds, on every core (the processes fork, so they see the patch),
+block runs; `lua_reverted` does the same for a fix in the function library, by replacing the
+fixed text with the old one in the source the servers of the simulation load; `hunt` runs
+seeds, on every core (the processes fork, so they see the patch),
 until one of them breaks the named invariant. tests/sim/test_reverts.py keeps one entry per
 fixed defect; adding a fix's revert test is adding its old function and its invariant there.
 """
@@ -17,9 +19,10 @@ from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
+from ..client import functions
 from .cli import SeedSummary, run_many
 
-__all__ = ["DEFAULT_BUDGET", "hunt", "reverted"]
+__all__ = ["DEFAULT_BUDGET", "hunt", "lua_reverted", "reverted"]
 
 DEFAULT_BUDGET = 200
 """Seeds a revert test may run before the defect must have shown (what `make test` runs)."""
@@ -45,6 +48,21 @@ def reverted(target: str, old: Any) -> Iterator[None]:
             setattr(owner, name, saved)
         else:
             delattr(owner, name)
+
+
+@contextmanager
+def lua_reverted(*edits: tuple[str, str]) -> Iterator[None]:
+    """While the block runs, the library loaded into a server is the shipped one with each
+    `(fixed, old)` text replaced: the fix patched out of the Lua. Raises ValueError when a
+    fixed text is not in the source (the fix changed: the revert must follow it)."""
+    shipped = functions.library_source()
+    src = shipped
+    for fixed, old in edits:
+        if src.count(fixed) != 1:
+            raise ValueError(f"the library does not hold this text exactly once: {fixed!r}")
+        src = src.replace(fixed, old)
+    with reverted("glidemq.client.functions:library_source", lambda: src):
+        yield
 
 
 def hunt(

@@ -110,6 +110,7 @@ class World:
         self._runs: dict[int, tuple[Job[Any, Any], int]] = {}  # id(job) -> (job, token)
         self._tokens = 0
         self.quiet_at = 0.0
+        self.blocked: set[str] = set()  # jobs that blocked their worker's loop (once each)
         self.finished_at = 0.0
 
     # -- wiring --------------------------------------------------------------------------
@@ -245,6 +246,16 @@ class World:
         self.record("freeze", slot.consumer, seconds=seconds)
         self.loop.freeze(process)
         self.loop.call_later(seconds, self._thaw, slot, process, context=self._server_ctx)
+
+    def block(self, slot: WorkerSlot, job: Job[Any, Any], seconds: float) -> bool:
+        """A processor blocks its worker's loop (the `block` fault), on the job's first run
+        only; recorded as a freeze of the process, which it is. Whether it blocked."""
+        if job.id in self.blocked or slot.process.state.value != "running":
+            return False
+        self.blocked.add(job.id)
+        self.record("fault", slot.consumer, kind="freeze", length=seconds, size=0.0, job=job.id)
+        self.freeze(slot, seconds)
+        return True
 
     def _thaw(self, slot: WorkerSlot, process: Process) -> None:
         if process.state.value == "frozen":

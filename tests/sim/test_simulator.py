@@ -30,6 +30,7 @@ def _first_failing_seed() -> int:
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(900)  # a hang guard: 200 seeds take 1-2 min, longer on a loaded machine
 def test_the_default_budget_of_seeds_breaks_no_invariant() -> None:
     summaries = list(run_many(range(DEFAULT_BUDGET)))
     assert len(summaries) == DEFAULT_BUDGET
