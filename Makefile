@@ -5,7 +5,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: run test lint typecheck check bench bench-engine bench-micro docs clean
+.PHONY: run test lint typecheck check bench bench-engine bench-micro docs sim-long clean
 
 $(STAMP): pyproject.toml
 	@command -v $(PYTHON) >/dev/null 2>&1 || { echo "need $(PYTHON) on PATH (or: make PYTHON=python3 ...)"; exit 2; }
@@ -38,6 +38,11 @@ typecheck: $(STAMP)
 # tests/docs/test_site.py builds it the same way in `make test`.
 docs: $(STAMP)
 	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict
+
+# The simulator's long run (docs/SIMULATION.md): 10,000 seeds on every core; `make test`
+# runs 200 of them (tests/sim).
+sim-long: $(STAMP)
+	$(PY) -m glidemq.sim run --seeds 0-9999
 
 bench: $(STAMP)
 	$(VENV)/bin/glidemq-bench run --profile full --reps 5 --out results

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import time
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Generic, Literal, Self, TypeVar
@@ -34,6 +33,7 @@ from .keys import DEFAULT_PREFIX, QueueKeys, validate_prefix
 from .options.durability import DurabilityLike
 from .queue.queue import Queue
 from .queue.request import validate_result_ttl
+from .timing.clock import monotonic
 from .types import JobOptions
 
 if TYPE_CHECKING:
@@ -262,13 +262,11 @@ class Producer(Generic[D, R]):
                 link = None
             if link is None:
                 link = await self._connect(loop)
-            self._used_at = time.monotonic()
+            self._used_at = monotonic()
             return link
 
     def _idle(self) -> bool:
-        return self.verify_after is not None and (
-            time.monotonic() - self._used_at > self.verify_after
-        )
+        return self.verify_after is not None and (monotonic() - self._used_at > self.verify_after)
 
     async def _answers(self, link: _Link) -> bool:
         if not self._idle():
@@ -311,5 +309,5 @@ class Producer(Generic[D, R]):
         except ConnectionError:
             await self._drop(link)
             raise
-        self._used_at = time.monotonic()
+        self._used_at = monotonic()
         return result

@@ -43,6 +43,7 @@ SHARDS: dict[str, tuple[str, ...]] = {
         "tests/cli",
         "tests/dashboard",
         "tests/proxy",
+        "tests/sim",
     ),
     "engine": (
         "tests/integration",
@@ -67,6 +68,7 @@ WEIGHTS: dict[str, float] = {
     "tests/proxy": 2.0,
     "tests/unit": 0.5,
     "tests/docs": 4.0,
+    "tests/sim": 4.5,  # 1-2 min alone, 4.5 min with the machine loaded (2026-12-07)
 }
 
 # pytest options whose value is the next argument (so that value is not a path).

@@ -40,8 +40,8 @@ __all__ = [
 ]
 
 LIBRARY_NAME = "glidemq"
-LIBRARY_VERSION = 29
-LIBRARY_SOURCE_SHA256 = "dcf524f4ef12b7162a03a23e16e8bfcd90c6075af8a39bc8fa9e0b35ee949107"
+LIBRARY_VERSION = 30
+LIBRARY_SOURCE_SHA256 = "b459fe164f5cd0fc28e6438fa5cbe6c75de45a412845b98eb9d31ecfe10201ff"
 LIBRARY_FILES = (
     "00_prelude.lua",  # shebang, version placeholder, constants, input checks, shared helpers
     "05_groups.lua",  # group wait sets, fair scheduling across groups, pausing a group

@@ -14,11 +14,11 @@ from __future__ import annotations
 import asyncio
 import logging
 import ssl
-import time
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING
 
 from ..errors import ConnectionError
+from ..timing.clock import monotonic
 from .connection import Client, ConnectionOptions, close_client, create_client
 
 if TYPE_CHECKING:
@@ -109,11 +109,11 @@ class Renewal:
     def stale(self) -> bool:
         """Calls have been failing for longer than `stale_after`."""
         since = self.failing_since
-        return since is not None and time.monotonic() - since >= self.stale_after
+        return since is not None and monotonic() - since >= self.stale_after
 
     async def failed(self, error: BaseException | None = None) -> None:
         """A call timed out or lost its connection (`error`, what valkey-glide raised)."""
-        now = time.monotonic()
+        now = monotonic()
         if self.failing_since is None:
             self.failing_since = now
             return
@@ -123,7 +123,7 @@ class Renewal:
         if self.replace is not None and await probe(self.opts):
             await self.replace()
             self.renewals += 1
-            self.failing_since = time.monotonic()  # the new client gets a full period
+            self.failing_since = monotonic()  # the new client gets a full period
 
 
 def queue_renewal(ctx: QueueContext, opts: ConnectionOptions, name: str) -> Renewal:

@@ -52,6 +52,7 @@ from glide import RequestError as _RequestError
 from glide import TimeoutError as _GlideTimeout
 
 from ..errors import ConnectionError, ServerError, ValidationError
+from ..timing.clock import monotonic
 from . import outage
 
 __all__ = [
@@ -237,7 +238,7 @@ async def retrying(
     and False, ends the retries early. `where` (the server's address) keeps the outage
     record (glidemq.client.outage) that a ConnectionError then names.
     """
-    started = time.monotonic()
+    started = monotonic()
     attempt = 0
     reloaded = False
     while True:
@@ -261,14 +262,14 @@ async def retrying(
                     raise ConnectionError(f"{detail} (client closed)") from exc
                 continue  # the owner swapped in a new client
             if kind is Failure.AMBIGUOUS:
-                outage.failed(where, time.time() - (time.monotonic() - started))
+                outage.failed(where, time.time() - (monotonic() - started))
                 if on_transport_failure is not None:
                     await on_transport_failure(exc)
                 if not safe:
                     raise ConnectionError(
                         _lost(where, f"{detail} (it may have run: not retried)")
                     ) from exc
-            elapsed = time.monotonic() - started
+            elapsed = monotonic() - started
             out_of_time = attempt >= policy.attempts or elapsed >= policy.budget
             if out_of_time or (keep_trying is not None and not keep_trying()):
                 tries = "1 try" if attempt == 1 else f"{attempt} tries"
@@ -306,7 +307,7 @@ async def retry_batch(
     """
     replies: list[Any] = [None] * count
     todo = list(range(count))
-    started = time.monotonic()
+    started = monotonic()
     attempt = 0
     while True:
         attempt += 1
@@ -315,7 +316,7 @@ async def retry_batch(
             replies[i] = reply
             if isinstance(reply, _GlideError) and classify(reply) is Failure.NOT_RUN:
                 again.append(i)
-        elapsed = time.monotonic() - started
+        elapsed = monotonic() - started
         if not again or attempt >= policy.attempts or elapsed >= policy.budget:
             return replies
         todo = again

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import time
 from collections.abc import Awaitable, Callable, Mapping
 from typing import TYPE_CHECKING, Any, Generic, NoReturn, Protocol, TypeVar
 
@@ -22,6 +21,7 @@ from ..errors import (
     WaitingChildrenError,
 )
 from ..options.usage import TokenLimiter, Usage, check_usage, parse_usage
+from ..timing.clock import monotonic
 from ..wire import codes, features, fetch, ops
 from . import children, signals, waits
 from .checks import (
@@ -603,13 +603,13 @@ class Job(Generic[D, R]):
         serves the queue, or it is paused), and ConnectionError when the server does not
         answer within them.
         """
-        deadline = None if timeout is None else time.monotonic() + timeout
+        deadline = None if timeout is None else monotonic() + timeout
         while True:
             state = await waits.bounded(self._ctx, self.get_state(), deadline, timeout)
             if state in FINISHED:
                 await waits.bounded(self._ctx, self.refresh(), deadline, timeout)
                 return state
-            if deadline is not None and time.monotonic() >= deadline:
+            if deadline is not None and monotonic() >= deadline:
                 why = await waits.unfinished_reason(self._ctx, state)
                 raise JobTimeoutError(
                     f"job {self.id} of queue {self._ctx.name!r} still {state} after {timeout} s"

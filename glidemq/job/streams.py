@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import time
 from collections.abc import AsyncGenerator, AsyncIterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -21,6 +20,7 @@ from glide import StreamReadOptions
 from ..client.connection import Client, close_client, create_client
 from ..encoding.serialize import decode_json, encode_json
 from ..errors import PayloadTooLargeError, ValidationError
+from ..timing.clock import monotonic
 
 if TYPE_CHECKING:
     from ..client.connection import ConnectionOptions
@@ -177,7 +177,7 @@ class QueueStreams:
                     continue
                 state = await ctx.command(lambda c: c.hget(job_key, "state"))
                 if state is None:
-                    now = time.monotonic()
+                    now = monotonic()
                     missing_since = missing_since or now
                     if (now - missing_since) * 1000 < MISSING_GRACE_MS:
                         continue

@@ -8,13 +8,13 @@ lately, and the queue's meta hash whether it is paused.
 from __future__ import annotations
 
 import asyncio
-import time
 from collections.abc import Awaitable
 from typing import TypeVar
 
 from ..client import outage
 from ..client.context import QueueContext
 from ..errors import ConnectionError, GlideMQError
+from ..timing.clock import monotonic
 from ..wire.workers import get_workers
 
 __all__ = ["bounded", "unfinished_reason"]
@@ -35,7 +35,7 @@ async def bounded(
     if deadline is None:
         return await call
     try:
-        return await asyncio.wait_for(call, max(deadline - time.monotonic(), 0.0) + _GRACE)
+        return await asyncio.wait_for(call, max(deadline - monotonic(), 0.0) + _GRACE)
     except TimeoutError:
         where = f" at {ctx.where}" if ctx.where else ""
         lost = outage.describe(ctx.where)

@@ -35,11 +35,15 @@ local SLIDING_MAX = 10000      -- rate limits up to this max keep a sliding log 
 -- window still allows now, and when none, the ms until the oldest start that blocks leaves
 -- it. A start is stamped at the fetch and runs a little later on the worker (whole-ms stamps,
 -- dispatch), so it stays in the window for dur plus a guard: 2% of dur, 1 to 20 ms.
+-- The log is kept on the server's clock, not the caller's `now`: a call that waited (queued
+-- behind a stalled server, slow on the wire, resent after a lost reply) carries an old `now`,
+-- and its stamps would leave the window early and let more starts in.
 local function rateGuard(dur)
   return math.max(1, math.min(20, math.floor(dur / 50)))
 end
 
-local function slidingRoom(log, max, dur, now)
+local function slidingRoom(log, max, dur)
+  local now = clockMs()
   local span = dur + rateGuard(dur)
   redis.call('ZREMRANGEBYSCORE', log, '-inf', now - span)
   local n = redis.call('ZCARD', log)
@@ -48,8 +52,9 @@ local function slidingRoom(log, max, dur, now)
   return 0, math.max(1, tonumber(first[2]) + span - now)
 end
 
--- Records used starts at now in a sliding log; seqKey/seqField number the members.
-local function slidingCharge(log, dur, now, used, seqKey, seqField)
+-- Records used starts at the server's now in a sliding log; seqKey/seqField number the members.
+local function slidingCharge(log, dur, used, seqKey, seqField)
+  local now = clockMs()
   local last = redis.call('HINCRBY', seqKey, seqField, used)
   local z = {}
   for i = last - used + 1, last do z[#z + 1] = now; z[#z + 1] = i end
@@ -232,7 +237,7 @@ local function admitGroupJob(prefix, stream, entryId, jobId, jobKey, k, now, emi
   local rateMax, rateDur = tonumber(g[4]) or 0, tonumber(g[5]) or 0
   local rlog = prefix .. 'grouprate:' .. k
   if rateMax > 0 and rateDur > 0 and rateMax <= SLIDING_MAX then
-    local room, wait = slidingRoom(rlog, rateMax, rateDur, now)
+    local room, wait = slidingRoom(rlog, rateMax, rateDur)
     if room <= 0 then
       unstream(stream, jobKey, entryId)
       parkRateLimited(prefix, jobKey, jobId, now + wait)
@@ -299,7 +304,7 @@ local function admitGroupJob(prefix, stream, entryId, jobId, jobKey, k, now, emi
   end
   if #set > 0 then redis.call('HSET', gk, unpack(set)) end
   if rateMax > 0 and rateDur > 0 and rateMax <= SLIDING_MAX then
-    slidingCharge(rlog, rateDur, now, 1, gk, 'rateSeq')
+    slidingCharge(rlog, rateDur, 1, gk, 'rateSeq')
   end
   return true
 end
@@ -427,7 +432,7 @@ local function queueAllowance(prefix, stream, m, lim, count, now, held)
         {wMax, wDur, 'wStart', 'wCount', 'wratelog'}}) do
       local max, dur = w[1], w[2]
       if max > 0 and dur > 0 and max <= SLIDING_MAX then
-        local room, wait = slidingRoom(prefix .. w[5], max, dur, now)
+        local room, wait = slidingRoom(prefix .. w[5], max, dur)
         if room <= 0 then return 0, wait end
         if room < count then count = room end
         charge[#charge + 1] = {prefix .. w[5], dur}
@@ -450,12 +455,12 @@ local function queueAllowance(prefix, stream, m, lim, count, now, held)
   return count, 0, charge
 end
 
-local function chargeWindows(prefix, charge, used, now)
+local function chargeWindows(prefix, charge, used)
   if not charge or used <= 0 then return end
   local f = {}
   for _, c in ipairs(charge) do
     if #c == 2 then
-      slidingCharge(c[1], c[2], now, used, prefix .. 'rate', 'seq')
+      slidingCharge(c[1], c[2], used, prefix .. 'rate', 'seq')
     else
       f[#f + 1] = c[1]; f[#f + 1] = c[2]; f[#f + 1] = c[3]; f[#f + 1] = c[4] + used
     end

@@ -126,7 +126,7 @@ local function fetch(prefix, keys, consumer, count, now, emitEvents, out, lim, m
   end
   local before = #out
   activate(prefix, stream, entries, now, out, emitEvents, events, moved)
-  if charge then chargeWindows(prefix, charge, (#out - before) / 3, now) end
+  if charge then chargeWindows(prefix, charge, (#out - before) / 3) end
   return #entries, 0
 end
 
@@ -254,7 +254,7 @@ local function activateRead(prefix, keys, entries, now, emitEvents, lim)
     end
   end
   activate(prefix, stream, entries, now, out, emitEvents, keys[3])
-  if charge then chargeWindows(prefix, charge, #out / 3, now) end
+  if charge then chargeWindows(prefix, charge, #out / 3) end
   return out
 end
 

@@ -122,8 +122,12 @@ end
 
 -- Claims for consumer up to `count` pending entries idle longer than minIdle, walking the
 -- pending list from cursor, and skips those whose job has a longer lock of its own (job field
--- lockDuration) not yet passed. Returns XAUTOCLAIM's shape: {cursor ('0-0' when done), entries}.
-local function claimIdle(stream, prefix, consumer, minIdle, cursor, count)
+-- lockDuration) not yet passed. `late`: how long the call waited before it ran (the server's
+-- clock past the caller's `now`): an entry must have been idle the whole lock when the scan was
+-- sent, so a scan queued behind a stalled server does not take jobs whose heartbeats wait
+-- behind it. Returns XAUTOCLAIM's shape: {cursor ('0-0' when done), entries}.
+local function claimIdle(stream, prefix, consumer, minIdle, cursor, count, late)
+  minIdle = minIdle + late
   local start = (cursor == '0' or cursor == '0-0') and '-' or ('(' .. cursor)
   local ok, pend = pcall(redis.call, 'XPENDING', stream, GROUP, 'IDLE', minIdle, start, '+',
     count)
@@ -133,7 +137,7 @@ local function claimIdle(stream, prefix, consumer, minIdle, cursor, count)
     local e = redis.call('XRANGE', stream, p[1], p[1])
     local jobId = e[1] and entryJobId(e[1][2])
     local lock = jobId and tonumber(redis.call('HGET', prefix .. 'job:' .. jobId, 'lockDuration'))
-    if not lock or tonumber(p[3]) >= lock then ids[#ids + 1] = p[1] end
+    if not lock or tonumber(p[3]) >= lock + late then ids[#ids + 1] = p[1] end
   end
   local entries = {}
   if #ids > 0 then
@@ -172,7 +176,8 @@ redis.register_function('glidemq_reclaimStalled', function(keys, args)
   if owner and owner ~= '' then
     r = claimOwned(stream, prefix, owner, tonumber(args[5]))
   else
-    r = claimIdle(stream, prefix, args[2], tonumber(args[3]), args[4], tonumber(args[5]))
+    local late = math.max(0, clockMs() - now)
+    r = claimIdle(stream, prefix, args[2], tonumber(args[3]), args[4], tonumber(args[5]), late)
   end
   local requeued, failed = 0, 0
   for _, e in ipairs(r[2]) do

@@ -173,12 +173,44 @@ class MemoryClient(StandaloneCommands):
 
     async def _execute_command(self, request_type: int, args: list[Any], route: Any = None) -> Any:
         self._check_open()
+        if not self.blocks(request_type, args):
+            await asyncio.sleep(0)  # a call yields to the loop, as one to a server does
+        return await self.execute(request_type, args)
+
+    # -- the server's side of a call (a transport in front of it, e.g. glidemq.sim, calls these)
+
+    def blocks(self, request_type: int, args: list[Any]) -> bool:
+        """Whether the call may wait on the server (XREAD / XREADGROUP with BLOCK)."""
+        return request_type in _BLOCKING and _block_ms([_encode(a) for a in args]) is not None
+
+    def execute_now(self, request_type: int, args: list[Any]) -> Any:
+        """Run a call that does not block, at once; its reply as valkey-glide shapes it."""
+        return self._run(request_type, [_encode(a) for a in args])
+
+    async def execute(self, request_type: int, args: list[Any]) -> Any:
+        """Run one call on the server; a blocking read waits for entries or its timeout."""
         encoded = [_encode(a) for a in args]
         block = _block_ms(encoded) if request_type in _BLOCKING else None
         if block is None:
-            await asyncio.sleep(0)  # a call yields to the loop, as one to a server does
             return self._run(request_type, encoded)
         return await self._blocking(request_type, encoded, block)
+
+    async def execute_batch(
+        self, commands: list[tuple[int, list[Any]]], is_atomic: bool, raise_on_error: bool
+    ) -> list[Any]:
+        """Run a batch's calls in order; a failed one's error takes its place in the replies
+        unless the batch is atomic or `raise_on_error`."""
+        out: list[Any] = []
+        for request_type, args in commands:
+            try:
+                if not self.blocks(request_type, args):
+                    await asyncio.sleep(0)
+                out.append(await self.execute(request_type, args))
+            except RequestError as exc:
+                if raise_on_error or is_atomic:
+                    raise
+                out.append(exc)
+        return out
 
     async def _blocking(self, request_type: int, args: list[bytes], block_ms: int) -> Any:
         """XREAD / XREADGROUP with BLOCK: read; when nothing came, wait for an entry on one
@@ -223,15 +255,7 @@ class MemoryClient(StandaloneCommands):
         timeout: int | None = None,
     ) -> list[Any]:
         self._check_open()
-        out: list[Any] = []
-        for request_type, args in commands:
-            try:
-                out.append(await self._execute_command(request_type, args))
-            except RequestError as exc:
-                if raise_on_error or is_atomic:
-                    raise
-                out.append(exc)
-        return out
+        return await self.execute_batch(commands, is_atomic, raise_on_error)
 
     async def _execute_script(
         self, hash: str, keys: Any = None, args: Any = None, route: Any = None

@@ -21,6 +21,10 @@ class Clock(Protocol):
         """The time in ms."""
         ...
 
+    def monotonic_ms(self) -> float:
+        """Monotonic time in ms: what idle times of pending stream entries are measured on."""
+        ...
+
     def subscribe(self, listener: Callable[[], None]) -> None:
         """Call `listener()` whenever the time jumps (never called for real time)."""
         ...
@@ -35,6 +39,9 @@ class SystemClock:
         """The wall clock in ms."""
         return int(time.time() * 1000)
 
+    def monotonic_ms(self) -> float:
+        return time.monotonic() * 1000
+
     def subscribe(self, listener: Callable[[], None]) -> None:
         """Real time never jumps: nothing to notify."""
 
@@ -47,7 +54,8 @@ class ManualClock:
 
     `advance(ms)` moves it forward; delayed jobs, retry backoffs, ttl deadlines, retention
     ages, `clean` grace periods and throttle windows then see the new time at once, and
-    waiting workers wake up to run whatever became due.
+    waiting workers wake up to run whatever became due. Idle times of running jobs (stall
+    recovery) stay on real time: a lock is about workers that are alive now.
     """
 
     manual = True
@@ -59,6 +67,9 @@ class ManualClock:
     def now_ms(self) -> int:
         """The clock's time in ms; it moves only by `advance` and `set`."""
         return self._now
+
+    def monotonic_ms(self) -> float:
+        return time.monotonic() * 1000
 
     def subscribe(self, listener: Callable[[], None]) -> None:
         """Call `listener()` whenever the clock moves."""

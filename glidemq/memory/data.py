@@ -113,7 +113,7 @@ class Pending:
     """One delivered, unacknowledged entry of a group."""
 
     consumer: bytes
-    delivered_at: float  # monotonic ms: idle time is real time, as the server measures it
+    delivered_at: float  # monotonic ms (Keyspace.mono_ms): idle time, as the server measures it
     deliveries: int
 
 
@@ -121,7 +121,7 @@ class Pending:
 class ConsumerGroup:
     last_id: StreamId
     pending: dict[StreamId, Pending] = field(default_factory=dict)  # ordered by id
-    consumers: dict[bytes, float] = field(default_factory=dict)  # name -> last seen (mono ms)
+    consumers: dict[bytes, float] = field(default_factory=dict)  # name -> last seen (mono_ms)
     entries_read: int = 0
 
     def sorted_pending(self) -> list[tuple[StreamId, Pending]]:
@@ -163,10 +163,12 @@ class Stream:
 
 
 class Keyspace:
-    """One database: values by key, with expiry on `now_ms` (the server's clock)."""
+    """One database: values by key, with expiry on `now_ms` (the server's clock); `mono_ms`
+    is the monotonic time (ms) that idle times of pending stream entries are measured on."""
 
-    def __init__(self, now_ms: Callable[[], int]) -> None:
+    def __init__(self, now_ms: Callable[[], int], mono_ms: Callable[[], float]) -> None:
         self.now_ms = now_ms
+        self.mono_ms = mono_ms
         self.values: dict[bytes, Any] = {}
         self.expires: dict[bytes, int] = {}
 

@@ -9,7 +9,6 @@ front end as on Valkey, with clients made by `connect()`.
 from __future__ import annotations
 
 import asyncio
-import time
 import weakref
 from collections.abc import Callable
 from typing import Any
@@ -68,7 +67,7 @@ class MemoryServer:
         _NAME += 1
         self.name = f"memory-{_NAME}"
         self.clock: Clock = clock if clock is not None else SystemClock()
-        self.keyspace = Keyspace(self.clock.now_ms)
+        self.keyspace = Keyspace(self.clock.now_ms, self.clock.monotonic_ms)
         self.library: LuaLibrary | None = None
         self.library_source: str | None = None
         self.changes = 0  # writes that did something: how glidemq.testing tells it settled
@@ -192,10 +191,9 @@ class MemoryServer:
         return [lib]
 
     def time(self) -> list[bytes]:
-        """TIME: seconds and microseconds on the server's clock."""
+        """TIME: seconds and microseconds on the server's clock (whole milliseconds)."""
         ms = self.clock.now_ms()
-        micros = int(time.time() * 1_000_000) % 1000
-        return [str(ms // 1000).encode(), str((ms % 1000) * 1000 + micros).encode()]
+        return [str(ms // 1000).encode(), str((ms % 1000) * 1000).encode()]
 
     def flush(self) -> None:
         """Forget every key (as FLUSHALL); the library stays loaded."""

@@ -1,15 +1,15 @@
 """The stream commands of an in-memory server: entries, consumer groups and their pending
 lists, with the server's reply shapes.
 
-Entry ids take their milliseconds from the server's clock; a pending entry's idle time is
-real (monotonic) time, as a lock is about processes that are alive now. Reads never block
+Entry ids take their milliseconds from the server's clock; a pending entry's idle time is on
+the clock's monotonic time (`Clock.monotonic_ms`: real time, as a lock is about processes that
+are alive now, or a simulator's virtual time). Reads never block
 here: the client waits for `Stream.added` to move and asks again (glidemq.memory.client).
 """
 
 from __future__ import annotations
 
 import re
-import time
 from typing import Any
 
 from .commands import Command, parse_int
@@ -20,10 +20,6 @@ __all__ = ["STREAM_COMMANDS", "format_id", "parse_id"]
 _MAX_SEQ = 2**64 - 1
 _BAD_ID = "ERR Invalid stream ID specified as stream command argument"
 _OK = Status("OK")
-
-
-def _mono_ms() -> float:
-    return time.monotonic() * 1000
 
 
 def format_id(entry_id: StreamId) -> bytes:
@@ -228,7 +224,7 @@ def xgroup(ks: Keyspace, a: list[bytes]) -> Any:
         return len(mine)
     if sub == b"CREATECONSUMER":
         new = a[3] not in group.consumers
-        group.consumers.setdefault(a[3], _mono_ms())
+        group.consumers.setdefault(a[3], ks.mono_ms())
         return int(new)
     if sub == b"SETID":
         group.last_id = stream.last_id if a[3] == b"$" else parse_id(a[3])
@@ -266,7 +262,7 @@ def xreadgroup(ks: Keyspace, a: list[bytes]) -> list[Any] | None:
     count, i = _read_options(a, 3)
     keys, ids = _streams_args(a, i)
     out = []
-    now = _mono_ms()
+    now = ks.mono_ms()
     for key, raw in zip(keys, ids, strict=True):
         stream, group = _group(ks, key, group_name)
         group.consumers[consumer] = now
@@ -345,7 +341,7 @@ def xpending(ks: Keyspace, a: list[bytes]) -> list[Any]:
         min_idle, i = parse_int(a[3]), 4
     lo, hi, count = _range_id(a[i], end=False), _range_id(a[i + 1], end=True), parse_int(a[i + 2])
     consumer = a[i + 3] if len(a) > i + 3 else None
-    now = _mono_ms()
+    now = ks.mono_ms()
     out: list[Any] = []
     for entry_id, p in group.sorted_pending():
         if len(out) >= count:
@@ -381,7 +377,7 @@ def xclaim(ks: Keyspace, a: list[bytes]) -> list[Any]:
     stream, group = _group(ks, a[0], a[1])
     consumer, min_idle = a[2], parse_int(a[3])
     raw_ids, opts = _claim_options(a, 4)
-    now = _mono_ms()
+    now = ks.mono_ms()
     justid = b"JUSTID" in opts
     group.consumers.setdefault(consumer, now)
     out: list[Any] = []
@@ -416,7 +412,7 @@ def xautoclaim(ks: Keyspace, a: list[bytes]) -> list[Any]:
             count, i = parse_int(a[i + 1]), i + 2
         else:
             justid, i = True, i + 1
-    now = _mono_ms()
+    now = ks.mono_ms()
     group.consumers.setdefault(consumer, now)
     claimed: list[Any] = []
     deleted: list[bytes] = []

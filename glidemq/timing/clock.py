@@ -4,15 +4,50 @@ The wall clock is shared with other processes and languages, so delays, TTLs and
 assume the clocks of producers and workers roughly agree. An in-process server
 (glidemq.memory) brings a clock of its own: Queue and Worker read time and sleep through the
 `Clock` of their connection, so a test's manual clock moves them too.
+
+Durations inside the process (leases, hold windows, retry budgets, watchdog silences) are read
+with `monotonic()` and `perf_counter()` here, never from `time` directly: the deterministic
+simulator (glidemq.sim) points both at its virtual clock with `use_monotonic`.
 """
 
 from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Callable
 from typing import Protocol
 
-__all__ = ["WALL_CLOCK", "Clock", "WallClock", "now_ms"]
+__all__ = [
+    "WALL_CLOCK",
+    "Clock",
+    "WallClock",
+    "monotonic",
+    "now_ms",
+    "perf_counter",
+    "use_monotonic",
+]
+
+_monotonic: Callable[[], float] = time.monotonic
+_perf_counter: Callable[[], float] = time.perf_counter
+
+
+def monotonic() -> float:
+    """Seconds on the process's monotonic clock (the simulator's virtual time under it)."""
+    return _monotonic()
+
+
+def perf_counter() -> float:
+    """A fine-grained monotonic clock for timing runs (the simulator's virtual time under it)."""
+    return _perf_counter()
+
+
+def use_monotonic(source: Callable[[], float] | None) -> None:
+    """Read `monotonic()` and `perf_counter()` from `source` (seconds); None: the real clocks."""
+    global _monotonic, _perf_counter
+    if source is None:
+        _monotonic, _perf_counter = time.monotonic, time.perf_counter
+    else:
+        _monotonic = _perf_counter = source
 
 
 def now_ms() -> int:

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
@@ -15,7 +14,7 @@ from glide import StreamGroupOptions
 
 from ..client.retry import to_glidemq_error
 from ..errors import ConnectionError, DurabilityError, GlideMQError, ServerError
-from ..timing.clock import WALL_CLOCK
+from ..timing.clock import WALL_CLOCK, monotonic
 from ..wire import fetch
 from .hold import send_back
 from .lease import Lease
@@ -90,7 +89,7 @@ class Fetcher:
         self.limited_ms = 0  # > 0: a queue-wide limit stopped the last fetch for this long
         # For the Watchdog: whether the loop wants jobs, and when a fetch last succeeded.
         self.wants = False
-        self.progress_at = time.monotonic()
+        self.progress_at = monotonic()
         self.error_at = float("-inf")
         # A blocking read's send time starts the lease of what it delivers: block at most
         # half a lease, so that jobs read at the end of a block may still start at once.
@@ -133,27 +132,27 @@ class Fetcher:
                     await slots.wait()
                     continue
                 if not self.wants:
-                    self.wants, self.progress_at = True, time.monotonic()
+                    self.wants, self.progress_at = True, monotonic()
                 if self.found_empty:
                     self.found_empty = False
                     await self.fetch_blocking()
-                    self.progress_at = time.monotonic()
+                    self.progress_at = monotonic()
                     backoff = 0.05
                     continue
                 got = await self.fetch_now()
-                self.progress_at = time.monotonic()
+                self.progress_at = monotonic()
                 if got is None:  # queue paused on the server
                     await w.connection.clock.sleep(min(0.5, w.opts.block_timeout / 1000))
                 elif got == 0 and self.limited_ms:
                     await self.wait_limit()
                 elif got == 0:
                     await self.fetch_blocking()
-                    self.progress_at = time.monotonic()
+                    self.progress_at = monotonic()
                 backoff = 0.05
             except asyncio.CancelledError:
                 raise
             except Exception as exc:  # the loop must outlive any one failed fetch
-                self.error_at = time.monotonic()
+                self.error_at = monotonic()
                 if isinstance(exc, ServerError) and exc.code == "NOGROUP":
                     try:
                         await self.ensure_group()
@@ -191,7 +190,7 @@ class Fetcher:
         assert ctx is not None
         n = w.slots.reserve()
         ticket, flat = self.order.ticket(), []
-        sent = time.monotonic()
+        sent = monotonic()
         try:
             try:
                 got = await fetch.complete_and_fetch_next(
@@ -243,7 +242,7 @@ class Fetcher:
         n = w.slots.reserve()
         held = n  # released here unless the activation's delivery releases them
         wake = wake_consumer(w.consumer)
-        sent = time.monotonic()
+        sent = monotonic()
         try:
             try:
                 read, woken = await fetch.wait_and_activate(

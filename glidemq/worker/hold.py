@@ -16,11 +16,11 @@ to the queue (`stuck`), and that wait counts as a long run in the average.
 from __future__ import annotations
 
 import asyncio
-import time
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING
 
 from ..errors import GlideMQError
+from ..timing.clock import monotonic
 from ..timing.run_budget import RunBudget
 from ..wire import fetch
 
@@ -55,7 +55,7 @@ class HoldWindow:
         """The most jobs held at once."""
         self.budget = RunBudget(window, depth, slots=capacity, cold=_COLD_LIMIT)
         self.last_start = float("-inf")
-        """`time.monotonic()` when a job last started running."""
+        """`monotonic()` when a job last started running."""
 
     @property
     def limit(self) -> int:
@@ -77,7 +77,7 @@ class HoldWindow:
 
     def started(self) -> None:
         """A job started running now."""
-        self.last_start = time.monotonic()
+        self.last_start = monotonic()
 
     def timed(self, seconds: float) -> None:
         """Count a run's duration in the moving average that sets `limit`."""
@@ -85,7 +85,7 @@ class HoldWindow:
 
     def stuck(self) -> bool:
         """No job started for a window: held jobs would wait for a long run to end."""
-        return time.monotonic() - self.last_start >= self.window
+        return monotonic() - self.last_start >= self.window
 
 
 class HeldJobs:
@@ -126,7 +126,7 @@ class HeldJobs:
         window = self.window
         if window is None or not self.link.slots.held_count:
             return
-        waited = time.monotonic() - window.last_start
+        waited = monotonic() - window.last_start
         if not window.stuck():
             self._check = asyncio.get_running_loop().call_later(window.window - waited, self._watch)
             return

@@ -11,11 +11,11 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import time
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
 from ..errors import DurabilityError
+from ..timing.clock import monotonic
 from ..wire import fetch as wire_fetch
 
 if TYPE_CHECKING:
@@ -109,7 +109,7 @@ class Intake:
         ]
         ticket = self.order.ticket() if fetch else -1
         fetched: list[Any] = []
-        sent = time.monotonic()
+        sent = monotonic()
         dropped = False
         try:
             try:

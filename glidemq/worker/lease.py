@@ -18,11 +18,11 @@ States of a taken job, as the worker sees it: *fresh* (its lease alive: it may s
 from __future__ import annotations
 
 import asyncio
-import time
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING
 
 from ..errors import GlideMQError
+from ..timing.clock import monotonic
 from ..wire import fetch
 
 if TYPE_CHECKING:
@@ -47,7 +47,7 @@ class Lease:
 
     def alive(self, sent: float, now: float | None = None) -> bool:
         """Whether a job delivered or renewed by a call sent at `sent` may start now."""
-        return (time.monotonic() if now is None else now) - sent < self.seconds
+        return (monotonic() if now is None else now) - sent < self.seconds
 
     def block_ms(self, block_timeout: int) -> int:
         """The longest blocking read that still delivers fresh jobs: the read's send time is
@@ -103,7 +103,7 @@ class Revalidation:
                 if not held or link.ctx is None or link.closing:
                     return
                 pairs = [p for entry_id, job in held for p in (entry_id, job.id)]
-                sent = time.monotonic()
+                sent = monotonic()
                 try:
                     lost, revoked = await fetch.heartbeat(link.ctx, link.consumer, pairs)
                 except GlideMQError as exc:

@@ -5,14 +5,13 @@ RateLimitError. The server enforces every limit inside the fetch; see docs/ADVAN
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from ..errors import GlideMQError, RateLimitError, ValidationError
 from ..options.limits import RateLimit, limiter_args
 from ..queue.limits import RATE_FIELDS, optional_int
-from ..timing.clock import WALL_CLOCK
+from ..timing.clock import WALL_CLOCK, monotonic
 from ..timing.pacer import Pacer
 from ..wire import fetch
 
@@ -38,7 +37,7 @@ async def pace(link: WorkerLink) -> None:
     clock = link.connection.clock
     # a server's own clock (glidemq.memory) paces by its time, and its jumps wake the sleep
     seconds: Callable[[], float] = (
-        time.monotonic if clock is WALL_CLOCK else (lambda: clock.now_ms() / 1000)
+        monotonic if clock is WALL_CLOCK else (lambda: clock.now_ms() / 1000)
     )
     # time, not an event, frees the next start: sleeping until then is the point
     while (wait := max(p.wait(seconds()) for p in pacers)) > 0:

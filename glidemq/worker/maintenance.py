@@ -5,12 +5,12 @@ which also tells it about revoked and lost jobs)."""
 from __future__ import annotations
 
 import asyncio
-import time
 from typing import TYPE_CHECKING
 
 from ..job import signals
 from ..queue.queries import WorkerRegistration
 from ..queue.schedulers import SchedulerRunner
+from ..timing.clock import monotonic
 from ..wire import fetch
 from . import limits as worker_limits
 
@@ -150,7 +150,7 @@ class Maintenance:
                 if not held:
                     continue
                 args = [p for entry_id, job in held for p in (entry_id, job.id)]
-                sent = time.monotonic()
+                sent = monotonic()
                 lost, revoked = await fetch.heartbeat(w.ctx, w.consumer, args)
                 # Lost: another worker owns the job now; it stops here and reports nothing.
                 for raw in revoked:

@@ -19,6 +19,7 @@ from collections.abc import Callable, Hashable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from ..errors import Retry, UnrecoverableError
+from ..timing.clock import monotonic
 
 if TYPE_CHECKING:
     from ..job.job import Job
@@ -42,7 +43,7 @@ class Limiter:
         self,
         burst: int = BURST,
         window: float = WINDOW,
-        clock: Callable[[], float] = time.monotonic,
+        clock: Callable[[], float] = monotonic,
     ) -> None:
         self.burst = burst
         self.window = window
@@ -166,7 +167,7 @@ class WorkerReport:
         self.detail = detail
         if self.failing_since is not None:
             return
-        self.failing_since, self.failing_at = time.monotonic(), time.time()
+        self.failing_since, self.failing_at = monotonic(), time.time()
         with contextlib.suppress(RuntimeError):  # no loop: nothing to confirm it on
             asyncio.get_running_loop().call_later(CONFIRM, self._confirm, self.failing_since)
 
@@ -192,7 +193,7 @@ class WorkerReport:
         self.failing_since, self.logged = None, False
         if since is None or not logged:
             return
-        down = time.monotonic() - since
+        down = monotonic() - since
         at = time.strftime("%H:%M:%S", time.localtime(self.failing_at))
         log.warning(
             "glidemq: worker %s of queue %r is connected to %s again, after %.1f s (lost at %s)",

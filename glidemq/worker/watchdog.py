@@ -24,7 +24,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import time
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
@@ -35,6 +34,7 @@ from glide import MinId as _MinId
 from ..client.connection import Client, close_client, create_client
 from ..client.renewal import SLACK, Renewal, close_later, probe, queue_renewal
 from ..errors import ConnectionError, GlideMQError
+from ..timing.clock import monotonic
 from ..wire import fetch
 
 if TYPE_CHECKING:
@@ -80,13 +80,13 @@ class Watchdog:
         ctx.keep_trying = self.stopping_not
 
     def _call_ok(self) -> None:
-        self.ok_at = time.monotonic()
+        self.ok_at = monotonic()
         self.renewal.failing_since = None
         if self.link.report.failing_since is not None:
             self.link.report.connection_restored()
 
     async def _call_failed(self, error: BaseException) -> None:
-        self.dirty_at = time.monotonic()
+        self.dirty_at = monotonic()
         self.link.report.connection_lost(f"{type(error).__name__}: {error}")
         await self.renewal.failed(error)
 
@@ -107,7 +107,7 @@ class Watchdog:
         fetcher = self.fetcher
         if not fetcher.wants:
             return 0.0
-        return time.monotonic() - fetcher.progress_at
+        return monotonic() - fetcher.progress_at
 
     async def run(self) -> None:
         try:
@@ -123,7 +123,7 @@ class Watchdog:
         while not w.closing:
             await asyncio.sleep(interval)
             dirty = max(self.dirty_at, self.fetcher.error_at)
-            now = time.monotonic()
+            now = monotonic()
             if self.reconciled_at < dirty < self.ok_at and now - dirty >= settle:
                 self.reconciled_at = now
                 # In the background: this loop must keep watching while the calls run.
@@ -133,11 +133,11 @@ class Watchdog:
             stuck = self.fetch_stuck_for()
             if stuck < self.bound and not self.renewal.stale():
                 continue
-            if time.monotonic() - self.last_renewal < self.bound:
+            if monotonic() - self.last_renewal < self.bound:
                 continue  # the last new clients get a full period to show progress
             if not await probe(w.connection):
                 continue  # the server is gone: nothing a new client could do yet
-            self.last_renewal = time.monotonic()
+            self.last_renewal = monotonic()
             w.events.emit(
                 "error",
                 ConnectionError(
@@ -175,7 +175,7 @@ class Watchdog:
         await self.restart_fetch()  # the loop may hang in a read on the old blocking client
         self.renewals += 1
         self.renewal.failing_since = None
-        self.dirty_at = time.monotonic()  # replies lost on the old clients: reconcile soon
+        self.dirty_at = monotonic()  # replies lost on the old clients: reconcile soon
         log.warning("glidemq: worker %s reconnected (renewal %d)", w.consumer, self.renewals)
         await close_later(old, self._closing)
 

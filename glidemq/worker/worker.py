@@ -10,7 +10,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import time
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 from uuid import uuid4
@@ -29,6 +28,7 @@ from ..keys import DEFAULT_PREFIX, QueueKeys
 from ..options.durability import DurabilityLike
 from ..processor import ProcessorCall
 from ..sandbox.errors import SandboxHandBack
+from ..timing.clock import monotonic, perf_counter
 from ..types import WorkerOptions, job_retention, retention_args, worker_options
 from ..wire.features import claim_serializer
 from . import limits as worker_limits
@@ -254,7 +254,7 @@ class Worker(WorkerLifecycle, Generic[D, R]):
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await fetch
         if self._tasks and not self._closing:
-            self._fetcher.progress_at = time.monotonic()
+            self._fetcher.progress_at = monotonic()
             self._tasks[0] = asyncio.get_running_loop().create_task(
                 self._fetcher.loop(), name=f"glidemq-fetch-{self.name}"
             )
@@ -354,7 +354,7 @@ class Worker(WorkerLifecycle, Generic[D, R]):
         whose lease ran out asks the server first (glidemq/worker/lease.py)."""
         slots, lease = self._slots, self._lease
         holding = self._hold is not None
-        now = time.monotonic()
+        now = monotonic()
         started = False
         while slots.held_count and not (holding and slots.executing >= slots.capacity):
             leased = slots.first_leased()
@@ -377,7 +377,7 @@ class Worker(WorkerLifecycle, Generic[D, R]):
             self._slots.hold(entry_id, job, None)
             self._batches.add(job)
         elif job.id in self._failing:
-            since = time.monotonic() if leased is None else leased
+            since = monotonic() if leased is None else leased
             after = self._run_after(self._failing[job.id], entry_id, job, since)
             self._slots.hold(entry_id, job, asyncio.get_running_loop().create_task(after))
             return
@@ -418,8 +418,9 @@ class Worker(WorkerLifecycle, Generic[D, R]):
 
     async def _cancelled(self, job: Job[D, R]) -> str:
         """A try's task was cancelled: revoked, it fails for good; else (closing) the job
-        stays in the PEL and deferActive hands it back."""
+        stays in the PEL and deferActive hands it back, or (lost) another worker owns it."""
         self._job_ended()
+        self._slots.wake()  # its slot is free: the fetch loop may be waiting for one
         if not self._closing and self._slots.take_revoked(job.id):
             return await self._fail(job, UnrecoverableError(_REASON_REVOKED), counted=True)
         return "handed-back"
@@ -470,11 +471,11 @@ class Worker(WorkerLifecycle, Generic[D, R]):
                 result = await self._proc.job(job, timeout)
             else:
                 # perf_counter: uvloop's loop.time() moves in whole milliseconds.
-                began = time.perf_counter()
+                began = perf_counter()
                 try:
                     result = await self._proc.job(job, timeout)
                 finally:
-                    hold.timed(time.perf_counter() - began)
+                    hold.timed(perf_counter() - began)
             rv = encode_result(result, self.opts.max_result_bytes, self._serializer)
         except asyncio.CancelledError:
             return await self._cancelled(job)

@@ -6,8 +6,10 @@ import asyncio
 from typing import Any
 
 import pytest
+from glide import StreamGroupOptions
 
 from glidemq import JobFailedError, JobTimeoutError, QueueFullError, ValidationError, Worker
+from glidemq.wire import fetch as wire_fetch
 from tests.behaviour.conftest import GUARD, Backend
 from tests.helpers import wait_for, wait_state
 
@@ -130,3 +132,25 @@ async def test_global_rate_limit_caps_jobs_per_window(backend: Backend) -> None:
 
 async def _price_free(job: Any) -> None:
     return None
+
+
+async def test_a_fetch_that_arrives_late_does_not_reopen_the_rate_window(
+    backend: Backend,
+) -> None:
+    # A fetch carries its sender's `now`; one that waited 5 s (queued behind a stalled server,
+    # or resent after a lost reply) used to stamp its starts 5 s in the past, so the next
+    # fetch trimmed them from the window at once and started two more (found by glidemq.sim).
+    q = backend.queue
+    await q.set_global_rate_limit(2, 1000)
+    await q.add_bulk([("j", i) for i in range(6)])
+    ctx = await q._context()
+    stream = q.keys.stream
+    await ctx.command(
+        lambda c: c.xgroup_create(stream, "workers", "0", StreamGroupOptions(make_stream=True))
+    )
+    late = await wire_fetch.complete_and_fetch_next(
+        ctx, backend.now_ms() - 5000, "late", 2, "1", (), ()
+    )
+    fresh = await wire_fetch.complete_and_fetch_next(ctx, backend.now_ms(), "fresh", 2, "1", (), ())
+    assert len(late.entries) // 3 == 2
+    assert len(fresh.entries) == 0 and fresh.limited_ms > 0

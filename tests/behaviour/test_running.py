@@ -7,6 +7,7 @@ import asyncio
 from typing import Any
 
 import pytest
+from glide import StreamGroupOptions
 
 from glidemq import JobTimeoutError, UnrecoverableError
 from glidemq.wire import fetch as wire_fetch
@@ -415,3 +416,35 @@ async def test_batch_worker_gets_lists_and_fails_single_entries(backend: Backend
         ("completed", 20, None),
         ("failed", None, "odd"),
     ]
+
+
+async def test_a_stall_scan_that_arrives_late_takes_only_what_was_idle_when_it_was_sent(
+    backend: Backend,
+) -> None:
+    # A scan queued behind a stalled server used to reclaim entries whose owners' heartbeats
+    # were queued right behind it: idle by the server's clock, but only because the server
+    # had stopped (found by glidemq.sim). The entry must have been idle the whole lock when
+    # the scan was sent: a scan whose `now` lags the server's clock waits that much longer.
+    q = backend.queue
+    job = await q.add("j", 1)
+    assert job is not None
+    ctx = await q._context()
+    stream = q.keys.stream
+    await ctx.command(
+        lambda c: c.xgroup_create(stream, "workers", "0", StreamGroupOptions(make_stream=True))
+    )
+    got = await wire_fetch.complete_and_fetch_next(ctx, backend.now_ms(), "a", 1, "1", (), ())
+    assert len(got.entries) == 3
+    await asyncio.sleep(0.3)  # the entry is idle 300 ms on the server
+    lock = 200
+
+    async def scan(now: int) -> list[Any]:
+        reply = await wire_fetch.reclaim_stalled(
+            ctx, now, "b", lock, "0-0", 100, 5, "1", (-1, 0), False
+        )
+        return list(reply)
+
+    late = await scan(backend.now_ms() - 500)  # sent 500 ms ago: the entry was not idle then
+    assert int(late[1]) == 0 and await job.get_state() == "active"
+    fresh = await scan(backend.now_ms())
+    assert int(fresh[1]) == 1 and await job.get_state() == "waiting"

@@ -1,0 +1,5 @@
+"""`python -m glidemq.sim`: see glidemq.sim.cli."""
+
+from .cli import main
+
+raise SystemExit(main())
