@@ -37,8 +37,8 @@ __all__ = [
 ]
 
 LIBRARY_NAME = "glidemq"
-LIBRARY_VERSION = 26
-LIBRARY_SOURCE_SHA256 = "25ce2a3d89ec032547cccacb561121202bbd4aff151781435bf2c4fb0f54d303"
+LIBRARY_VERSION = 27
+LIBRARY_SOURCE_SHA256 = "bbb1fa2271f9da42905780fe72e85a5eb726123c0636b656b1f30768163ee824"
 LIBRARY_FILES = (
     "00_prelude.lua",  # shebang, version placeholder, constants, input checks, shared helpers
     "05_groups.lua",  # group wait sets, fair scheduling across groups, pausing a group
