@@ -38,7 +38,7 @@ __all__ = [
 
 LIBRARY_NAME = "glidemq"
 LIBRARY_VERSION = 27
-LIBRARY_SOURCE_SHA256 = "bbb1fa2271f9da42905780fe72e85a5eb726123c0636b656b1f30768163ee824"
+LIBRARY_SOURCE_SHA256 = "9ff5aaacb0e462a40c9b0e0c6a03c25ff626d40d466edac3ccf2fa7edd39607a"
 LIBRARY_FILES = (
     "00_prelude.lua",  # shebang, version placeholder, constants, input checks, shared helpers
     "05_groups.lua",  # group wait sets, fair scheduling across groups, pausing a group

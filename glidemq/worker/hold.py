@@ -130,7 +130,8 @@ class HeldJobs:
         if not window.stuck():
             self._check = asyncio.get_running_loop().call_later(window.window - waited, self._watch)
             return
-        window.timed(waited)  # a long run is going on: hold fewer
+        if waited != float("inf"):  # no job started yet: nothing to time (jobs held unrecorded)
+            window.timed(waited)  # a long run is going on: hold fewer
         self.spawn(self.give_back())
 
     async def give_back(self) -> None:

@@ -42,6 +42,7 @@ from .lifecycle import WorkerLifecycle
 from .link import WorkerLink
 from .maintenance import Maintenance
 from .slots import Slots
+from .starts import ALL_RECORDED, Recording, StartReports
 from .watchdog import Watchdog
 
 if TYPE_CHECKING:
@@ -151,8 +152,12 @@ class Worker(WorkerLifecycle, Generic[D, R]):
                 self._link, base.batch, self._proc, outcomes, self._serializer
             )
         self._order = InOrder(self._start_jobs, self._slots)
-        self._intake = Intake(self._link, self._order, flush_size, self._stored)
-        self._fetcher = Fetcher(self._link, self._order, self._intake.completing)
+        # The server learns of held jobs' starts from start reports (glidemq/worker/starts.py).
+        self._starts = StartReports(self._slots, self._hold)
+        self._intake = Intake(
+            self._link, self._order, flush_size, self._stored, self._starts, self._recorded
+        )
+        self._fetcher = Fetcher(self._link, self._order, self._intake.completing, self._starts)
         self._intake.fetcher = self._fetcher
         self.watchdog = Watchdog(self._link, self._fetcher, self._restart_fetch)
         """Replaces this worker's clients when its connection goes silent (`watchdog`)."""
@@ -272,9 +277,12 @@ class Worker(WorkerLifecycle, Generic[D, R]):
 
     # -- taking jobs ----------------------------------------------------------------------
 
-    def _start_jobs(self, flat: list[Any], sent: float) -> None:
+    def _start_jobs(self, flat: list[Any], sent: float, rec: Recording = ALL_RECORDED) -> None:
         """Start (or hold) the jobs of a fetch reply; `sent`: when its call was sent, where
-        their lease starts (glidemq/worker/lease.py)."""
+        their lease starts (glidemq/worker/lease.py); `rec.start_now`: the server recorded
+        the starts of its first that many jobs (None: all), the others wait held until it
+        records theirs (glidemq/worker/starts.py)."""
+        self._starts.delivered(rec)
         if not flat:
             return
         if self._closing:
@@ -293,6 +301,8 @@ class Worker(WorkerLifecycle, Generic[D, R]):
         # A reply read after its lease ran out (the process was frozen, the server stalled):
         # every job of it waits until the server says which are still this worker's.
         fresh = self._lease.alive(sent)
+        marked = rec.start_now is not None  # the server may have held some: it marks them
+        unrecorded = False
         for i in range(0, len(flat), 3):
             entry_id = flat[i].decode()
             fields = _pairs(flat[i + 2])
@@ -303,7 +313,14 @@ class Worker(WorkerLifecycle, Generic[D, R]):
                 error = UnrecoverableError(f"cannot decode job: {job.decode_error}")
                 slots.hold(entry_id, job, loop.create_task(self._fail_undecodable(job, error)))
                 continue
-            if not fresh or (holding and slots.executing > slots.capacity):
+            if marked and fields.get(b"heldEntry") == flat[i]:
+                # held until the server records its start; a suspect's start is reported
+                # alone, when it may run (glidemq/worker/starts.py)
+                suspect = b"suspect" in fields
+                slots.hold_back(entry_id, job, sent, recorded=False, exact_only=suspect)
+                unrecorded = True
+                continue
+            if not fresh or (holding and slots.executing > slots.capacity) or slots.isolating():
                 slots.hold_back(entry_id, job, sent)  # starts when it may (_resume_held)
                 continue
             if self._batches is not None:
@@ -321,9 +338,12 @@ class Worker(WorkerLifecycle, Generic[D, R]):
                 self.events.emit("active", job)
         if self._batches is not None:
             self._batches.dispatch()
+        started = slots.executing - running
         if not fresh:
             self._revalidation.request()
-        self._held.fetched(slots.executing > running)
+        elif unrecorded and slots.executing < slots.capacity:
+            self._resume_held()  # a slot is free: ask the server to record the next start
+        self._held.fetched(started > 0)
 
     def pause(self) -> None:
         """Stop taking new jobs; running jobs go on, held ones go back to the queue."""
@@ -332,26 +352,39 @@ class Worker(WorkerLifecycle, Generic[D, R]):
             self._spawn(self._held.give_back())
 
     def _resume_held(self) -> None:
-        """Start held jobs in the free slots, oldest first, while their lease is alive; one
-        whose lease ran out asks the server first (glidemq/worker/lease.py)."""
+        """Start held jobs in the free slots, oldest first, while their lease is alive and
+        the server has recorded their start; one whose lease ran out asks the server first
+        (glidemq/worker/lease.py), one whose start is not recorded waits for a start report
+        (glidemq/worker/starts.py)."""
         slots, lease = self._slots, self._lease
         holding = self._hold is not None
         now = time.monotonic()
-        started = False
+        started = 0
         while slots.held_count and not (holding and slots.executing >= slots.capacity):
+            if slots.isolating() and not slots.suspect_next():
+                break  # a suspect runs alone (glidemq/worker/starts.py)
             leased = slots.first_leased()
             if leased is not None and not lease.alive(leased, now):
                 self._revalidation.request()
                 break
             held = slots.next_held()
             if held is None:
+                if slots.held_count:
+                    self._intake.report()  # the oldest waits for its start to be recorded
                 break
             self._begin(*held, leased)
-            started = True
+            started += 1
         if started:
             if self._batches is not None:
                 self._batches.dispatch()
             self._held.started()
+        if holding and slots.held_count and self._starts.wanted():
+            self._intake.report()  # record the next starts ahead
+
+    def _recorded(self) -> None:
+        """The server recorded the starts of a report: held jobs may start in free slots."""
+        if self._slots.held_count and not (self._closing or self._paused):
+            self._resume_held()
 
     def _begin(self, entry_id: str, job: Job[D, R], leased: float | None) -> None:
         """Start the run of a job that was held (its lease started at `leased`)."""
@@ -401,14 +434,15 @@ class Worker(WorkerLifecycle, Generic[D, R]):
     async def _cancelled(self, job: Job[D, R]) -> str:
         """A try's task was cancelled: revoked, it fails for good; else (closing) the job
         stays in the PEL and deferActive hands it back."""
-        self._job_ended()
+        self._job_ended(job)
         if not self._closing and self._slots.take_revoked(job.id):
             return await self._fail(job, UnrecoverableError(_REASON_REVOKED), counted=True)
         return "handed-back"
 
-    def _job_ended(self) -> None:
+    def _job_ended(self, job: Job[D, R]) -> None:
         """A job's outcome is known: its slot frees, and the oldest held job starts in it."""
         self._slots.end()
+        self._slots.ran(job.entry_id)
         if self._slots.held_count and not (self._closing or self._paused):
             self._resume_held()
 
@@ -417,7 +451,7 @@ class Worker(WorkerLifecycle, Generic[D, R]):
         self._intake.spawn(call)
 
     async def _fail_undecodable(self, job: Job[D, R], error: BaseException) -> None:
-        self._job_ended()
+        self._job_ended(job)
         await self._fail(job, error, counted=True)
 
     async def _fail_counted(self, job: Job[D, R], error: BaseException) -> str:
@@ -426,7 +460,7 @@ class Worker(WorkerLifecycle, Generic[D, R]):
 
     def _complete_later(self, job: Job[D, R], result: Any, rv: bytes) -> None:
         """Queue a success; completions of one loop iteration go out together."""
-        self._job_ended()
+        self._job_ended(job)
         job.returnvalue = result
         keep = job_retention(job.opts, "removeOnComplete", self._keep_complete)
         self._intake.complete(job, rv, keep)
@@ -451,6 +485,9 @@ class Worker(WorkerLifecycle, Generic[D, R]):
             if hold is None:
                 result = await self._proc.job(job, timeout)
             else:
+                # the start is confirmed to the server by the next call (glidemq/worker/starts.py)
+                self._slots.began(job.entry_id)
+                self._intake.confirm_soon()
                 # perf_counter: uvloop's loop.time() moves in whole milliseconds.
                 began = time.perf_counter()
                 try:
@@ -461,23 +498,23 @@ class Worker(WorkerLifecycle, Generic[D, R]):
         except asyncio.CancelledError:
             return await self._cancelled(job)
         except SandboxHandBack:
-            self._job_ended()
+            self._job_ended(job)
             await self._defer([job])
             return "handed-back"
         except DelayedError:
-            self._job_ended()
+            self._job_ended(job)
             if job.moved:
                 self._slots.finish(job.entry_id)
                 return "moved"
             return await self._fail(job, DelayedError("DelayedError without move_to_delayed"), True)
         except BaseException as exc:
-            self._job_ended()
+            self._job_ended(job)
             if job.moved:  # move_to_failed already recorded the failure
                 self._slots.finish(job.entry_id)
                 return "moved"
             return await self._fail(job, exc, counted=True)
         if job.moved:
-            self._job_ended()
+            self._job_ended(job)
             self._slots.finish(job.entry_id)
             return "moved"
         self._complete_later(job, result, rv)
