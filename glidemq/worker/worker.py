@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import time
 from collections.abc import Awaitable, Callable
@@ -326,16 +327,20 @@ class Worker(WorkerLifecycle, Generic[D, R]):
             if self._batches is not None:
                 slots.hold(entry_id, job, None)
                 self._batches.add(job)
+                if emit_active:
+                    self.events.emit("active", job)
             else:
                 failing = self._failing
                 if failing and job.id in failing:  # its last try's failure is on its way
                     after = self._run_after(failing[job.id], entry_id, job, sent)
                     slots.hold(entry_id, job, loop.create_task(after))
                     continue
-                run = self._run(job) if tracing is None else self._traced_run(tracing, job)
+                run = (
+                    self._run(job, sent)
+                    if tracing is None
+                    else self._traced_run(tracing, job, sent)
+                )
                 slots.hold(entry_id, job, loop.create_task(run))
-            if emit_active:
-                self.events.emit("active", job)
         if self._batches is not None:
             self._batches.dispatch()
         started = slots.executing - running
@@ -388,19 +393,21 @@ class Worker(WorkerLifecycle, Generic[D, R]):
 
     def _begin(self, entry_id: str, job: Job[D, R], leased: float | None) -> None:
         """Start the run of a job that was held (its lease started at `leased`)."""
+        since = time.monotonic() if leased is None else leased
         if self._batches is not None:
             self._slots.hold(entry_id, job, None)
             self._batches.add(job)
+            if self.events.listens("active"):
+                self.events.emit("active", job)
         elif job.id in self._failing:
-            since = time.monotonic() if leased is None else leased
             after = self._run_after(self._failing[job.id], entry_id, job, since)
             self._slots.hold(entry_id, job, asyncio.get_running_loop().create_task(after))
-            return
         else:
-            run = self._run(job) if self._tracing is None else self._traced_run(self._tracing, job)
+            tracing = self._tracing
+            run = (
+                self._run(job, since) if tracing is None else self._traced_run(tracing, job, since)
+            )
             self._slots.hold(entry_id, job, asyncio.get_running_loop().create_task(run))
-        if self.events.listens("active"):
-            self.events.emit("active", job)
 
     async def _run_after(
         self, recorded: asyncio.Future[None], entry_id: str, job: Job[D, R], leased: float
@@ -421,14 +428,9 @@ class Worker(WorkerLifecycle, Generic[D, R]):
             self._slots.hold_back(entry_id, job, leased)
             self._spawn(self._held.give_back())  # never started: back as held jobs go
             return "handed-back"
-        if not self._lease.alive(leased):
-            self._slots.hold_back(entry_id, job, leased)
-            self._revalidation.request()
-            return "held"
-        if self.events.listens("active"):
-            self.events.emit("active", job)
+        tracing = self._tracing
         return await (
-            self._run(job) if self._tracing is None else self._traced_run(self._tracing, job)
+            self._run(job, leased) if tracing is None else self._traced_run(tracing, job, leased)
         )
 
     async def _cancelled(self, job: Job[D, R]) -> str:
@@ -467,16 +469,25 @@ class Worker(WorkerLifecycle, Generic[D, R]):
 
     # -- running --------------------------------------------------------------------------
 
-    async def _traced_run(self, tracing: otel.JobTracing, job: Job[D, R]) -> str:
-        return await tracing.process(job, self._run, sandbox=self._executor.sandboxed)
+    async def _traced_run(self, tracing: otel.JobTracing, job: Job[D, R], leased: float) -> str:
+        run = functools.partial(self._run, leased=leased)
+        return await tracing.process(job, run, sandbox=self._executor.sandboxed)
 
-    async def _run(self, job: Job[D, R]) -> str:
-        """Run one try of the job; returns its outcome (`completed`, `retry`, `failed`, ...)
-        for the tracing, which is the only reader."""
+    async def _run(self, job: Job[D, R], leased: float) -> str:
+        """Run one try of the job, taken under a lease that started at `leased`; returns its
+        outcome (`completed`, `retry`, `failed`, ...) for the tracing, the only reader."""
         hold = self._hold
         try:
             if self._link.pacer is not None or self._link.global_pacer is not None:
                 await worker_limits.pace(self._link)
+            if not self._lease.alive(leased):
+                # The run was decided earlier, and time passed before it got here (a freeze
+                # between the two, a long pace): it waits held for the server's word.
+                self._slots.hold_back(job.entry_id or "", job, leased)
+                self._revalidation.request()
+                return "held"
+            if self.events.listens("active"):
+                self.events.emit("active", job)
             if job.expire_at is not None and self.connection.clock.now_ms() > job.expire_at:
                 raise expired_error()
             if self._slots.take_revoked(job.id):
