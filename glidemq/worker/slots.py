@@ -291,7 +291,10 @@ class Slots(Generic[J]):
             if n >= now + ahead:
                 break
             if entry_id in self._exact_only:  # it runs alone: once nothing else does
+                # (nor waits to: a held job whose start is recorded goes first)
                 if n or now <= 0 or self.executing or self._suspect is not None:
+                    break
+                if len(self._held) > len(self._unrecorded):
                     break
                 exact = entry_id
                 reporting.add(entry_id)
@@ -349,12 +352,19 @@ class Slots(Generic[J]):
         until its run ends (glidemq/worker/starts.py)."""
         return self._suspect is not None
 
-    def suspect_next(self) -> bool:
-        """Whether the oldest held job is the suspect whose start was reported."""
-        for entry_id in self._held:
-            if entry_id in self._jobs:
-                return entry_id == self._suspect
-        return False
+    def take_suspect(self) -> tuple[str, J, float] | None:
+        """The suspect whose start was reported, no longer held (the caller starts it, alone),
+        with when its lease started; None while no job may start: its start is not recorded
+        yet, or other jobs run. Wherever it is among the held jobs: jobs held behind it, and
+        one that came back held after a lease check, wait for its run to end."""
+        entry_id = self._suspect
+        if entry_id is None or self.executing or entry_id in self._unrecorded:
+            return None
+        leased = self._held.pop(entry_id, None)
+        held = self._jobs.get(entry_id)
+        if leased is None or held is None:
+            return None
+        return entry_id, held[0], leased
 
     def suspect_waiting(self) -> bool:
         """Whether a suspect job is held, or runs."""

@@ -153,8 +153,7 @@ class Worker(WorkerLifecycle, Generic[D, R]):
                 self._link, base.batch, self._proc, outcomes, self._serializer
             )
         self._order = InOrder(self._start_jobs, self._slots)
-        # The server learns of held jobs' starts from start reports (glidemq/worker/starts.py).
-        self._starts = StartReports(self._slots, self._hold)
+        self._starts = StartReports(self._slots, self._hold)  # glidemq/worker/starts.py
         self._intake = Intake(
             self._link, self._order, flush_size, self._stored, self._starts, self._recorded
         )
@@ -280,9 +279,8 @@ class Worker(WorkerLifecycle, Generic[D, R]):
 
     def _start_jobs(self, flat: list[Any], sent: float, rec: Recording = ALL_RECORDED) -> None:
         """Start (or hold) the jobs of a fetch reply; `sent`: when its call was sent, where
-        their lease starts (glidemq/worker/lease.py); `rec.start_now`: the server recorded
-        the starts of its first that many jobs (None: all), the others wait held until it
-        records theirs (glidemq/worker/starts.py)."""
+        their lease starts (glidemq/worker/lease.py); `rec`: what it asked the server to
+        record (glidemq/worker/starts.py): jobs whose start it did not wait held."""
         self._starts.delivered(rec)
         if not flat:
             return
@@ -297,7 +295,6 @@ class Worker(WorkerLifecycle, Generic[D, R]):
         ctx = self._ctx
         link, slots = self._link, self._slots
         emit_active = self.events.listens("active")
-        tracing = self._tracing
         holding, running = self._hold is not None, slots.executing
         # A reply read after its lease ran out (the process was frozen, the server stalled):
         # every job of it waits until the server says which are still this worker's.
@@ -315,9 +312,7 @@ class Worker(WorkerLifecycle, Generic[D, R]):
                 slots.hold(entry_id, job, loop.create_task(self._fail_undecodable(job, error)))
                 continue
             if marked and fields.get(b"heldEntry") == flat[i]:
-                # held until the server records its start; a suspect's start is reported
-                # alone, when it may run (glidemq/worker/starts.py)
-                suspect = b"suspect" in fields
+                suspect = b"suspect" in fields  # held until its start is recorded
                 slots.hold_back(entry_id, job, sent, recorded=False, exact_only=suspect)
                 unrecorded = True
                 continue
@@ -330,17 +325,7 @@ class Worker(WorkerLifecycle, Generic[D, R]):
                 if emit_active:
                     self.events.emit("active", job)
             else:
-                failing = self._failing
-                if failing and job.id in failing:  # its last try's failure is on its way
-                    after = self._run_after(failing[job.id], entry_id, job, sent)
-                    slots.hold(entry_id, job, loop.create_task(after))
-                    continue
-                run = (
-                    self._run(job, sent)
-                    if tracing is None
-                    else self._traced_run(tracing, job, sent)
-                )
-                slots.hold(entry_id, job, loop.create_task(run))
+                slots.hold(entry_id, job, self._run_task(entry_id, job, sent))
         if self._batches is not None:
             self._batches.dispatch()
         started = slots.executing - running
@@ -358,16 +343,19 @@ class Worker(WorkerLifecycle, Generic[D, R]):
 
     def _resume_held(self) -> None:
         """Start held jobs in the free slots, oldest first, while their lease is alive and
-        the server has recorded their start; one whose lease ran out asks the server first
-        (glidemq/worker/lease.py), one whose start is not recorded waits for a start report
-        (glidemq/worker/starts.py)."""
+        their start is recorded; else the server is asked first (a heartbeat,
+        glidemq/worker/lease.py; a start report, glidemq/worker/starts.py)."""
         slots, lease = self._slots, self._lease
         holding = self._hold is not None
         now = time.monotonic()
         started = 0
         while slots.held_count and not (holding and slots.executing >= slots.capacity):
-            if slots.isolating() and not slots.suspect_next():
-                break  # a suspect runs alone (glidemq/worker/starts.py)
+            if slots.isolating():  # a suspect runs alone (glidemq/worker/starts.py)
+                suspect = slots.take_suspect()
+                if suspect is not None:
+                    self._begin(*suspect)
+                    started += 1
+                break
             leased = slots.first_leased()
             if leased is not None and not lease.alive(leased, now):
                 self._revalidation.request()
@@ -399,15 +387,20 @@ class Worker(WorkerLifecycle, Generic[D, R]):
             self._batches.add(job)
             if self.events.listens("active"):
                 self.events.emit("active", job)
-        elif job.id in self._failing:
-            after = self._run_after(self._failing[job.id], entry_id, job, since)
-            self._slots.hold(entry_id, job, asyncio.get_running_loop().create_task(after))
         else:
-            tracing = self._tracing
-            run = (
-                self._run(job, since) if tracing is None else self._traced_run(tracing, job, since)
-            )
-            self._slots.hold(entry_id, job, asyncio.get_running_loop().create_task(run))
+            self._slots.hold(entry_id, job, self._run_task(entry_id, job, since))
+
+    def _run_task(self, entry_id: str, job: Job[D, R], leased: float) -> asyncio.Task[str]:
+        """The task running a try of `job` (once its last try's failure is recorded, when
+        that is on its way)."""
+        failing = self._failing.get(job.id) if self._failing else None
+        if failing is not None:
+            run = self._run_after(failing, entry_id, job, leased)
+        elif self._tracing is None:
+            run = self._run(job, leased)
+        else:
+            run = self._traced_run(self._tracing, job, leased)
+        return asyncio.get_running_loop().create_task(run)
 
     async def _run_after(
         self, recorded: asyncio.Future[None], entry_id: str, job: Job[D, R], leased: float
@@ -480,10 +473,8 @@ class Worker(WorkerLifecycle, Generic[D, R]):
         try:
             if self._link.pacer is not None or self._link.global_pacer is not None:
                 await worker_limits.pace(self._link)
-            if not self._lease.alive(leased):
-                # The run was decided earlier, and time passed before it got here (a freeze
-                # between the two, a long pace): it waits held for the server's word.
-                self._slots.hold_back(job.entry_id or "", job, leased)
+            if not self._lease.alive(leased):  # a freeze since the start was decided
+                self._slots.hold_back(job.entry_id or "", job, leased)  # the server says
                 self._revalidation.request()
                 return "held"
             if self.events.listens("active"):
