@@ -5,13 +5,13 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: run test lint typecheck check bench bench-engine bench-micro clean
+.PHONY: run test lint typecheck check bench bench-engine bench-micro docs clean
 
 $(STAMP): pyproject.toml
 	@command -v $(PYTHON) >/dev/null 2>&1 || { echo "need $(PYTHON) on PATH (or: make PYTHON=python3 ...)"; exit 2; }
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet -e '.[dev,spark]'
+	$(PY) -m pip install --quiet -e '.[dev,spark,docs]'
 	@touch $(STAMP)
 
 run: $(STAMP)
@@ -34,6 +34,11 @@ lint: $(STAMP)
 typecheck: $(STAMP)
 	$(VENV)/bin/mypy
 
+# The documentation site into site/ (mkdocs.yml); --strict: a broken link or reference fails.
+# tests/docs/test_site.py builds it the same way in `make test`.
+docs: $(STAMP)
+	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict
+
 bench: $(STAMP)
 	$(VENV)/bin/glidemq-bench run --profile full --reps 5 --out results
 
@@ -44,4 +49,4 @@ bench-engine: $(STAMP)
 	$(PY) -m glidemq.bench.quick --repeat 3
 
 clean:
-	rm -rf $(VENV) build *.egg-info .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) build site *.egg-info .pytest_cache .mypy_cache .ruff_cache

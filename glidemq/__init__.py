@@ -13,6 +13,7 @@ from __future__ import annotations
 from .broadcast.broadcast import Broadcast, BroadcastWorker
 from .client.connection import ConnectionOptions
 from .client.retry import RetryPolicy
+from .durable import Workflow, WorkflowContext, workflow
 from .errors import (
     BatchError,
     ConnectionError,
@@ -21,24 +22,31 @@ from .errors import (
     CycleError,
     DelayedError,
     DuplicateJobError,
+    DurabilityError,
+    DurabilityTimeoutError,
+    EventTimeoutError,
     ForeignLibraryError,
     GlideMQError,
     GroupFullError,
+    HistoryLimitError,
     JobFailedError,
     JobIdsExhaustedError,
     JobNotFoundError,
     JobStateError,
     JobTimeoutError,
     LibraryError,
+    NonDeterminismError,
     OperationTimeoutError,
     PayloadTooLargeError,
     ProcessorExitError,
+    QueueClosedError,
     QueueFullError,
     QueueNotFoundError,
     RateLimitError,
     Retry,
     SerializerMismatchError,
     ServerError,
+    StepFailedError,
     SuspendedError,
     TaskArgumentError,
     UnrecoverableError,
@@ -51,11 +59,14 @@ from .flows.builders import Dag, DagNode, chain, chord, dag, group
 from .flows.flow import FlowJob, FlowProducer, JobNode
 from .job.flowview import Dependencies, Flow, FlowNode
 from .job.job import Job
+from .job.steps import Step
 from .job.streams import StreamChunk
+from .options.durability import Durability
 from .options.limits import RateLimit, TokenBucket
 from .options.usage import FlowUsage, ModelUsage, TokenLimiter, Usage, UsageSummary, UsageTotals
 from .processor import ProcessorSpec, processor
 from .producer import Producer
+from .queue.backlog import Backlog
 from .queue.groups import GroupInfo
 from .queue.queries import Metrics, WorkerInfo
 from .queue.queue import JobCounts, Queue
@@ -69,6 +80,7 @@ from .worker.shutdown import GracefulShutdown
 from .worker.worker import Processor, Worker
 
 __all__ = [
+    "Backlog",
     "Backoff",
     "BatchError",
     "BatchOptions",
@@ -85,6 +97,10 @@ __all__ = [
     "DelayedError",
     "Dependencies",
     "DuplicateJobError",
+    "Durability",
+    "DurabilityError",
+    "DurabilityTimeoutError",
+    "EventTimeoutError",
     "Flow",
     "FlowJob",
     "FlowNode",
@@ -95,6 +111,7 @@ __all__ = [
     "GracefulShutdown",
     "GroupFullError",
     "GroupInfo",
+    "HistoryLimitError",
     "Job",
     "JobCounts",
     "JobFailedError",
@@ -110,6 +127,7 @@ __all__ = [
     "LibraryError",
     "Metrics",
     "ModelUsage",
+    "NonDeterminismError",
     "OperationTimeoutError",
     "PayloadTooLargeError",
     "Processor",
@@ -117,6 +135,7 @@ __all__ = [
     "ProcessorSpec",
     "Producer",
     "Queue",
+    "QueueClosedError",
     "QueueEvent",
     "QueueEvents",
     "QueueFullError",
@@ -129,6 +148,8 @@ __all__ = [
     "SerializerMismatchError",
     "ServerError",
     "Signal",
+    "Step",
+    "StepFailedError",
     "StreamChunk",
     "SuspendedError",
     "Task",
@@ -145,6 +166,8 @@ __all__ = [
     "Worker",
     "WorkerInfo",
     "WorkerOptions",
+    "Workflow",
+    "WorkflowContext",
     "__version__",
     "chain",
     "chord",
@@ -155,4 +178,5 @@ __all__ = [
     "processor",
     "task",
     "task_processor",
+    "workflow",
 ]

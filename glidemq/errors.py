@@ -13,24 +13,32 @@ __all__ = [
     "CycleError",
     "DelayedError",
     "DuplicateJobError",
+    "DurabilityError",
+    "DurabilityTimeoutError",
+    "EventTimeoutError",
     "ForeignLibraryError",
     "GlideMQError",
     "GroupFullError",
+    "HistoryLimitError",
     "JobFailedError",
     "JobIdsExhaustedError",
     "JobNotFoundError",
     "JobStateError",
     "JobTimeoutError",
     "LibraryError",
+    "NonDeterminismError",
     "OperationTimeoutError",
     "PayloadTooLargeError",
     "ProcessorExitError",
+    "QueueClosedError",
     "QueueFullError",
     "QueueNotFoundError",
     "RateLimitError",
     "Retry",
     "SerializerMismatchError",
     "ServerError",
+    "StepFailedError",
+    "SuspendedError",
     "TaskArgumentError",
     "UnrecoverableError",
     "UnsupportedOptionError",
@@ -108,9 +116,21 @@ class ConnectionError(GlideMQError, builtins.ConnectionError):
     """The Valkey server could not be reached or the connection was lost (also a builtin
     `ConnectionError`, so code written against the builtin catches it)."""
 
+    REFUSED_HINT = (
+        "is a Valkey server running there? Start one with glidemq-server, or point "
+        "GLIDEMQ_URL (--url on the command line) at yours"
+    )
+    """What to do about a refused connection, said after each such error."""
+
 
 class ServerError(GlideMQError):
-    """The server answered a command with an error glidemq did not expect."""
+    """The server answered a command with an error glidemq did not expect. `code` is the
+    error's code, the first word of the server's reply (`WRONGTYPE`, `NOGROUP`, `ERR`, ...),
+    None when there is none to tell."""
+
+    def __init__(self, message: str = "", code: str | None = None) -> None:
+        super().__init__(message)
+        self.code = code
 
 
 class LibraryError(ServerError):
@@ -153,6 +173,15 @@ class QueueNotFoundError(GlideMQError, LookupError):
         self.prefix = prefix
 
 
+class QueueClosedError(GlideMQError):
+    """The Queue (or producer) was closed: a call made after `close()`, or an add that was
+    accepted but not sent before close's time-out ran out. Nothing of it was written."""
+
+    def __init__(self, queue: str, detail: str = "it was closed") -> None:
+        super().__init__(f"queue {queue!r} is closed: {detail}")
+        self.queue = queue
+
+
 class JobStateError(GlideMQError):
     """The operation is not possible in the job's current state."""
 
@@ -169,6 +198,69 @@ class JobTimeoutError(GlideMQError, TimeoutError):
 class OperationTimeoutError(GlideMQError, TimeoutError):
     """A call of the sync API did not finish within its `timeout`; what it asked for may
     still happen (an add may land)."""
+
+
+class DurabilityError(GlideMQError):
+    """A write ran on the primary, but its durability (ConnectionOptions `durability`) was
+    not confirmed: the write may or may not survive a failover. It is on the primary now,
+    and can still reach a replica, or be lost with the primary.
+
+    `job_ids` names the jobs the write concerned (when known), `what` the server call,
+    `seen` what the confirmation reported, and `reply` the server's answer to the write
+    itself (what the call would have returned). Retry with the same job ids (a custom
+    `job_id` or deduplication) to be safe: see docs/DURABILITY.md.
+    """
+
+    def __init__(
+        self, what: str, seen: str, job_ids: Sequence[str] = (), reply: object = None
+    ) -> None:
+        self.what = what
+        self.seen = seen
+        self.job_ids = list(job_ids)
+        self.reply = reply
+        super().__init__(self._text())
+
+    def _jobs(self) -> str:
+        if not self.job_ids:
+            return ""
+        shown = ", ".join(self.job_ids[:10]) + (" ..." if len(self.job_ids) > 10 else "")
+        return f" for job(s) {shown}"
+
+    def _text(self) -> str:
+        return (
+            f"{self.what}{self._jobs()} ran on the primary but was not confirmed "
+            f"({self.seen}): the write may or may not survive a failover"
+        )
+
+    def naming(self, job_ids: Sequence[str]) -> DurabilityError:
+        """The same error, naming `job_ids`."""
+        return DurabilityError(self.what, self.seen, job_ids, self.reply)
+
+
+class DurabilityTimeoutError(DurabilityError, TimeoutError):
+    """The replicas (or the AOF) did not confirm a write within the durability timeout:
+    the write ran on the primary and may or may not survive a failover (DurabilityError)."""
+
+    def __init__(
+        self,
+        what: str,
+        seen: str,
+        timeout_ms: int,
+        job_ids: Sequence[str] = (),
+        reply: object = None,
+    ) -> None:
+        self.timeout_ms = timeout_ms
+        super().__init__(what, seen, job_ids, reply)
+
+    def _text(self) -> str:
+        return (
+            f"{self.what}{self._jobs()} ran on the primary but was not confirmed within "
+            f"{self.timeout_ms} ms ({self.seen}): the write may or may not survive a failover"
+        )
+
+    def naming(self, job_ids: Sequence[str]) -> DurabilityTimeoutError:
+        """The same error, naming `job_ids`."""
+        return DurabilityTimeoutError(self.what, self.seen, self.timeout_ms, job_ids, self.reply)
 
 
 class JobFailedError(GlideMQError):
@@ -329,3 +421,61 @@ class JobIdsExhaustedError(GlideMQError):
             "add again (the counter moved past them), or use non-numeric custom ids"
         )
         self.queue = queue
+
+
+# -- durable workflows (glidemq.durable) ------------------------------------------------------
+
+
+class NonDeterminismError(UnrecoverableError):
+    """A workflow's rerun reached, at `position` of its history, another step than the one
+    recorded there (its code changed, or it branched on something not recorded). The run
+    stops before it could mix results, and the workflow fails for good. `recorded` and
+    `reached` describe both steps (`step 'charge'`, `sleep`)."""
+
+    def __init__(self, workflow_id: str, position: int, recorded: str, reached: str) -> None:
+        super().__init__(
+            f"workflow {workflow_id!r} is not deterministic: position {position} of its "
+            f"history holds {recorded}, the rerun reached {reached}"
+        )
+        self.workflow_id = workflow_id
+        self.position = position
+        self.recorded = recorded
+        self.reached = reached
+
+
+class StepFailedError(UnrecoverableError):
+    """A workflow's step failed for good: its attempts ran out, it raised
+    UnrecoverableError, or its child job failed. Raised in the workflow at the step, where it
+    can be caught (to compensate); uncaught, it fails the workflow for good with the step's
+    name in the reason (the history keeps the failure, so a rerun would fail the same way).
+    `step` is the step's name, `reason` its last error, `attempts` how many it made."""
+
+    def __init__(self, step: str, reason: str, attempts: int) -> None:
+        tries = f" after {attempts} attempts" if attempts > 1 else ""
+        super().__init__(f"step {step!r} failed{tries}: {reason}")
+        self.step = step
+        self.reason = reason
+        self.attempts = attempts
+
+
+class EventTimeoutError(JobTimeoutError):
+    """`WorkflowContext.wait_for_event` waited `timeout` seconds and no event `event` came.
+    Raised in the workflow, where it can be caught; every replay raises it again."""
+
+    def __init__(self, event: str, timeout: float | None) -> None:
+        super().__init__(f"no event {event!r} came within {timeout} s")
+        self.event = event
+        self.timeout = timeout
+
+
+class HistoryLimitError(UnrecoverableError):
+    """A workflow's history would pass one of its caps: a step result over 1 MiB of JSON,
+    more than 1,000 entries, or more than 8 MiB of entries in all (`limit` names the cap,
+    `size` what was asked). The step is not recorded and the workflow fails for good."""
+
+    def __init__(self, workflow_id: str, limit: str, size: int | None = None) -> None:
+        what = f" ({size})" if size is not None else ""
+        super().__init__(f"workflow {workflow_id!r}: its history is capped at {limit}{what}")
+        self.workflow_id = workflow_id
+        self.limit = limit
+        self.size = size

@@ -56,7 +56,7 @@ class EventFeed:
         self.name = name
         self.last_id = last_id
         self.block_timeout = block_timeout
-        self.events = Emitter()
+        self.events = Emitter(f"events of queue {name}")
         self.buffer_size = buffer_size
         self.dropped = 0
         self._queue: asyncio.Queue[QueueEvent] | None = None

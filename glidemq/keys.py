@@ -1,4 +1,5 @@
-"""Key names of a queue (`glide:{name}:*`) and validation of queue names and job ids."""
+"""Key names of a queue (`glide:{name}:*`) and validation of queue names, job ids and job
+names."""
 
 from __future__ import annotations
 
@@ -10,10 +11,12 @@ from .errors import ValidationError
 __all__ = [
     "CLUSTER_SLOTS",
     "DEFAULT_PREFIX",
+    "MAX_JOB_NAME",
     "QueueKeys",
     "hash_slot",
     "queue_slot",
     "validate_job_id",
+    "validate_job_name",
     "validate_queue_name",
 ]
 
@@ -23,6 +26,8 @@ _BAD_NAME = re.compile(r"[{}:*?\[\]\\\s\x00-\x1f\x7f]")
 _BAD_ID = re.compile(r"[{}:\x00-\x1f\x7f]")
 MAX_QUEUE_NAME = 200
 MAX_JOB_ID = 256
+MAX_JOB_NAME = 1024
+"""The longest job name, in bytes of UTF-8 (the server counts bytes, and refuses longer ones)."""
 CLUSTER_SLOTS = 16384
 
 
@@ -72,6 +77,17 @@ def validate_job_id(job_id: object, field: str = "job_id") -> str:
     if _BAD_ID.search(job_id):
         raise ValidationError(field, f"{job_id!r} contains braces, ':' or control characters")
     return job_id
+
+
+def validate_job_name(name: object, field: str = "name") -> str:
+    """Return a job name if it is a string of 1 to MAX_JOB_NAME bytes (UTF-8), else raise."""
+    if not isinstance(name, str):
+        raise ValidationError(field, "must be a string")
+    if not name:
+        raise ValidationError(field, "must not be empty")
+    if len(name) > MAX_JOB_NAME // 4 and len(name.encode(errors="surrogatepass")) > MAX_JOB_NAME:
+        raise ValidationError(field, f"longer than {MAX_JOB_NAME} bytes")
+    return name
 
 
 class QueueKeys:

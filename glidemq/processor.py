@@ -149,7 +149,8 @@ class ProcessorSpec:
 
     `batch=True` means the function takes a list of jobs and returns a list of results.
     `schedules` are the job schedulers `glidemq-run` upserts before its workers start (as
-    `glidemq.tasks.schedule_of` describes them).
+    `glidemq.tasks.schedule_of` describes them). `setup`, when given, is called with each
+    Worker `glidemq-run` builds for the processor, before it starts (to attach listeners).
     """
 
     function: Callable[..., Any]
@@ -157,6 +158,7 @@ class ProcessorSpec:
     batch: bool = False
     options: Mapping[str, Any] = field(default_factory=dict)
     schedules: tuple[Mapping[str, Any], ...] = ()
+    setup: Callable[[Any], None] | None = None
 
     @property
     def is_async(self) -> bool:
@@ -167,13 +169,21 @@ def processor(
     queue: str | tuple[str, ...] | list[str] | None = None,
     *,
     batch: bool = False,
+    setup: Callable[[Any], None] | None = None,
     **options: Any,
 ) -> Callable[[Callable[..., Any]], ProcessorSpec]:
     """Declare a processor's queue(s) and Worker options for `glidemq-run`.
 
+    ```python
     @glidemq.processor("emails", concurrency=20)
     async def send(job): ...
+    ```
+
+    `setup(worker)` runs for each Worker glidemq-run builds for it, before the Worker
+    starts: `worker.on("completed", ...)` there sees the completions the server stored.
     """
+    if setup is not None and not callable(setup):
+        raise ValidationError("setup", f"{setup!r} is not callable")
     from .types import WorkerOptions, from_mapping
 
     from_mapping(WorkerOptions, options)  # unknown or invalid options fail at import time
@@ -190,7 +200,7 @@ def processor(
     def wrap(fn: Callable[..., Any]) -> ProcessorSpec:
         if not callable(fn):
             raise ValidationError("processor", f"{fn!r} is not callable")
-        return ProcessorSpec(fn, queues, batch, dict(options))
+        return ProcessorSpec(fn, queues, batch, dict(options), setup=setup)
 
     return wrap
 

@@ -27,10 +27,11 @@ from typing import TYPE_CHECKING, Any, Generic, Literal, Self, TypeVar
 from .client.connection import Client, ConnectionLike, close_client, resolve_connection
 from .client.context import QueueContext
 from .client.functions import connect_with_library
-from .errors import ConnectionError, GlideMQError, ValidationError
+from .errors import ConnectionError, QueueClosedError, ValidationError
 from .flows.flow import FlowJob, FlowProducer, JobNode, JobRef
 from .job.job import Job
 from .keys import DEFAULT_PREFIX, QueueKeys, validate_prefix
+from .options.durability import DurabilityLike
 from .queue.queue import Queue
 from .queue.request import validate_result_ttl
 from .types import JobOptions
@@ -58,8 +59,8 @@ class _Adds(Queue[Any, Any]):
         )
         self._ctx, self._client = ctx, ctx.client
 
-    async def close(self) -> None:
-        self._closed = True
+    async def close(self, timeout: float | None = None) -> None:
+        self._closing = self._closed = True
 
 
 class _Flows(FlowProducer):
@@ -109,7 +110,8 @@ class Producer(Generic[D, R]):
     a serverless function) and call `close()` when the process ends, if it ever does.
     `verify_after` (seconds, None: never) and `ping_timeout` govern the check of an idle
     connection described in the module doc. `reconnects` counts connections made after
-    the first. Use it from one event loop at a time (it is not thread-safe).
+    the first. Use it from one event loop at a time (it is not thread-safe). `durability`
+    overrides the connection's (docs/DURABILITY.md).
     """
 
     def __init__(
@@ -122,11 +124,12 @@ class Producer(Generic[D, R]):
         result_ttl: int | None = None,
         verify_after: float | None = 1.0,
         ping_timeout: float = 1.0,
+        durability: DurabilityLike = None,
     ) -> None:
         self.name = name
         self.prefix = validate_prefix(prefix)
         QueueKeys(name, self.prefix)  # a bad queue name fails here, not at the first add
-        self.connection = resolve_connection(connection)
+        self.connection = resolve_connection(connection).with_durability(durability)
         self.compression = compression
         self.result_ttl = validate_result_ttl(result_ttl)
         if verify_after is not None and not verify_after >= 0:
@@ -229,6 +232,9 @@ class Producer(Generic[D, R]):
                 compress=self.compression,
                 retry=self.connection.retry,
                 clock=self.connection.clock,
+                durability=self.connection.confirmation,
+                request_timeout_ms=self.connection.request_timeout_ms,
+                where=self.connection.where,
             )
             self._contexts[queue] = ctx
         return ctx
@@ -242,14 +248,14 @@ class Producer(Generic[D, R]):
         """The link to use now: connect on first use, on a new event loop, or when an idle
         connection does not answer."""
         if self._closed:
-            raise GlideMQError(f"producer of queue {self.name!r} is closed")
+            raise QueueClosedError(self.name, "its producer was closed")
         loop = asyncio.get_running_loop()
         link = self._link
         if link is not None and link.loop is loop and not self._idle():
             return link
         async with self._loop_lock(loop):
             if self._closed:
-                raise GlideMQError(f"producer of queue {self.name!r} is closed")
+                raise QueueClosedError(self.name, "its producer was closed")
             link = self._link
             if link is not None and (link.loop is not loop or not await self._answers(link)):
                 await self._drop()

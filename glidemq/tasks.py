@@ -25,10 +25,14 @@ from typing import Any, Generic, ParamSpec, TypeVar, overload
 
 from .client.connection import ConnectionLike, ConnectionOptions, resolve_connection
 from .encoding import payload
+from .encoding.binding import Binder, param_hint
 from .errors import GlideMQError, TaskArgumentError, ValidationError
+from .flows.builders import GROUP_JOB_NAME
 from .flows.plan import FlowJob
 from .job.job import Job
-from .keys import DEFAULT_PREFIX, validate_queue_name
+from .keys import DEFAULT_PREFIX, validate_job_name, validate_queue_name
+from .options import foreign
+from .options.durability import DurabilityLike
 from .processor import ProcessorSpec, is_async_callable
 from .queue.queue import Queue
 from .sync import Job as SyncJob
@@ -58,76 +62,11 @@ def current_job() -> Job[Any, Any]:
 # -- where tasks are added ---------------------------------------------------------------------
 
 
-def _param_hint(param: inspect.Parameter, hints: Mapping[str, Any]) -> Any:
-    """The hint of the value stored for a parameter: `*args: int` holds a tuple of ints,
-    `**kw: str` a dict of str."""
-    hint = hints.get(param.name, Any)
-    if param.kind is param.VAR_POSITIONAL:
-        return tuple[hint, ...]  # type: ignore[valid-type]
-    if param.kind is param.VAR_KEYWORD:
-        return dict[str, hint]  # type: ignore[valid-type]
-    return hint
-
-
-# Hints whose check is "the value has exactly this type" (bool is no int here, as in encode).
-_EXACT_TYPES = (str, int, bool)
-
-
-@dataclass(frozen=True)
-class _Binder:
-    """A signature without `*args`, `**kwargs` or positional-only parameters, read once: a
-    call that fits it is bound without `inspect`, as `Signature.bind_partial` would bind it."""
-
-    positional: tuple[str, ...]  # the parameters a positional argument may fill, in order
-    order: tuple[str, ...]  # every parameter, in order
-    required: frozenset[str]
-    checks: Mapping[str, tuple[Any, str, bool]]  # name -> (hint, where, the type is the check)
-
-    @classmethod
-    def of(cls, task: str, sig: inspect.Signature, hints: Mapping[str, Any]) -> _Binder | None:
-        params = list(sig.parameters.values())
-        if any(p.kind not in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY) for p in params):
-            return None
-        return cls(
-            positional=tuple(p.name for p in params if p.kind is p.POSITIONAL_OR_KEYWORD),
-            order=tuple(p.name for p in params),
-            required=frozenset(p.name for p in params if p.default is p.empty),
-            checks={p.name: cls._check(p, hints, task) for p in params},
-        )
-
-    @staticmethod
-    def _check(
-        param: inspect.Parameter, hints: Mapping[str, Any], task: str
-    ) -> tuple[Any, str, bool]:
-        hint = _param_hint(param, hints)
-        return hint, f"{task}.{param.name}", hint in _EXACT_TYPES
-
-    def payload(self, args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> dict[str, Any] | None:
-        """The checked job data, or None when the call does not fit (the caller's slow path
-        then says why)."""
-        if len(args) > len(self.positional):
-            return None
-        got = dict(zip(self.positional, args, strict=False))
-        if kwargs:
-            if not kwargs.keys() <= self.checks.keys() or not got.keys().isdisjoint(kwargs):
-                return None
-            got.update(kwargs)
-        if not self.required <= got.keys():
-            return None
-        checks, encode = self.checks, payload.encode
-        out = {}
-        for name in self.order:
-            if name in got:
-                value = got[name]
-                hint, where, exact = checks[name]
-                out[name] = value if exact and type(value) is hint else encode(value, hint, where)
-        return out
-
-
 @dataclass
 class _Defaults:
     connection: ConnectionLike = None
     prefix: str = DEFAULT_PREFIX
+    durability: DurabilityLike = None
     generation: int = 0  # bumped by configure_tasks: handles drop the queues they cached
 
 
@@ -138,12 +77,19 @@ _loop_queues: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, dict[Any, Que
 _loop_queues = weakref.WeakKeyDictionary()
 
 
-def configure_tasks(*, connection: ConnectionLike = None, prefix: str = DEFAULT_PREFIX) -> None:
+def configure_tasks(
+    *,
+    connection: ConnectionLike = None,
+    prefix: str = DEFAULT_PREFIX,
+    durability: DurabilityLike = None,
+) -> None:
     """Where tasks declared without `connection` / `prefix` are added: a URL or
     ConnectionOptions (None: the `GLIDEMQ_URL` environment variable) and a key prefix.
-    `glidemq-run` sets it to the server and prefix it serves."""
+    `durability` applies to tasks declared without one (docs/DURABILITY.md). `glidemq-run`
+    sets all three to what it serves."""
     _defaults.connection = None if connection is None else resolve_connection(connection)
     _defaults.prefix = prefix
+    _defaults.durability = durability
     _defaults.generation += 1
 
 
@@ -167,10 +113,12 @@ class Task(Generic[P, R]):
         prefix: str | None,
         options: JobOptions,
         schedule: Mapping[str, Any] | None,
+        durability: DurabilityLike = None,
     ) -> None:
         self.fn = fn
+        self.durability = durability
         self.queue = queue
-        self.name = name
+        self.name = validate_job_name(name)
         self.connection = connection
         self.prefix = prefix
         self.options = options
@@ -185,6 +133,12 @@ class Task(Generic[P, R]):
     def __call__(self, *args: P.args, **kwargs: P.kwargs) -> R:
         return self.fn(*args, **kwargs)
 
+    if not typing.TYPE_CHECKING:  # at run time only: type checkers still catch typos
+
+        def __getattr__(self, name: str) -> Any:
+            # names the handle lacks; Celery's (.s, .apply_async, ...) get glidemq's way
+            raise foreign.missing_attribute("Task", name, foreign.TASK_METHODS)
+
     @functools.cached_property
     def _hints(self) -> dict[str, Any]:
         try:
@@ -195,8 +149,8 @@ class Task(Generic[P, R]):
     # -- arguments <-> job data ------------------------------------------------------------
 
     @functools.cached_property
-    def _binder(self) -> _Binder | None:
-        return _Binder.of(self.name, self.signature, self._hints)
+    def _binder(self) -> Binder | None:
+        return Binder.of(self.name, self.signature, self._hints)
 
     def payload(self, *args: P.args, **kwargs: P.kwargs) -> dict[str, Any]:
         """The job data for this call: each argument by name, checked and made JSON.
@@ -210,6 +164,11 @@ class Task(Generic[P, R]):
         try:
             bound = self.signature.bind_partial(*args, **kwargs)
         except TypeError as exc:
+            for key in kwargs.keys() & foreign.OPTIONS.keys():  # delay(..., countdown=10)
+                if key not in self.signature.parameters:
+                    hint = foreign.OPTIONS[key]
+                    where = f"{self.name}.{key}"
+                    raise TaskArgumentError(where, f"not an argument: {hint}") from None
             raise TaskArgumentError(self.name, str(exc)) from None
         for param in self.signature.parameters.values():
             if (
@@ -218,9 +177,9 @@ class Task(Generic[P, R]):
                 and param.kind not in (param.VAR_POSITIONAL, param.VAR_KEYWORD)
             ):
                 raise TaskArgumentError(f"{self.name}.{param.name}", "missing required argument")
-        hints, params = self._hints, self.signature.parameters
+        hints, params, encode = self._hints, self.signature.parameters, payload.encode_argument
         return {
-            key: payload.encode(value, _param_hint(params[key], hints), f"{self.name}.{key}")
+            key: encode(value, param_hint(params[key], hints), f"{self.name}.{key}")
             for key, value in bound.arguments.items()
         }
 
@@ -245,7 +204,7 @@ class Task(Generic[P, R]):
                 ):
                     raise TaskArgumentError(where, "missing required argument")
                 continue
-            value = payload.decode(rest.pop(param.name), _param_hint(param, hints), where)
+            value = payload.decode(rest.pop(param.name), param_hint(param, hints), where)
             decoded[param.name] = tuple(value) if param.kind is param.VAR_POSITIONAL else value
         if rest:
             names = ", ".join(sorted(rest))
@@ -297,7 +256,9 @@ class Task(Generic[P, R]):
             return cached[1], cached[2]
         connection = self.connection if self.connection is not None else _defaults.connection
         prefix = self.prefix if self.prefix is not None else _defaults.prefix
-        resolved = resolve_connection(connection)  # parsed once: a URL costs ~0.1 ms
+        durability = self.durability if self.durability is not None else _defaults.durability
+        # parsed once: a URL costs ~0.1 ms
+        resolved = resolve_connection(connection).with_durability(durability)
         self.__dict__["_where_cache"] = (_defaults.generation, resolved, prefix)
         return resolved, prefix
 
@@ -457,6 +418,7 @@ def task(
     every: int | None = None,
     tz: str | None = None,
     schedule_args: Mapping[str, Any] | None = None,
+    durability: DurabilityLike = None,
     **options: Any,
 ) -> Callable[[Callable[P, R]], Task[P, R]]: ...
 def task(
@@ -470,17 +432,19 @@ def task(
     every: int | None = None,
     tz: str | None = None,
     schedule_args: Mapping[str, Any] | None = None,
+    durability: DurabilityLike = None,
     **options: Any,
 ) -> Callable[[Callable[P, R]], Task[P, R]]:
     """Declare a function (async or sync) as a task of `queue`.
 
-    @glidemq.task("emails", attempts=3, backoff=Backoff("exponential", 1000))
-    def send(to: str, subject: str = "hi") -> bool: ...
+        @glidemq.task("emails", attempts=3, backoff=Backoff("exponential", 1000))
+        def send(to: str, subject: str = "hi") -> bool: ...
 
     `name` is the job name (default: the function's name); `options` are JobOptions for
     every job (unknown keys are an error); `cron` (with `tz`) or `every` (ms) make
     `glidemq-run` keep one scheduler adding a job with `schedule_args` on that schedule.
-    `connection` and `prefix` default to `configure_tasks` (then `GLIDEMQ_URL`)."""
+    `connection`, `prefix` and `durability` default to `configure_tasks` (then
+    `GLIDEMQ_URL`)."""
     validate_queue_name(queue)
     job_options = JobOptions.coerce(options)
     if cron is not None and every is not None:
@@ -499,11 +463,12 @@ def task(
         handle = Task(
             fn,
             queue,
-            name or str(getattr(fn, "__name__", "task")),
+            str(getattr(fn, "__name__", "task")) if name is None else name,
             connection=connection,
             prefix=prefix,
             options=job_options,
             schedule=schedule,
+            durability=durability,
         )
         if schedule is not None:
             schedule_of(handle)  # bad schedule or arguments fail at import
@@ -572,10 +537,15 @@ def _route(table: Mapping[Any, Task[Any, Any]], job: Job[Any, Any]) -> Task[Any,
 def task_processor(*tasks: Task[Any, Any]) -> Callable[[Job[Any, Any]], Any]:
     """A processor for a Worker that runs these tasks, each job by its name (a name no task
     has fails the job as unrecoverable). Async tasks run on the worker's loop, sync ones on
-    threads (as many as the worker's concurrency lets run)."""
+    threads (as many as the worker's concurrency lets run).
+
+    The parent job `glidemq.group` adds (`__group__`) needs no task: unless a task has that
+    name, it returns its children's values (`get_children_values()`, by child key)."""
     table = _table(tasks)
 
     async def run(job: Job[Any, Any]) -> Any:
+        if job.name == GROUP_JOB_NAME and GROUP_JOB_NAME not in table:
+            return await job.get_children_values()
         return await _route(table, job).run(job)
 
     return run

@@ -17,6 +17,7 @@ import orjson
 from .encoding.serializers import get_serializer
 from .errors import ValidationError
 from .keys import validate_job_id
+from .options import foreign
 from .options.checks import check_int as _int
 from .options.fallbacks import Fallback, check_fallbacks
 from .options.limits import RateLimit, TokenBucket, check_job_limits, limits_to_wire
@@ -51,6 +52,8 @@ def from_mapping(cls: type[T], values: Mapping[str, Any]) -> T:
     known = {f.name for f in fields(cls)}  # type: ignore[arg-type]
     for key in values:
         if key not in known:
+            if key in foreign.OPTIONS:  # a Celery word: say glidemq's, never guess a near name
+                raise ValidationError(key, f"not a glidemq option: {foreign.OPTIONS[key]}")
             hint = difflib.get_close_matches(key, known, n=1)
             extra = f" (did you mean {hint[0]!r}?)" if hint else ""
             raise ValidationError(key, f"unknown option for {cls.__name__}{extra}")
@@ -185,7 +188,9 @@ class JobOptions:
     `lock_duration` gives the job a lock of its own: stall recovery leaves it alone until it
     has been silent that long, even past the worker's `lock_duration`. An `at_most_once` job
     whose run is interrupted (worker died, stalled, or closed) is never run again: it goes to
-    the dead-letter set with reason 'interrupted'.
+    the dead-letter set with reason 'interrupted'. `workflow` marks a durable workflow's job
+    (set by `@glidemq.workflow`, docs/DURABLE.md): signals sent to it before it waits for
+    them are kept in its mailbox instead of refused.
     """
 
     delay: int = 0
@@ -213,6 +218,7 @@ class JobOptions:
     fallbacks: tuple[Fallback, ...] | None = None
     lock_duration: int | None = None
     at_most_once: bool = False
+    workflow: bool = False
 
     def __post_init__(self) -> None:
         _int("delay", self.delay, high=MAX_DELAY)
@@ -220,6 +226,8 @@ class JobOptions:
             _int("lock_duration", self.lock_duration, low=100)
         if not isinstance(self.at_most_once, bool):
             raise ValidationError("at_most_once", f"must be a bool, got {self.at_most_once!r}")
+        if not isinstance(self.workflow, bool):
+            raise ValidationError("workflow", f"must be a bool, got {self.workflow!r}")
         _int("priority", self.priority, high=MAX_PRIORITY)
         _int("attempts", self.attempts, low=1)
         chain = check_fallbacks(self.fallbacks)
@@ -342,6 +350,7 @@ _WIRE_FIELDS: tuple[tuple[str, str, Callable[[Any], bool], Callable[[Any], Any]]
     ("fallbacks", "fallbacks", bool, _fallbacks_wire),
     ("lock_duration", "lockDuration", _given, _as_is),
     ("at_most_once", "atMostOnce", bool, _true),
+    ("workflow", "workflow", bool, _true),
 )
 
 

@@ -1,7 +1,8 @@
-"""The admin layer's state changes: retry, remove, promote and revoke jobs by id; retry, clean and
-drain by state; pause, resume and obliterate a queue. Each runs the `Queue` / `Job` method
-(one FCALL per state change) and reports what happened as `ActionResult` / `BulkResult`; a
-job that cannot take the action is reported, not raised."""
+"""The admin layer's state changes: retry, remove, promote and revoke jobs by id; edit a job's
+data, priority or delay; retry, clean and drain by state; pause, resume and obliterate a
+queue. Each runs the `Queue` / `Job` method (one FCALL per state change; an edit checks the
+job's state in that same call, never before it) and reports what happened as `ActionResult` /
+`BulkResult`; a job that cannot take the action is reported, not raised."""
 
 from __future__ import annotations
 
@@ -9,16 +10,21 @@ from collections.abc import Sequence
 from typing import Any
 
 from ..client.connection import ConnectionOptions
+from ..encoding.serialize import encode_data
 from ..errors import JobNotFoundError, JobStateError, ValidationError
+from ..job.checks import check_delay, check_priority
 from ..keys import validate_job_id
 from ..types import JobOptions
+from ..wire import ops
 from .model import ActionResult, BulkResult
 from .view import QueueView
 
 __all__ = [
     "CLEAN_STATES",
+    "EDITABLE_STATES",
     "RETRY_STATES",
     "add_job",
+    "change_delay",
     "change_priority",
     "clean",
     "drain",
@@ -33,8 +39,17 @@ __all__ = [
     "update_data",
 ]
 
-EDITABLE_STATES = ("waiting", "delayed", "prioritized", "waiting-children")
-"""States whose jobs' data may be replaced: they have not started."""
+EDITABLE_STATES = (
+    "waiting",
+    "delayed",
+    "prioritized",
+    "group-waiting",
+    "rate-limited",
+    "waiting-children",
+    "suspended",
+)
+"""States whose jobs' data may be replaced: no worker has the job and it has not finished
+(the library's glidemq_updateData checks it in the call that writes)."""
 
 RETRY_STATES = ("failed", "dead_letter", "completed")
 CLEAN_STATES = ("completed", "failed", "dead_letter", "waiting", "delayed", "prioritized")
@@ -114,20 +129,15 @@ async def promote(view: QueueView, ids: Sequence[str]) -> list[ActionResult]:
     """Make delayed jobs runnable now."""
     out = []
     for job_id in _ids(ids):
-        job = await view.get_job(job_id)
-        if job is None:
-            out.append(ActionResult(view.name, "promote", job_id, False, "not found"))
-            continue
-        if job.state != "delayed":
-            detail = f"it is {job.state}; only delayed jobs can be promoted"
-            out.append(ActionResult(view.name, "promote", job_id, False, detail))
-            continue
         try:
-            await job.promote()
-        except (JobNotFoundError, JobStateError) as exc:
-            out.append(ActionResult(view.name, "promote", job_id, False, str(exc)))
+            state = await ops.promote_job(view.ctx, job_id, view.ctx.now_ms())
+        except JobNotFoundError:
+            out.append(ActionResult(view.name, "promote", job_id, False, "not found"))
+        except JobStateError:
+            detail = await _refused(view, job_id, "only delayed jobs can be promoted")
+            out.append(ActionResult(view.name, "promote", job_id, False, detail))
         else:
-            out.append(ActionResult(view.name, "promote", job_id, True, f"now {job.state}"))
+            out.append(ActionResult(view.name, "promote", job_id, True, f"now {state}"))
     return out
 
 
@@ -164,30 +174,65 @@ async def add_job(
     return ActionResult(view.name, "add", job.id, True, f"added as {job.state}")
 
 
+async def _refused(view: QueueView, job_id: str, rule: str) -> str:
+    """Why the server refused to act on a job: its state (read after the refusal, for the
+    message only: the refusal itself came from the state in the call that would have
+    written) and the rule."""
+    state = await view.ctx.get_state(job_id)
+    if state is None:
+        return "not found"
+    if state == "active":
+        return f"a worker has fetched it (running or held); {rule}"
+    return f"it is {state}; {rule}"
+
+
 async def update_data(view: QueueView, job_id: str, data: Any) -> ActionResult:
-    """Replace the data of a job that has not started."""
-    job = await view.get_job(validate_job_id(job_id, "id"))
-    if job is None:
+    """Replace the data of a job no worker has taken yet (waiting, delayed, prioritized,
+    parked by its group or flow); a job a worker fetched (running or held) or that finished
+    is refused, in the same server call that would write (glidemq_updateData)."""
+    job_id = validate_job_id(job_id, "id")
+    ctx = view.ctx
+    raw = encode_data(data, compress=ctx.compress, serializer=ctx.serializer)
+    try:
+        state = await ops.update_data(ctx, job_id, raw)
+    except JobNotFoundError:
         return ActionResult(view.name, "update-data", job_id, False, "not found")
-    state = await job.get_state()
-    if state not in EDITABLE_STATES:
-        detail = f"it is {state}; only jobs that have not started can be edited"
+    except JobStateError:
+        detail = await _refused(view, job_id, "only jobs no worker has taken can be edited")
         return ActionResult(view.name, "update-data", job_id, False, detail)
-    await job.update_data(data)
-    return ActionResult(view.name, "update-data", job_id, True, "data replaced")
+    return ActionResult(view.name, "update-data", job_id, True, f"data replaced while {state}")
 
 
 async def change_priority(view: QueueView, job_id: str, priority: int) -> ActionResult:
-    """Give a job that has not started yet a new priority (0: none; lower runs first)."""
+    """Give a job that has not started yet a new priority (0: none; lower runs first);
+    the state is checked in the call that changes it."""
     job_id = validate_job_id(job_id, "id")
-    job = await view.get_job(job_id)
-    if job is None:
-        return ActionResult(view.name, "priority", job_id, False, "not found")
+    check_priority(priority)
     try:
-        await job.change_priority(priority)
-    except (JobNotFoundError, JobStateError) as exc:
-        return ActionResult(view.name, "priority", job_id, False, str(exc))
-    return ActionResult(view.name, "priority", job_id, True, f"priority {priority}, {job.state}")
+        state = await ops.change_priority(view.ctx, job_id, priority, view.ctx.now_ms())
+    except JobNotFoundError:
+        return ActionResult(view.name, "priority", job_id, False, "not found")
+    except JobStateError:
+        rule = "only waiting, prioritized and delayed jobs can be re-prioritized"
+        return ActionResult(
+            view.name, "priority", job_id, False, await _refused(view, job_id, rule)
+        )
+    return ActionResult(view.name, "priority", job_id, True, f"priority {priority}, {state}")
+
+
+async def change_delay(view: QueueView, job_id: str, delay: int) -> ActionResult:
+    """Run a delayed job `delay` ms from now instead; the state is checked in the call that
+    changes it."""
+    job_id = validate_job_id(job_id, "id")
+    check_delay(delay)
+    try:
+        state = await ops.change_delay(view.ctx, job_id, delay, view.ctx.now_ms())
+    except JobNotFoundError:
+        return ActionResult(view.name, "delay", job_id, False, "not found")
+    except JobStateError:
+        rule = "only delayed jobs can be given a new delay"
+        return ActionResult(view.name, "delay", job_id, False, await _refused(view, job_id, rule))
+    return ActionResult(view.name, "delay", job_id, True, f"delay {delay}, {state}")
 
 
 async def pause(view: QueueView) -> BulkResult:

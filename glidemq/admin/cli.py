@@ -20,7 +20,7 @@ from typing import Any, TypeAlias
 
 import orjson
 
-from ..cli.argtypes import duration_ms, positive_int
+from ..cli.argtypes import duration_ms, non_negative_float, port, positive_int
 from ..cli.support import EXIT_UNREACHABLE, Parser, unreachable
 from ..client.connection import ConnectionOptions, has_password, resolve_connection
 from ..client.context import now_ms
@@ -31,10 +31,12 @@ from ..errors import (
     QueueNotFoundError,
     ValidationError,
 )
+from ..keys import validate_queue_name
 from ..queue.queries import state_name
 from . import format as fmt
 from .actions import CLEAN_STATES, RETRY_STATES
 from .base import JOB_STATES
+from .exporter import Exporter
 from .model import ActionResult, to_jsonable
 from .session import Admin
 
@@ -53,9 +55,11 @@ _EXAMPLES = """examples:
   glidemq jobs emails --state failed --limit 20 --search welcome
   glidemq job emails 42
   glidemq retry emails 42 43            glidemq retry emails --state failed
+  glidemq update-data emails 42 '{"to": "ada@example.com"}'
   glidemq clean emails --state completed --grace 1h --yes
   glidemq events emails --follow
   glidemq groups emails                 glidemq pause-group emails tenant-42
+  glidemq exporter --queue emails --host 0.0.0.0 --port 9100
 
 The server is --url, else $GLIDEMQ_URL, else valkey://127.0.0.1:6379. Every command takes
 --json. Exit codes: 0 done, 1 failed, 2 bad input, 6 server unreachable."""
@@ -137,6 +141,10 @@ def build_parser() -> argparse.ArgumentParser:
     c = command("revoke", "cancel jobs: not started ones fail now, running ones are stopped")
     queue_arg(c)
     c.add_argument("ids", nargs="+", metavar="ID")
+    c = command("update-data", "replace the data of a job no worker has taken yet")
+    queue_arg(c)
+    c.add_argument("id", metavar="ID")
+    c.add_argument("data", metavar="JSON", help="the new data as JSON; - reads it from stdin")
     queue_arg(command("pause", "stop workers from taking new jobs"))
     queue_arg(command("resume", "let workers take jobs again"))
     c = command("clean", "remove old jobs of one state")
@@ -161,6 +169,25 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--count", type=positive_int, default=20, help="recent events (default 20)")
     queue_arg(command("schedulers", "the queue's job schedulers"))
     queue_arg(command("groups", "the queue's groups: waiting, parked, active, paused, limits"))
+    c = command(
+        "exporter",
+        "serve the queues' counts and backlog as Prometheus metrics, with no worker running",
+    )
+    c.add_argument(
+        "--queue",
+        action="append",
+        metavar="QUEUE",
+        help="a queue to export (repeatable; default: every queue, listed again every minute)",
+    )
+    c.add_argument("--port", type=port, default=9100, help="HTTP port (default 9100)")
+    c.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1)")
+    c.add_argument(
+        "--min-interval",
+        type=non_negative_float,
+        default=1.0,
+        metavar="SECONDS",
+        help="read the queues at most this often; scrapes in between get the last read (1)",
+    )
     for name, what in (("pause-group", "stop one group's jobs from starting"),
                        ("resume-group", "let one group's jobs start again")):  # fmt: skip
         c = command(name, what)
@@ -171,6 +198,10 @@ def build_parser() -> argparse.ArgumentParser:
 
 def _out(text: str) -> None:
     print(text, flush=True)
+
+
+def _note(text: str) -> None:
+    print(f"glidemq: note: {text}", file=sys.stderr, flush=True)
 
 
 def _emit(args: argparse.Namespace, value: Any, text: str) -> None:
@@ -218,6 +249,12 @@ async def _follow(admin: Admin, args: argparse.Namespace) -> int:
 
 async def _run(args: argparse.Namespace, conn: ConnectionOptions) -> int:
     prefix = getattr(args, "prefix", "glide")
+    if args.command == "exporter":  # connects on its first read, and again after a failure
+        admin = Admin(conn, prefix=prefix)
+        try:
+            return await _exporter(admin, args, now_ms())
+        finally:
+            await admin.close()
     async with Admin(conn, prefix=prefix) as admin:
         code = await _COMMANDS[args.command](admin, args, now_ms())
     return OK if code is None else code
@@ -281,6 +318,17 @@ async def _revoke(admin: Admin, args: argparse.Namespace, now: int) -> int:
     return _results(args, await admin.revoke(args.queue, args.ids))
 
 
+async def _update_data(admin: Admin, args: argparse.Namespace, now: int) -> int:
+    text = sys.stdin.read() if args.data == "-" else args.data
+    if not text.strip():
+        raise _Usage("update-data: JSON is empty; write the data to store (null, {} or a value)")
+    try:
+        data = orjson.loads(text)
+    except orjson.JSONDecodeError as exc:
+        raise _Usage(f"update-data: JSON is not JSON: {exc}") from None
+    return _results(args, [await admin.update_data(args.queue, args.id, data)])
+
+
 async def _pause_or_resume(admin: Admin, args: argparse.Namespace, now: int) -> None:
     bulk = await (admin.pause if args.command == "pause" else admin.resume)(args.queue)
     _emit(args, bulk, fmt.bulk_result(bulk))
@@ -335,10 +383,44 @@ async def _groups(admin: Admin, args: argparse.Namespace, now: int) -> None:
 
 
 async def _pause_or_resume_group(admin: Admin, args: argparse.Namespace, now: int) -> None:
-    act = admin.pause_group if args.command == "pause-group" else admin.resume_group
+    pausing = args.command == "pause-group"
+    unknown = await admin.group(args.queue, args.key) is None
+    where = f"group {args.key!r} of {args.queue!r}"
+    if unknown and not pausing:
+        _note(f"queue {args.queue!r} has no group {args.key!r} (no jobs, no settings): "
+              "nothing to resume")  # fmt: skip
+        _emit(args, None, f"{where}: no such group, nothing resumed")
+        return
+    act = admin.pause_group if pausing else admin.resume_group
     group = await act(args.queue, args.key)
-    done = "paused" if args.command == "pause-group" else "resumed"
-    _emit(args, group, f"group {args.key!r} of {args.queue!r} {done}")
+    if unknown:  # a typo, or a pause ahead of the group's first job: say which
+        _note(f"queue {args.queue!r} has no group {args.key!r} yet (no jobs, no settings): "
+              "it is paused ahead of its first job; check the name")  # fmt: skip
+    done = "paused" if pausing else "resumed"
+    _emit(args, group, f"{where} {done}")
+
+
+async def _exporter(admin: Admin, args: argparse.Namespace, now: int) -> int:
+    names = [validate_queue_name(q) for q in args.queue or ()]
+    exporter = Exporter(admin, names or None, min_interval=args.min_interval)
+    try:
+        server = await exporter.serve(args.host, args.port)
+    except OSError as exc:
+        raise _Usage(f"--port {args.port}: cannot listen on {args.host}: {exc}") from exc
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop.set)
+    what = ", ".join(names) if names else "every queue"
+    host = f"[{args.host}]" if ":" in args.host else args.host
+    print(
+        f"glidemq exporter: http://{host}:{args.port}/metrics for {what}; Ctrl-C stops",
+        file=sys.stderr,
+        flush=True,
+    )
+    async with server:
+        await stop.wait()
+    return OK
 
 
 _COMMANDS: dict[str, _Command] = {
@@ -350,6 +432,7 @@ _COMMANDS: dict[str, _Command] = {
     "remove": _remove,
     "promote": _promote,
     "revoke": _revoke,
+    "update-data": _update_data,
     "pause": _pause_or_resume,
     "resume": _pause_or_resume,
     "clean": _clean,
@@ -360,6 +443,7 @@ _COMMANDS: dict[str, _Command] = {
     "groups": _groups,
     "pause-group": _pause_or_resume_group,
     "resume-group": _pause_or_resume_group,
+    "exporter": _exporter,
 }
 
 
@@ -379,8 +463,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             file=sys.stderr,
             flush=True,
         )
-    # a fast, clear error instead of the client's reconnect loop
-    problem = unreachable(conn.url, conn.addresses)
+    # a fast, clear error instead of the client's reconnect loop; the exporter starts anyway
+    # and answers "down" until the server is back
+    problem = None if args.command == "exporter" else unreachable(conn.url, conn.addresses)
     if problem is not None:
         print(f"glidemq: error: {problem}", file=sys.stderr)
         return UNREACHABLE

@@ -10,6 +10,7 @@ from typing import Any
 import orjson
 
 from ..events import QueueEvent
+from ..job.steps import Step
 from ..queue.groups import GroupInfo
 from ..queue.queries import Metrics
 from ..queue.schedulers import JobScheduler
@@ -239,6 +240,9 @@ def job_detail(d: JobDetail, now: int) -> str:
         out += [f"  {c.queue}:{c.id}  pending" for c in d.children_pending]
         out += [f"  {ref}  completed -> {_json(v)}" for ref, v in d.children_values.items()]
         out += [f"  {ref}  failed (ignored): {r}" for ref, r in d.children_failures.items()]
+    if d.steps:
+        out.append(f"steps ({len(d.steps)}):")
+        out += [_step_line(s) for s in d.steps]
     if d.stacktrace:
         out.append("stacktrace:")
         out += ["  " + line for line in d.stacktrace.splitlines()]
@@ -251,6 +255,25 @@ def job_detail(d: JobDetail, now: int) -> str:
     key_width = max((len(k) for k in d.fields), default=0)
     out += [f"  {k.ljust(key_width)}  {_cut(v, 200)}" for k, v in sorted(d.fields.items())]
     return "\n".join(out)
+
+
+def _step_line(s: Step) -> str:
+    """One entry of a workflow's history: position, kind and name, status, what came out."""
+    what = s.name if s.kind == "step" else f"{s.kind} {s.name}" if s.name != s.kind else s.kind
+    line = f"  {s.position:>3}  {_cut(what, 40):<40}  {s.status:<9}"
+    if s.attempts > 1:
+        line += f"  {s.attempts} attempts"
+    if s.child:
+        line += f"  child {s.child}"
+    if s.status in ("sleeping", "waiting", "retrying") and s.until:
+        line += f"  until {clock(s.until)}"
+    elif s.finished_at:
+        line += f"  {clock(s.finished_at)}"
+    if s.error:
+        line += f"  error: {_cut(s.error, 120)}"
+    elif s.result is not None:
+        line += f"  -> {_cut(_json(s.result), 120)}"
+    return line
 
 
 def schedulers(rows: Sequence[JobScheduler], now: int) -> str:
@@ -285,7 +308,12 @@ def event_line(ev: QueueEvent) -> str:
 
 def action_results(results: Sequence[ActionResult]) -> str:
     """One line per job an action was asked to change."""
-    done = {"retry": "retried", "remove": "removed", "promote": "promoted"}
+    done = {
+        "retry": "retried",
+        "remove": "removed",
+        "promote": "promoted",
+        "update-data": "updated",
+    }
     lines = []
     for r in results:
         verb = done.get(r.action, r.action)

@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..job.job import Job
+from ..job.steps import Step
 from ..options.limits import RateLimit
 from ..queue.queries import Metrics, WorkerInfo
 from ..queue.schedulers import JobScheduler
@@ -170,6 +171,9 @@ class JobDetail:
     decode_error: str | None = None
     """Why the stored data or options could not be decoded: then `data` is the stored text
     (a string) and `opts` is {}. None for a well-formed job."""
+    steps: list[Step] = field(default_factory=list)
+    """A durable workflow's history (name, kind, status, result or error, times, attempts),
+    oldest first; [] for other jobs."""
 
 
 @dataclass(frozen=True, slots=True)

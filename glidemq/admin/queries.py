@@ -279,6 +279,7 @@ async def job_detail(view: QueueView, job_id: str, *, log_lines: int = 100) -> J
         tries=tries_of(job.failures, logs, log_count),
         fields=_raw_fields(fields),
         decode_error=job.decode_error,
+        steps=job.steps,
     )
 
 

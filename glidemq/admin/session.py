@@ -71,7 +71,15 @@ class Admin:
             client = await self._connect()
             keys = QueueKeys(name, self.prefix)
             view = QueueView(
-                QueueContext(client, keys, retry=self.connection.retry, clock=self.connection.clock)
+                QueueContext(
+                    client,
+                    keys,
+                    retry=self.connection.retry,
+                    clock=self.connection.clock,
+                    durability=self.connection.confirmation,
+                    request_timeout_ms=self.connection.request_timeout_ms,
+                    where=self.connection.where,
+                )
             )
             if len(self._views) >= _VIEWS_KEPT:
                 del self._views[next(iter(self._views))]  # the oldest: views hold no resource
@@ -179,12 +187,16 @@ class Admin:
         return await actions.add_job(view, self.connection, name, data, opts)
 
     async def update_data(self, queue: str, job_id: str, data: Any) -> ActionResult:
-        """Replace the data of a job that has not started."""
+        """Replace the data of a job no worker has taken yet (refused once one fetched it)."""
         return await actions.update_data(await self.view(queue), job_id, data)
 
     async def change_priority(self, queue: str, job_id: str, priority: int) -> ActionResult:
         """Give a job that has not started yet a new priority."""
         return await actions.change_priority(await self.view(queue), job_id, priority)
+
+    async def change_delay(self, queue: str, job_id: str, delay: int) -> ActionResult:
+        """Run a delayed job `delay` ms from now instead."""
+        return await actions.change_delay(await self.view(queue), job_id, delay)
 
     async def pause(self, queue: str) -> BulkResult:
         """Stop workers from taking new jobs of the queue."""
@@ -197,6 +209,11 @@ class Admin:
     async def groups(self, queue: str, limit: int | None = None) -> list[GroupInfo]:
         """The queue's groups (`Queue.get_groups`), at most `limit` of them."""
         return await (await self.view(queue)).get_groups(limit)
+
+    async def group(self, queue: str, key: str) -> GroupInfo | None:
+        """One group of the queue (`Queue.get_group`); None when the queue has no group by
+        that key (no jobs, no settings)."""
+        return await (await self.view(queue)).get_group(key)
 
     async def pause_group(self, queue: str, key: str) -> GroupInfo | None:
         """Stop the group's jobs from starting; the group as it is now."""

@@ -38,6 +38,7 @@ from ..client.connection import Client, ConnectionLike, close_client, resolve_co
 from ..client.context import ClientSender, QueueContext
 from ..client.functions import connect_with_library
 from ..client.lazy import LazyClient
+from ..client.retry import error_code
 from ..encoding.serialize import encode_data
 from ..errors import ConnectionError, GlideMQError, ServerError, ValidationError
 from ..keys import DEFAULT_PREFIX, QueueKeys, validate_prefix, validate_queue_name
@@ -95,7 +96,7 @@ async def _command(what: str, coro: Any) -> Any:
     except (_GlideConnectionError, _GlideClosing, _GlideTimeout) as exc:
         raise ConnectionError(f"{what}: {exc}") from exc
     except _GlideError as exc:
-        raise ServerError(f"{what}: {exc}") from exc
+        raise ServerError(f"{what}: {exc}", error_code(exc).code) from exc
 
 
 async def _create_group(client: Client, stream: str, group: str, from_start: bool) -> bool:
@@ -107,7 +108,7 @@ async def _create_group(client: Client, stream: str, group: str, from_start: boo
             ),
         )
     except ServerError as exc:
-        if "BUSYGROUP" in str(exc):
+        if exc.code == "BUSYGROUP":
             return False
         raise
     return True
@@ -228,24 +229,17 @@ class Broadcast:
         `subscription_queue`). False if it did not exist."""
         client = await self._connect()
         await _command("unsubscribe", client.hdel(self.subjects_key, [subscription]))
-        try:
-            return bool(
-                await _command("unsubscribe", client.xgroup_destroy(self.key, subscription))
-            )
-        except ServerError as exc:
-            if "no such key" in str(exc).lower():
-                return False
-            raise
+        # without the stream, XGROUP DESTROY answers a plain ERR: ask first, not its words
+        if not await _command("unsubscribe", client.exists([self.key])):
+            return False
+        return bool(await _command("unsubscribe", client.xgroup_destroy(self.key, subscription)))
 
     async def subscriptions(self) -> list[str]:
         """Names of the subscriptions."""
         client = await self._connect()
-        try:
-            groups = await _command("subscriptions", client.xinfo_groups(self.key))
-        except ServerError as exc:
-            if "no such key" in str(exc).lower():
-                return []
-            raise
+        if not await _command("subscriptions", client.exists([self.key])):
+            return []  # XINFO GROUPS would answer a plain ERR
+        groups = await _command("subscriptions", client.xinfo_groups(self.key))
         return sorted(_s(g[b"name"]) for g in groups)
 
     async def trim(self) -> int:
@@ -480,7 +474,13 @@ class BroadcastWorker(Generic[D, R]):
         full = False
         done = list(gone)
         if ids:
-            ctx = QueueContext(client, k, clock=self.connection.clock)
+            ctx = QueueContext(
+                client,
+                k,
+                clock=self.connection.clock,
+                durability=self.connection.confirmation,
+                request_timeout_ms=self.connection.request_timeout_ms,
+            )
             replies = await ctx.pipeline(calls, safe=False, resend=False)
             for entry_id, reply in zip(ids, replies or [], strict=True):
                 if isinstance(reply, Exception):

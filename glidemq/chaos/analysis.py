@@ -12,6 +12,7 @@ from dataclasses import dataclass
 
 __all__ = [
     "Duplicates",
+    "completions_rerun",
     "duplicates",
     "max_redelivery",
     "max_stall",
@@ -50,6 +51,20 @@ def duplicates(
     redelivered = sum(1 for v in started.values() if len(v) > 1)
     extra = sum(max(0, len(v) - 1) for v in started.values())
     return Duplicates(dup, dup_jobs, redelivered, extra)
+
+
+def completions_rerun(
+    acked: Mapping[str, Sequence[tuple[float, int]]],
+    started: Mapping[str, Sequence[tuple[float, int]]],
+) -> list[str]:
+    """The jobs that started again after a worker was told their completion was stored:
+    an acknowledged completion the server lost (a failover that took it)."""
+    out = []
+    for job_id, acks in acked.items():
+        first = min(t for t, _ in acks)
+        if any(t > first for t, _ in started.get(job_id, ())):
+            out.append(job_id)
+    return sorted(out)
 
 
 def max_redelivery(

@@ -5,8 +5,10 @@ execution token}`; the token is unique per execution, so the result a job's hash
 names the one execution that completed it. When the environment variable
 `GLIDEMQ_CHAOS_DIR` names a directory, every execution appends two lines to its own
 append-only ledger `<dir>/exec-<pid>.jsonl`: `started` before the work and `processed`
-after it, with the digest of the result it returns (see `result_digest`). Each line is one
-unbuffered `write(2)`, so a SIGKILL loses nothing that was written.
+after it, with the digest of the result it returns (see `result_digest`), and `acked` when
+the Worker was told the server stored the completion (its `completed` event: with
+durability on, only once the replicas confirmed it). Each line is one unbuffered
+`write(2)`, so a SIGKILL loses nothing that was written.
 
 `GLIDEMQ_CHAOS_MAX_STALLED` sets the processor's `max_stalled_count` (default 20).
 
@@ -69,9 +71,19 @@ def _record(event: str, job_id: str, **extra: Any) -> None:
         os.write(_fd, orjson.dumps(line) + b"\n")
 
 
+def _acked(job: Any, result: Any) -> None:
+    run = result.get("run") if isinstance(result, dict) else None
+    _record("acked", job.id, run=run)
+
+
+def _listen(worker: Any) -> None:
+    """Record every completion the worker was told the server stored."""
+    worker.on("completed", _acked)
+
+
 # A job may stall more than once in a run that kills several workers: let it come back
 # instead of failing it on the second stall (a scenario may ask for the default's 1).
-@processor(max_stalled_count=int(os.environ.get(MAX_STALLED_ENV) or 20))
+@processor(max_stalled_count=int(os.environ.get(MAX_STALLED_ENV) or 20), setup=_listen)
 async def process(job: Any) -> dict[str, Any]:
     """Record the execution, sleep `ms`, return the job id, this pid and the run token."""
     token = f"{os.getpid()}-{next(_runs)}"

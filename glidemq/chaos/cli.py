@@ -94,6 +94,18 @@ def add_common_arguments(p: argparse.ArgumentParser) -> None:
         metavar="SECONDS",
         help="longest time for producing and injecting the faults (default 600)",
     )
+    p.add_argument(
+        "--durability",
+        choices=("replicated", "fsync", "none"),
+        help="run the producer and the fleet with this durability (docs/DURABILITY.md); "
+        "then a completion the workers were told of must never run again",
+    )
+    p.add_argument(
+        "--durability-timeout",
+        type=positive_int,
+        metavar="MS",
+        help="how long a write waits for its confirmation (default 1000)",
+    )
     p.add_argument("--json-out", metavar="FILE", help="also write the result to FILE")
     p.add_argument(
         "--ledger-out",

@@ -7,7 +7,8 @@ One JSON object per event, the schema the Spark pipeline reads (docs/SPARK.md):
 - `started` / `processed`: the fixture processor began / finished running the job (pid:
   the process that ran it; `run`: the execution's token; `processed` carries `digest`, the
   digest of the result it returned; read from the processors' own append-only files, see
-  `glidemq.chaos.app`); `raised`: a planted failure was raised;
+  `glidemq.chaos.app`); `raised`: a planted failure was raised; `acked`: the worker was
+  told the server stored the job's completion;
 - `completed` / `failed`: the job's final state, read from its hash at the end of the run
   (ts: `finishedOn`; pid: the process that returned the result, for `completed`);
 - `fault`: a fault was injected (`job_id` null; `kind` and `detail` say what; pid: the
@@ -266,12 +267,21 @@ class Executions:
     files: int = 0
     _starts: _Table = field(default_factory=_Table, repr=False)
     _ends: _Table = field(default_factory=_Table, repr=False)
+    _acks: _Table = field(default_factory=_Table, repr=False)
 
     def add_start(self, job_id: str, ts: float, pid: int) -> None:
         self._starts.add(job_id, ts, pid)
 
     def add_end(self, job_id: str, ts: float, pid: int, digest: str | None) -> None:
         self._ends.add(job_id, ts, pid, digest)
+
+    def add_ack(self, job_id: str, ts: float, pid: int) -> None:
+        self._acks.add(job_id, ts, pid)
+
+    @property
+    def acked(self) -> Mapping[str, list[tuple[float, int]]]:
+        """Per job, each time a worker was told its completion was stored `(ts, pid)`."""
+        return _View(self._acks, _ts_pid)
 
     @property
     def started(self) -> Mapping[str, list[tuple[float, int]]]:
@@ -287,7 +297,7 @@ class Executions:
 
     def nbytes(self) -> int:
         """Bytes held in flat arrays (what grows with the number of jobs)."""
-        return self._starts.nbytes() + self._ends.nbytes()
+        return self._starts.nbytes() + self._ends.nbytes() + self._acks.nbytes()
 
     def spilled(self) -> int:
         """Jobs with entries outside the flat arrays (re-executed jobs, other ids)."""
@@ -315,6 +325,8 @@ def read_executions(directory: Path, sink: Ledger | None = None) -> Executions:
                 elif kind == "processed":
                     digest = e.get("digest")
                     out.add_end(job_id, ts, pid, None if digest is None else str(digest))
+                elif kind == "acked":
+                    out.add_ack(job_id, ts, pid)
                 if sink is not None:
                     sink.extend((e,))
     return out

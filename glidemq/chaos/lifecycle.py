@@ -26,6 +26,7 @@ from typing import Any
 from ..cli.progress import Progress
 from ..client.connection import ConnectionOptions, close_client, create_client
 from ..keys import QueueKeys
+from ..options.durability import Durability, coerce_durability
 from ..queue.queue import Queue
 from .app import DIR_ENV
 from .collect import EventsTail, read_in_queue, read_jobs, read_leftovers
@@ -90,7 +91,18 @@ def _fleet_args(run: ChaosRun) -> list[str]:
     ]  # fmt: skip
     if s.sandbox:
         argv.append("--sandbox")
+    durability = _durability(run.args)
+    if durability is not None:
+        argv += ["--durability", durability.mode, "--replicas", str(durability.wanted)]
+        argv += ["--durability-timeout", str(durability.timeout_ms)]
     return argv
+
+
+def _durability(args: argparse.Namespace) -> Durability | None:
+    """What `--durability` / `--durability-timeout` ask of the producer and the fleet."""
+    return coerce_durability(
+        getattr(args, "durability", None), timeout_ms=getattr(args, "durability_timeout", None)
+    )
 
 
 async def _monitor(run: ChaosRun, queue: Queue[Any, Any], harvest: Harvest | None) -> None:
@@ -200,8 +212,10 @@ async def run_scenario(scenario: Scenario, args: argparse.Namespace) -> dict[str
         keys = QueueKeys(run.queue_name)
         observer = Queue(run.queue_name, connection=direct)
         await observer.get_job_counts()  # connects and loads the library
+        d = _durability(args)
         queue = run.queue = Queue(
-            run.queue_name, connection=ConnectionOptions.from_url(run.worker_url, **timeout)
+            run.queue_name,
+            connection=ConnectionOptions.from_url(run.worker_url, **timeout, durability=d),
         )
         tail_client = run.client = await create_client(direct, name="glidemq-chaos-tail")
         tail = EventsTail(tail_client, keys)

@@ -128,7 +128,7 @@ class _Link:
                 if self.dead:
                     p.stats.swallowed += len(data)
                     continue
-                queue.put_nowait((time.monotonic() + p.delay(), data))
+                queue.put_nowait((time.monotonic() + p.delay(up), data))
             await queue.join()  # deliver what is in flight, then pass the FIN on
             if not self.dead:
                 with contextlib.suppress(OSError):
@@ -152,8 +152,11 @@ class _Proxy:
         self.blackholed = False
         self.latency = 0.0
         self.jitter = 0.0
+        self.directions = (True, True)  # (up: client to server, down: server to client)
 
-    def delay(self) -> float:
+    def delay(self, up: bool) -> float:
+        if not self.directions[0 if up else 1]:
+            return 0.0
         if not self.jitter:
             return self.latency
         return self.latency + random.random() * self.jitter
@@ -210,6 +213,7 @@ class _Proxy:
     def heal(self) -> None:
         self.blackholed = False
         self.latency = self.jitter = 0.0
+        self.directions = (True, True)
         self.flowing.set()
 
     def status(self) -> dict[str, Any]:
@@ -345,13 +349,18 @@ class FaultProxy:
 
     # -- faults -----------------------------------------------------------------------------
 
-    def set_latency(self, ms: float, jitter_ms: float = 0.0) -> None:
-        """Delay every chunk from now on by `ms` plus a random share of `jitter_ms`."""
+    def set_latency(self, ms: float, jitter_ms: float = 0.0, direction: str = "both") -> None:
+        """Delay every chunk from now on by `ms` plus a random share of `jitter_ms`; in
+        `direction` "both", "up" (client to server) or "down" (server to client) only."""
         if ms < 0 or jitter_ms < 0:
             raise ValueError("latency and jitter must be >= 0")
+        if direction not in ("both", "up", "down"):
+            raise ValueError("direction must be both, up or down")
+        directions = (direction != "down", direction != "up")
 
         def apply(p: _Proxy) -> None:
             p.latency, p.jitter = ms / 1000, jitter_ms / 1000
+            p.directions = directions
 
         self._on_loop(apply)
 
@@ -392,7 +401,7 @@ class FaultProxy:
         verb, args = words[0].lower(), words[1:]
         try:
             if verb == "latency" and 1 <= len(args) <= 2:
-                self.set_latency(*(float(a) for a in args))
+                self.set_latency(float(args[0]), float(args[1]) if len(args) > 1 else 0.0)
             elif verb == "reset" and not args:
                 return {**self.status(), "reset": self.reset()}
             elif verb in ("stall", "blackhole", "heal") and not args:

@@ -12,12 +12,12 @@ from typing import Any
 
 import orjson
 
-from .analysis import duplicates, max_redelivery, max_stall, recovery_time
+from .analysis import completions_rerun, duplicates, max_redelivery, max_stall, recovery_time
 from .collect import EventsTail, JobRecord
 from .context import ChaosRun
 from .invariants import Verdict
 from .ledger import Executions, Ledger
-from .outcomes import LOST, Outcomes
+from .outcomes import LOST, STUCK, Outcomes
 
 __all__ = ["JOBS_FILE", "VERDICT_FILE", "build_result", "machine", "write_records"]
 
@@ -84,6 +84,17 @@ def build_result(
     """Assemble the result; `ok` is False when a job's outcome is a failing one, the
     re-executions exceed their bound, or an invariant broke."""
     problems = _outcome_problems(outcomes, reexecutions_bound) + verdict.problems + run.problems
+    rerun = completions_rerun(executions.acked, executions.started)
+    durable = getattr(run.args, "durability", None) not in (None, "none")
+    if rerun and durable:
+        # the promise of durability: a completion a worker was told of is kept
+        problems.append(
+            f"completions_rerun: {len(rerun)} jobs ran again after their worker was told "
+            f"the completion was stored, with --durability on: {', '.join(rerun[:20])}"
+        )
+    lost_ids = outcomes.ids(LOST)
+    # an add that returned and left no hash at all: the acknowledged add itself was lost
+    adds_lost = [j for j in lost_ids if outcomes.lost_states.get(j) == "missing"]
     times = sorted(
         r.finished_on for r in records.values() if r.state == "completed" and r.finished_on
     )
@@ -125,7 +136,18 @@ def build_result(
         "enqueued": enqueued,
         "completed": verdict.completed,
         "failed": verdict.failed,
-        "lost": len(outcomes.ids(LOST)),
+        "lost": len(lost_ids),
+        # the acknowledged writes a failover can take, apart from the other losses
+        "acknowledged_adds_lost": len(adds_lost),
+        "acknowledged_adds_lost_ids": adds_lost[:20],
+        "other_losses": len(lost_ids) - len(adds_lost) + len(outcomes.ids(STUCK)),
+        # `acked`: jobs whose worker was told the completion was stored (the evidence)
+        "completions_rerun": {
+            "jobs": len(rerun),
+            "ids": rerun[:20],
+            "acked": len(executions.acked),
+        },
+        "durability": getattr(run.args, "durability", None) or "none",
         "duplicates": {
             "count": dup.duplicates,
             "jobs": dup.duplicate_jobs,

@@ -12,6 +12,8 @@ import time
 from collections.abc import Callable, Iterable, Sequence
 from typing import NoReturn
 
+from ..errors import ConnectionError
+
 __all__ = ["EXIT_UNREACHABLE", "EXIT_USAGE", "Parser", "unreachable"]
 
 EXIT_USAGE = 2
@@ -104,7 +106,9 @@ def unreachable(
                 last = f"{host}:{port}: {exc.strerror or exc}"
         if time.monotonic() + delay > deadline:
             within = f" within {wait:g} s" if wait > 0 else ""
-            return f"cannot reach Valkey at {url} ({last}){within}"
+            refused = "refused" in last.lower()
+            hint = f"; {ConnectionError.REFUSED_HINT}" if refused else ""
+            return f"cannot reach Valkey at {url} ({last}){within}{hint}"
         if on_retry is not None:
             on_retry(last, delay)
         time.sleep(delay)

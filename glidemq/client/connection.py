@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import os
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field, fields, replace
 from typing import Any, Protocol, TypeAlias
 from urllib.parse import parse_qs, quote, unquote, urlsplit
 
@@ -15,6 +16,7 @@ from glide import (
     GlideClientConfiguration,
     GlideClusterClient,
     GlideClusterClientConfiguration,
+    InfoSection,
     Logger,
     LogLevel,
     NodeAddress,
@@ -23,6 +25,7 @@ from glide import (
 from glide import GlideError as _GlideError
 
 from ..errors import ConnectionError, UnsupportedOptionError, ValidationError
+from ..options.durability import Durability, DurabilityLike, coerce_durability
 from ..timing.clock import WALL_CLOCK, Clock
 from .retry import DEFAULT_RETRY, RetryPolicy
 from .tls import diagnose, glide_tls_settings
@@ -55,6 +58,7 @@ class Backend(Protocol):
 
 
 DEFAULT_URL = "valkey://127.0.0.1:6379"
+
 # valkey-glide's own default (250 ms) would also cut off a slow FCALL that still ran on the
 # server; a command client waits longer and treats the time-out as an error, not a retry.
 DEFAULT_REQUEST_TIMEOUT_MS = 10_000
@@ -86,6 +90,11 @@ class ConnectionOptions:
     the files change); `tls_insecure=True` skips certificate verification (tests only).
     `server_name` is accepted only when it equals every host: valkey-glide 2.6 verifies the
     certificate against the host it connects to and cannot be given another name.
+
+    `durability`: "replicated" (every state change is acknowledged only once `replicas`
+    replicas have it, WAIT), "fsync" (once the AOF has it on disk, WAITAOF), or None (the
+    default: acknowledged by the primary alone). A confirmation that does not come within
+    `durability_timeout_ms` raises DurabilityTimeoutError. See docs/DURABILITY.md.
     """
 
     addresses: tuple[tuple[str, int], ...] = (("127.0.0.1", 6379),)
@@ -105,8 +114,12 @@ class ConnectionOptions:
     tls_insecure: bool = False
     backend: Backend | None = field(default=None, repr=False)
     """A server in this process instead of `addresses` (glidemq.memory)."""
+    durability: DurabilityLike = None
+    replicas: int | None = None
+    durability_timeout_ms: int | None = None
 
     def __post_init__(self) -> None:
+        self._resolve_durability()
         if not self.addresses:
             raise ValidationError("addresses", "at least one host:port is required")
         for host, port in self.addresses:
@@ -121,6 +134,42 @@ class ConnectionOptions:
         if not isinstance(self.retry, RetryPolicy):
             raise ValidationError("retry", "must be a glidemq.RetryPolicy")
         self._check_tls()
+
+    def _resolve_durability(self) -> None:
+        """`durability` as a Durability (from a mode name and the two numbers), or None;
+        `replicas` and `durability_timeout_ms` then repeat what it says."""
+        given: DurabilityLike = self.durability
+        d = coerce_durability(given, replicas=self.replicas, timeout_ms=self.durability_timeout_ms)
+        object.__setattr__(self, "durability", d)
+        object.__setattr__(self, "replicas", None if d is None else d.replicas)
+        object.__setattr__(self, "durability_timeout_ms", None if d is None else d.timeout_ms)
+        if d is not None and self.backend is not None:
+            raise UnsupportedOptionError(
+                "durability", "needs a Valkey server (an in-process server has no replicas)"
+            )
+
+    @property
+    def confirmation(self) -> Durability | None:
+        """`durability` as checked: what the server must confirm before a write is
+        acknowledged, or None."""
+        d = self.durability
+        assert d is None or isinstance(d, Durability)
+        return d
+
+    def with_durability(
+        self,
+        durability: DurabilityLike,
+        *,
+        replicas: int | None = None,
+        timeout_ms: int | None = None,
+    ) -> ConnectionOptions:
+        """These options with another durability (None and no numbers: unchanged)."""
+        if durability is None and replicas is None and timeout_ms is None:
+            return self
+        if durability is None:
+            durability = self.confirmation
+        d = coerce_durability(durability, replicas=replicas, timeout_ms=timeout_ms)
+        return replace(self, durability=d, replicas=None, durability_timeout_ms=None)
 
     def _check_tls(self) -> None:
         settings = ("ca_file", "cert_file", "key_file", "server_name", "tls_insecure")
@@ -150,6 +199,10 @@ class ConnectionOptions:
         parts = urlsplit(url)
         shown = redact_url(url)  # error messages never repeat the password
         if parts.scheme not in ("valkey", "valkeys", "redis", "rediss"):
+            if "://" not in url:  # a bare host:port
+                raise ValidationError(
+                    "url", f"{shown!r} has no scheme: write it as 'valkey://{shown}'"
+                )
             raise ValidationError("url", f"unsupported scheme {parts.scheme!r} in {shown!r}")
         username, password, addresses = _url_netloc(parts.netloc, shown)
         query = parse_qs(parts.query)
@@ -181,6 +234,14 @@ class ConnectionOptions:
         return WALL_CLOCK if self.backend is None else self.backend.queue_clock
 
     @property
+    def where(self) -> str | None:
+        """The server's addresses as text (`127.0.0.1:6379`), for messages; None for a
+        server in this process."""
+        if self.backend is not None:
+            return None
+        return ",".join(f"[{h}]:{p}" if ":" in h else f"{h}:{p}" for h, p in self.addresses)
+
+    @property
     def url(self) -> str:
         """A URL that `from_url` turns back into equal options (without the password)."""
         if self.backend is not None:
@@ -199,6 +260,11 @@ class ConnectionOptions:
                 query.append(f"{key}={quote(value, safe='/')}")
         if self.tls_insecure:
             query.append("tls_insecure=1")
+        d = self.confirmation
+        if d is not None:
+            query.append(
+                f"durability={d.mode}&replicas={d.wanted}&durability_timeout_ms={d.timeout_ms}"
+            )
         db = f"/{self.database}" if self.database else ""
         suffix = f"?{'&'.join(query)}" if query else ""
         return f"{scheme}://{user}{hosts}{db}{suffix}"
@@ -282,7 +348,8 @@ def _url_netloc(netloc: str, shown: str) -> tuple[str | None, str | None, list[t
 
 
 def _url_query(query: dict[str, list[str]], shown: str) -> dict[str, Any]:
-    """The connection options a URL's query sets (timeout_ms, the TLS files and flags)."""
+    """The connection options a URL's query sets (timeout_ms, the TLS files and flags,
+    durability with replicas and durability_timeout_ms)."""
     out: dict[str, Any] = {}
     if "timeout_ms" in query:
         try:
@@ -292,6 +359,14 @@ def _url_query(query: dict[str, list[str]], shown: str) -> dict[str, Any]:
     for key in ("ca_file", "cert_file", "key_file", "server_name"):
         if key in query:
             out[key] = query[key][0]
+    if "durability" in query:
+        out["durability"] = query["durability"][0]
+    for key in ("replicas", "durability_timeout_ms"):
+        if key in query:
+            try:
+                out[key] = int(query[key][0])
+            except ValueError:
+                raise ValidationError("url", f"bad {key} in {shown!r}") from None
     if "tls_insecure" in query:
         flag = query["tls_insecure"][0].lower()
         if flag not in ("1", "true", "yes", "0", "false", "no"):
@@ -317,7 +392,8 @@ async def create_client(opts: ConnectionOptions, *, name: str | None = None) -> 
     _quiet_native_logs()
     refused = await _refused(opts.addresses)
     if refused is not None:
-        raise ConnectionError(f"cannot connect to {opts.url}: connection refused by {refused}")
+        why = f"connection refused by {refused} ({ConnectionError.REFUSED_HINT})"
+        raise ConnectionError(f"cannot connect to {opts.url}: {why}")
     glide_tls_settings(opts)  # an unreadable TLS file fails here, before any try
     for attempt in range(_CONNECT_TRIES):
         try:
@@ -333,8 +409,38 @@ async def create_client(opts: ConnectionOptions, *, name: str | None = None) -> 
                 found = await asyncio.to_thread(diagnose, opts)
                 if found is not None:
                     why = f"{found}; the client said: {why}"
+            if opts.cluster:
+                found = await _not_a_cluster(opts)
+                if found is not None:
+                    why = f"{found}; the client said: {why}"
             raise ConnectionError(f"cannot connect to {opts.url}: {why}") from exc
     raise AssertionError("unreachable")  # the last attempt returns or raises
+
+
+async def _not_a_cluster(opts: ConnectionOptions) -> str | None:
+    """After a cluster client could not connect: what a plain connection to the first
+    address finds there, when it is a server without cluster mode (else None)."""
+    host, port = opts.addresses[0]
+    plain = dataclasses.replace(opts, addresses=((host, port),), cluster=False)
+    try:
+        client = await _create(plain, "glidemq-diagnose")
+    except _GlideError:
+        return None
+    try:
+        info = await client.info([InfoSection.CLUSTER])
+    except _GlideError:
+        return None
+    finally:
+        await close_client(client)
+    text = info.decode(errors="replace") if isinstance(info, bytes) else str(info)
+    if "cluster_enabled:0" not in text:
+        return None
+    where = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+    return (
+        f"the URL asks for a cluster (several addresses or ?cluster=1), but {where} is a "
+        "standalone server (INFO cluster says cluster_enabled:0): drop ?cluster=1 and give "
+        "one address, or point the URL at a node of a cluster"
+    )
 
 
 _CONNECT_TRIES = 3

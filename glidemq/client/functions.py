@@ -30,25 +30,30 @@ __all__ = [
     "LIBRARY_VERSION",
     "MARKER_FUNCTION",
     "MARKER_VALUE",
+    "UNCONFIRMED_WRITES",
     "connect_with_library",
     "ensure_library",
     "library_parts",
     "library_source",
+    "needs_no_wait",
+    "read_only_functions",
 ]
 
 LIBRARY_NAME = "glidemq"
-LIBRARY_VERSION = 27
-LIBRARY_SOURCE_SHA256 = "9ff5aaacb0e462a40c9b0e0c6a03c25ff626d40d466edac3ccf2fa7edd39607a"
+LIBRARY_VERSION = 31
+LIBRARY_SOURCE_SHA256 = "32e69ab1bc2a727e276d0614d3b834beb773e51417658dc871a3c1f9e9ff333c"
 LIBRARY_FILES = (
     "00_prelude.lua",  # shebang, version placeholder, constants, input checks, shared helpers
     "05_groups.lua",  # group wait sets, fair scheduling across groups, pausing a group
     "10_limits.lua",  # queue-wide limits, groups, token buckets, ordering keys, LIFO
+    "15_history.lua",  # a workflow's history and mailbox in its job hash
     "20_ai_native.lua",  # usage, output streams, suspend and signal
     "30_add.lua",  # add, bulk add, dedup, promotion of due jobs
     "40_leave_active.lua",  # leaving the active state: group slots, flow parents told
     "50_fetch_complete.lua",  # activation, complete-and-fetch, blocking-read hand-over
     "60_fail_stall.lua",  # failure, stall recovery, hand-back, heartbeats, delays, rate limits
     "70_flows.lua",  # adding flows and budgets, parents waiting for children
+    "75_durable.lua",  # a running workflow's steps, sleeps, waits for events, children
     "80_admin.lua",  # pause/resume, single-job and bulk operations, job schedulers
     "85_groups.lua",  # one group paused, resumed, its limits changed; groups listed
     "90_queries.lua",  # search, counts, job id pages
@@ -81,6 +86,41 @@ def library_source() -> str:
     if _PLACEHOLDER not in src:
         raise LibraryError("the glidemq library source has no version placeholder")
     return src.replace(_PLACEHOLDER, str(LIBRARY_VERSION))
+
+
+_REGISTRATION = re.compile(r"redis\.register_function\s*[({]\s*(?:function_name\s*=\s*)?'(\w+)'")
+
+
+UNCONFIRMED_WRITES: dict[str, str] = {
+    "glidemq_promote": "moves due jobs to waiting; a lost run is redone by the next tick",
+    "glidemq_reclaimStalled": "a lost run is redone by the next stall scan",
+    "glidemq_heartbeat": "renews locks; the next heartbeat renews them again",
+    "glidemq_expireSuspended": "a lost run is redone by the next tick",
+    "glidemq_fireScheduler": "a lost run is redone by the next tick, its job with it",
+}
+"""Writes no caller is told of, made by a worker's own loops: durability does not wait after
+them (a lost one is redone; a later confirmed write on the node confirms it too)."""
+
+
+@cache
+def needs_no_wait() -> frozenset[str]:
+    """The library functions durability does not wait after: the read-only ones and
+    UNCONFIRMED_WRITES."""
+    return read_only_functions() | frozenset(UNCONFIRMED_WRITES)
+
+
+@cache
+def read_only_functions() -> frozenset[str]:
+    """The library functions registered with the `no-writes` flag: calls of them change
+    nothing, so durability has nothing to confirm after them."""
+    src = raw_library_source()
+    starts = [(m.start(), m.group(1)) for m in _REGISTRATION.finditer(src)]
+    out = set()
+    for i, (start, name) in enumerate(starts):
+        end = starts[i + 1][0] if i + 1 < len(starts) else len(src)
+        if "flags = {'no-writes'}" in src[start:end]:
+            out.add(name)
+    return frozenset(out)
 
 
 def source_sha256() -> str:

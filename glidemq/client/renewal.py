@@ -111,7 +111,8 @@ class Renewal:
         since = self.failing_since
         return since is not None and time.monotonic() - since >= self.stale_after
 
-    async def failed(self) -> None:
+    async def failed(self, error: BaseException | None = None) -> None:
+        """A call timed out or lost its connection (`error`, what valkey-glide raised)."""
         now = time.monotonic()
         if self.failing_since is None:
             self.failing_since = now

@@ -42,9 +42,15 @@ ACTIONS = (
 )
 
 
-def _json(form: dict[str, list[str]], name: str, default: str) -> Any:
-    """A form field holding JSON, decoded; ValidationError naming the field otherwise."""
-    text = (form.get(name) or [""])[0].strip() or default
+def _json(form: dict[str, list[str]], name: str, default: str | None) -> Any:
+    """A form field holding JSON, decoded; ValidationError naming the field otherwise. An
+    empty field is `default`, or refused when there is none (the job's data: `null` must be
+    written out, so an emptied text box stores nothing by mistake)."""
+    text = (form.get(name) or [""])[0].strip()
+    if not text:
+        if default is None:
+            raise ValidationError(name, "is empty; write the JSON to store (null, {} or a value)")
+        text = default
     try:
         return orjson.loads(text)
     except orjson.JSONDecodeError as exc:
@@ -128,9 +134,9 @@ async def _run(request: Request, queue: str, action: str, form: dict[str, list[s
         opts = _json(form, "opts", "{}")
         if not isinstance(opts, dict):
             raise ValidationError("opts", "must be a JSON object of job options")
-        return await admin.add_job(queue, _one(form, "name"), _json(form, "data", "null"), opts)
+        return await admin.add_job(queue, _one(form, "name"), _json(form, "data", None), opts)
     if action == "update-data":
-        return await admin.update_data(queue, _ids(form)[0], _json(form, "data", "null"))
+        return await admin.update_data(queue, _ids(form)[0], _json(form, "data", None))
     if action == "priority":
         try:
             priority = int(_one(form, "priority"))

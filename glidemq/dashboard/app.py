@@ -19,6 +19,7 @@ from ..client.connection import ConnectionLike
 from ..errors import GlideMQError, ValidationError
 from ..keys import DEFAULT_PREFIX
 from ..web.auth import AuthHook, AuthorizeHook, BasicAuth, check_auth
+from ..web.capacity import DEFAULT_MAX_STREAMS, StreamsFull
 from ..web.errors import SecurityHeaders, status_for
 from ..web.hosts import HostGuard, allowed_hosts_of
 from . import actions, live, pages
@@ -61,6 +62,7 @@ def create_app(
     refresh: float = 2.0,
     title: str = "glidemq",
     allowed_hosts: Sequence[str] | None = None,
+    max_streams: int = DEFAULT_MAX_STREAMS,
 ) -> Starlette:
     """The dashboard as an ASGI app, to serve alone or mount in another service.
 
@@ -74,7 +76,9 @@ def create_app(
     cached `names_ttl` seconds. Live views poll the server every `refresh` seconds (0.1 to
     3600). `allowed_hosts`: the `Host` names it answers besides the loopback ones (a name,
     an address, `*.example.com`, or `*` for any), the defence against DNS rebinding; a
-    request naming another host gets 400 (docs/DASHBOARD.md).
+    request naming another host gets 400 (docs/DASHBOARD.md). `max_streams`: live feeds
+    open at once (each polls the server every `refresh` seconds); past it, or with too few
+    file descriptors left, `/live` answers 503 with `Retry-After`.
     """
     if (
         isinstance(refresh, bool)
@@ -95,6 +99,7 @@ def create_app(
         names_ttl=names_ttl,
         refresh=float(refresh),
         title=title,
+        max_streams=max_streams,
     )
 
     @contextlib.asynccontextmanager
@@ -107,9 +112,13 @@ def create_app(
     async def on_error(request: Request, exc: Exception) -> Response:
         status = status_for(exc)
         message = str(exc) if status < 500 or isinstance(exc, GlideMQError) else "internal error"
-        return dash.render(
+        page = dash.render(
             request, "error.html", http_status=status, status_code=status, message=message
         )
+        if isinstance(exc, StreamsFull):
+            page.headers["retry-after"] = str(exc.retry_after)
+            page.headers["connection"] = "close"  # its socket is freed at once
+        return page
 
     routes = [
         Route("/", pages.overview, name="overview"),

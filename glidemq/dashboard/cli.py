@@ -7,16 +7,23 @@ import argparse
 import sys
 from collections.abc import Sequence
 
-from ..cli.argtypes import port
+from ..cli.argtypes import port, positive_int
 from ..cli.support import Parser
 from ..client.connection import resolve_connection
 from ..errors import ValidationError
 from ..keys import validate_prefix
-from ..web.serve import add_host_arguments, allowed_from, port_problem, serve
+from ..web.serve import (
+    add_header_timeout_argument,
+    add_host_arguments,
+    allowed_from,
+    port_problem,
+    serve,
+)
 
 __all__ = ["build_parser", "main"]
 
 OK, FAILED, USAGE = 0, 1, 2
+MAX_STREAMS = 256  # glidemq.web.capacity.DEFAULT_MAX_STREAMS (-h needs no web extra)
 
 _EXAMPLES = """examples:
   glidemq-dashboard                                   # http://127.0.0.1:8080, $GLIDEMQ_URL
@@ -46,6 +53,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--bind", default="127.0.0.1", help="address to listen on (default 127.0.0.1 only)"
     )
     add_host_arguments(p)
+    add_header_timeout_argument(p)
     p.add_argument("--read-only", action="store_true", help="show, never act (actions get 403)")
     p.add_argument(
         "--basic-auth-file", metavar="FILE", help="ask for a user and password from FILE"
@@ -58,6 +66,13 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument(
         "--refresh", type=float, default=2.0, help="seconds between live updates (default 2)"
+    )
+    p.add_argument(
+        "--max-streams",
+        type=positive_int,
+        default=MAX_STREAMS,
+        help="live feeds open at once; past it (or with too few file descriptors left) a "
+        f"feed gets 503 with Retry-After (default {MAX_STREAMS})",
     )
     p.add_argument(
         "--hash-password",
@@ -124,6 +139,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             queues=args.queue,
             refresh=args.refresh,
             allowed_hosts=allowed_from(args),
+            max_streams=args.max_streams,
         )
     except ValidationError as exc:
         print(f"{prog}: error: {exc}", file=sys.stderr)
@@ -139,6 +155,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         url=conn.url,
         mode=mode,
         with_auth=basic is not None,
+        header_timeout=args.header_timeout,
         when_down="pages",
     )
     return OK

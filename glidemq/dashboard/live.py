@@ -51,10 +51,12 @@ async def _changes(dash: Dashboard, queue: str | None, job_id: str | None) -> As
 
 
 async def stream(request: Request) -> Response:
-    """GET /live?queue=Q&job=ID: the event stream for one page."""
+    """GET /live?queue=Q&job=ID: the event stream for one page; 503 with Retry-After past
+    the dashboard's `max_streams` (the page's script tries again)."""
     dash = dashboard_of(request)
     raw_queue = request.query_params.get("queue") or None
     raw_job = request.query_params.get("job") or None
     queue = validate_queue_name(raw_queue) if raw_queue else None
     job_id = validate_job_id(raw_job, "job") if raw_job and queue else None
-    return event_stream(_changes(dash, queue, job_id))
+    release = dash.streams.admit()  # StreamsFull: 503 with Retry-After
+    return event_stream(_changes(dash, queue, job_id), on_close=release)

@@ -14,6 +14,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from ..admin import format as admin_format
+from ..admin.actions import EDITABLE_STATES
 from ..admin.base import JOB_STATES
 from ..admin.model import QueueSummary
 from ..errors import JobNotFoundError, ValidationError
@@ -168,6 +169,7 @@ async def job(request: Request) -> Response:
         flow = await view.get_flow(root_id, max_nodes=FLOW_NODES)
     context: dict[str, Any] = dict(
         job=detail,
+        editable=detail.state in EDITABLE_STATES,  # the server decides; this hides the editor
         flow=flow,
         events=rows_of(mine),
         children_done=children_done,

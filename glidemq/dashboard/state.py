@@ -19,6 +19,7 @@ from ..errors import GlideMQError
 from ..keys import validate_queue_name
 from ..web import csrf
 from ..web.auth import AuthorizeHook
+from ..web.capacity import DEFAULT_MAX_STREAMS, StreamGate
 from . import format
 
 __all__ = ["NOTICE_COOKIE", "Dashboard", "dashboard_of", "set_notice"]
@@ -43,7 +44,7 @@ def set_notice(request: Request, response: Response, text: str) -> None:
 
 class Dashboard:
     """What every request of one dashboard shares: the admin connection, the options, the
-    templates, and the cached list of queue names."""
+    templates, the cached list of queue names, and the gate of the live feeds."""
 
     def __init__(
         self,
@@ -55,8 +56,11 @@ class Dashboard:
         names_ttl: float,
         refresh: float,
         title: str,
+        max_streams: int = DEFAULT_MAX_STREAMS,
     ) -> None:
         self.admin = admin
+        self.streams = StreamGate(max_streams, log="glidemq.dashboard")
+        """Admits the live feeds (`/live`): at most `max_streams` open at once."""
         self.read_only = read_only
         self.authorize = authorize
         self.fixed_queues = None if queues is None else [validate_queue_name(q) for q in queues]

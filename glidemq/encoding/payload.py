@@ -24,7 +24,7 @@ from typing import Any
 
 from ..errors import TaskArgumentError
 
-__all__ = ["decode", "encode", "type_name"]
+__all__ = ["decode", "encode", "encode_argument", "type_name"]
 
 _MISSING = object()
 _SEQUENCES = (
@@ -69,6 +69,61 @@ def _hints(cls: Any) -> dict[str, Any]:
 
 
 # -- encode: Python value -> JSON-ready value ---------------------------------------------------
+
+
+_UNTYPED = (Any, object, tuple[Any, ...], dict[str, Any])  # no hint, and *args / **kwargs of none
+
+
+def encode_argument(value: Any, hint: Any, where: str) -> Any:
+    """`encode` for a task argument. One without a type hint (or hinted `Any`) must be JSON
+    already: a datetime, UUID, set, dataclass, ... there would arrive as something else (or
+    not at all), so it is refused, naming the argument, with the hint that would carry it."""
+    if hint in _UNTYPED:
+        _check_json(value, where)
+        return value
+    return encode(value, hint, where)
+
+
+def _check_json(value: Any, where: str) -> None:
+    if value is None or isinstance(value, str | bool | int):
+        return
+    if isinstance(value, float):
+        if not math.isfinite(value):  # JSON has no NaN or infinity: it would become null
+            raise TaskArgumentError(where, f"expected a finite float, got {value!r}")
+        return
+    if isinstance(value, list | tuple):
+        for i, item in enumerate(value):
+            _check_json(item, f"{where}[{i}]")
+        return
+    if isinstance(value, dict):
+        for key, item in value.items():
+            if not isinstance(key, str):
+                raise TaskArgumentError(where, f"keys must be str, got {type(key).__name__}")
+            _check_json(item, f"{where}[{key!r}]")
+        return
+    kind = type(value).__name__
+    name = where.partition(".")[2]
+    if "[" not in where and _hint_carries(type(value)):
+        fix = f"give the parameter the type hint (`{name}: {kind}`) to send one"
+    elif _hint_carries(type(value)):
+        fix = f"give the parameter {name.partition('[')[0]!r} a type hint naming {kind}"
+    else:
+        fix = "pass JSON, or a value of a type a hint can name (docs/TASKS.md)"
+    raise TaskArgumentError(
+        where,
+        f"a value of type {kind} is not JSON (str, int, float, bool, None, list, dict), and "
+        f"an argument without a type hint is sent as JSON: {fix}",
+    )
+
+
+def _hint_carries(cls: type) -> bool:
+    """Whether a type hint naming `cls` makes a value of it a task argument."""
+    return (
+        cls in (dt.datetime, dt.date, dt.time, uuid.UUID, Decimal, set, frozenset)
+        or issubclass(cls, enum.Enum)
+        or dataclasses.is_dataclass(cls)
+        or _is_model(cls)
+    )
 
 
 def encode(value: Any, hint: Any, where: str) -> Any:

@@ -1,5 +1,6 @@
 """Encoding of job data and results: orjson, the 1 MiB limits, NaN and Infinity refused,
-and `gz:` compression."""
+and `gz:` compression (inflated to at most `MAX_INFLATED_BYTES`: stored data is anyone's,
+and a small `gz:` value may expand to gigabytes in every reader)."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ import dataclasses
 import enum
 import gzip
 import math
+import zlib
 from typing import Any
 
 import orjson
@@ -17,6 +19,7 @@ from .serializers import Serializer, untag
 
 __all__ = [
     "EVENT_VALUE_MAX_BYTES",
+    "MAX_INFLATED_BYTES",
     "MAX_PAYLOAD_BYTES",
     "MAX_RESULT_BYTES",
     "decode_data",
@@ -25,6 +28,7 @@ __all__ = [
     "encode_json",
     "encode_progress",
     "encode_result",
+    "inflate",
 ]
 
 MAX_PAYLOAD_BYTES = 1_048_576
@@ -34,7 +38,11 @@ EVENT_VALUE_MAX_BYTES = 16_384
 """Largest value an event carries: a larger return value is left out of the `completed`
 event (which then says `returnvalueBytes`), a progress may not be larger. The library's
 EVENT_VALUE_MAX is the same number."""
+MAX_INFLATED_BYTES = MAX_PAYLOAD_BYTES
+"""Most bytes `gz:` data may inflate to: the payload limit, which `encode_data` checks before
+compressing, so nothing glidemq stored is refused."""
 _GZ = b"gz:"
+_GZIP_WBITS = 16 + zlib.MAX_WBITS
 _NON_FINITE = "contains NaN or Infinity, which JSON cannot represent"
 
 
@@ -95,17 +103,42 @@ def encode_data(
 
 
 def decode_data(raw: bytes | str | None) -> Any:
-    """Inverse of `encode_data`; accepts data written compressed or plain by any producer."""
+    """Inverse of `encode_data`; accepts data written compressed or plain by any producer.
+    PayloadTooLargeError for `gz:` data that inflates past `MAX_INFLATED_BYTES`."""
     if raw is None:
         return None
     if isinstance(raw, str):
         raw = raw.encode()
     if raw.startswith(_GZ):
-        raw = gzip.decompress(base64.b64decode(raw[3:]))
+        raw = inflate(base64.b64decode(raw[3:]))
     tagged = untag(raw)
     if tagged is not None:
         return tagged[0].loads(tagged[1])
     return orjson.loads(raw)
+
+
+def inflate(compressed: bytes, limit: int = MAX_INFLATED_BYTES) -> bytes:
+    """Gzip data (one member or several) inflated, never past `limit` bytes: past it,
+    PayloadTooLargeError without inflating the rest; ValueError when it is not gzip."""
+    out: list[bytes] = []
+    size = 0
+    rest = compressed
+    while rest:
+        d = zlib.decompressobj(_GZIP_WBITS)
+        try:
+            chunk = d.decompress(rest, limit - size + 1)
+        except zlib.error as exc:
+            raise ValueError(f"not gzip data: {exc}") from None
+        size += len(chunk)
+        if size > limit or d.unconsumed_tail:
+            error = PayloadTooLargeError(size, limit)
+            error.args = (f"data: gz: data inflates to more than {limit} bytes (not inflated)",)
+            raise error
+        if not d.eof:
+            raise ValueError("not gzip data: truncated")
+        out.append(chunk)
+        rest = d.unused_data
+    return b"".join(out)
 
 
 def encode_json(value: Any, field: str = "value") -> bytes:

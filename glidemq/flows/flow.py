@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import re
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from types import TracebackType
 from typing import Any, Literal, Self, TypeAlias
@@ -27,6 +27,8 @@ from ..encoding.serialize import encode_data
 from ..errors import (
     CycleError,
     DuplicateJobError,
+    DurabilityError,
+    GlideMQError,
     JobNotFoundError,
     JobStateError,
     PayloadTooLargeError,
@@ -35,13 +37,14 @@ from ..errors import (
     ValidationError,
 )
 from ..job.job import Job
-from ..keys import DEFAULT_PREFIX, QueueKeys, validate_job_id, validate_prefix
+from ..keys import DEFAULT_PREFIX, QueueKeys, validate_job_id, validate_job_name, validate_prefix
+from ..options.durability import DurabilityLike
 from ..types import JobOptions, wire_opts
 from ..wire import Call, codes, flows, send
 from .budget import wire_budget
 from .builders import Dag, DagNode
 from .builders import dag as build_dag
-from .plan import MAX_FLOW_JOBS, FlowJob, check_same_slot, flow_label, plan_flow
+from .plan import MAX_FLOW_JOBS, FlowJob, as_flow_job, check_same_slot, flow_label, plan_flow
 
 __all__ = [
     "MAX_FLOW_JOBS",
@@ -108,9 +111,10 @@ class FlowProducer:
         connection: ConnectionLike = None,
         prefix: str = DEFAULT_PREFIX,
         compression: bool = False,
+        durability: DurabilityLike = None,
     ) -> None:
         self.prefix = validate_prefix(prefix)
-        self.connection = resolve_connection(connection)
+        self.connection = resolve_connection(connection).with_durability(durability)
         self.compression = compression
         self._conn = LazyClient(self.connection, "glidemq-flow", "flow producer")
         self._contexts: dict[str, QueueContext] = {}
@@ -151,6 +155,9 @@ class FlowProducer:
                 QueueKeys(queue, self.prefix),
                 compress=self.compression,
                 clock=self.connection.clock,
+                durability=self.connection.confirmation,
+                request_timeout_ms=self.connection.request_timeout_ms,
+                where=self.connection.where,
             )
             self._contexts[queue] = ctx
         return ctx
@@ -173,8 +180,7 @@ class FlowProducer:
         for node, parents in planned:
             where = label(node)
             try:
-                if not isinstance(node.name, str):
-                    raise ValidationError("name", "must be a string")
+                validate_job_name(node.name)
                 if node.queue_name not in queues:
                     QueueKeys(node.queue_name, self.prefix)
                 opts = JobOptions.coerce(node.opts)
@@ -234,6 +240,14 @@ class FlowProducer:
     def _call(self, p: _Prepared, now: int, attach: str) -> Call:
         queues = [QueueKeys(q, self.prefix) for q in p.queues]
         return flows.add_tree_call(queues, now, len(p.order), attach, p.body)
+
+    def _written(self, prepared: Sequence[_Prepared], replies: Sequence[Any]) -> list[str]:
+        """The ids of the jobs these flow calls wrote (a reply that added nothing: none)."""
+        out: list[str] = []
+        for p, reply in zip(prepared, replies, strict=False):
+            with contextlib.suppress(GlideMQError):
+                out += self._ids(reply, p, None)
+        return out
 
     def _ids(self, reply: Any, p: _Prepared, parent: tuple[str, str] | None) -> list[str]:
         code = flows.tree_reply(reply)
@@ -299,7 +313,10 @@ class FlowProducer:
         ctx = self._ctx(client, p.queues[0])
         # Not retried after an ambiguous failure: a second run would report the flow the
         # first run added as a duplicate (or add it twice).
-        reply = await send(ctx, self._call(p, now, attach))
+        try:
+            reply = await send(ctx, self._call(p, now, attach))
+        except DurabilityError as exc:
+            raise exc.naming(self._written([p], [exc.reply])) from None
         ids = self._ids(reply, p, located)
         return self._jobs(client, p, ids, now, located[1] if located else None)
 
@@ -307,12 +324,14 @@ class FlowProducer:
 
     async def add(
         self,
-        flow: FlowJob,
+        flow: FlowJob | Mapping[str, Any],
         *,
         parent: JobRef | None = None,
         budget: Mapping[str, Any] | None = None,
     ) -> JobNode:
         """Add a flow (a tree, or a DAG through shared FlowJob objects) in one atomic call.
+        `flow` is a FlowJob or a mapping of its fields (`{"name", "queue_name", "data",
+        "opts", "children": [...]}`); anything else is a TypeError.
 
         With `parent`, an existing job that is not finished, the flow's root becomes one more
         child of it (a waiting parent then waits for it; a running one may call
@@ -322,6 +341,7 @@ class FlowProducer:
         `budget={"max_total_tokens": N, "max_total_cost": X, "on_exceeded": "fail"|"pause"}`
         caps the usage the flow's jobs report (docs/AI.md, "Budgets").
         """
+        flow = as_flow_job(flow)
         wired = wire_budget(budget) if budget is not None else None
         with self._traced("add_flow", flow.queue_name) as tp:
             p = self._prepare([flow], traceparent=tp)
@@ -348,11 +368,11 @@ class FlowProducer:
         by_node = {id(n): j for n, j in zip(p.order, jobs, strict=True)}
         return {key: by_node[id(job)] for key, job in graph.jobs.items()}
 
-    async def add_bulk(self, flows: Iterable[FlowJob]) -> list[JobNode | None]:
+    async def add_bulk(self, flows: Iterable[FlowJob | Mapping[str, Any]]) -> list[JobNode | None]:
         """Add several independent flows, one atomic call each, pipelined. All are checked
         before anything is sent. Returns one JobNode per flow, None where a custom job id
         already existed (nothing of that flow was written)."""
-        roots = list(flows)
+        roots = [as_flow_job(f, f"flows[{i}]") for i, f in enumerate(flows)]
         with self._traced("add_flow", roots[0].queue_name if roots else "") as tp:
             return await self._add_many(roots, [self._prepare([f], traceparent=tp) for f in roots])
 
@@ -371,7 +391,11 @@ class FlowProducer:
         for start in range(0, len(prepared), _PIPELINE_CALLS):
             chunk = prepared[start : start + _PIPELINE_CALLS]
             calls = [self._call(p, now, "") for p in chunk]
-            replies = await ctx.pipeline(calls, safe=False, resend=False)
+            try:
+                replies = await ctx.pipeline(calls, safe=False, resend=False)
+            except DurabilityError as exc:
+                got = exc.reply if isinstance(exc.reply, list) else []
+                raise exc.naming(self._written(chunk, got)) from None
             for p, root, reply in zip(chunk, roots[start:], replies or [], strict=False):
                 if isinstance(reply, Exception):
                     raise ServerError(f"add_bulk: {reply}")

@@ -12,7 +12,14 @@ from ..errors import CrossSlotError, CycleError, ValidationError
 from ..keys import queue_slot
 from ..types import JobOptions
 
-__all__ = ["MAX_FLOW_JOBS", "FlowJob", "check_same_slot", "flow_label", "plan_flow"]
+__all__ = [
+    "MAX_FLOW_JOBS",
+    "FlowJob",
+    "as_flow_job",
+    "check_same_slot",
+    "flow_label",
+    "plan_flow",
+]
 
 MAX_FLOW_JOBS = 10_000
 """Most jobs in one flow: one server call writes them all, and it should stay short."""
@@ -34,9 +41,63 @@ class FlowJob:
     children: list[FlowJob] = field(default_factory=list)
 
 
+_FIELDS = ("name", "queue_name", "data", "opts", "children")
+
+
+def as_flow_job(value: object, where: str = "flow") -> FlowJob:
+    """`value` as a FlowJob: a FlowJob as it is, or a mapping with its fields (`name`,
+    `queue_name`, `data`, `opts`, `children`: FlowJobs or such mappings), the form
+    BullMQ's `FlowProducer.add` takes. TypeError for anything else; ValidationError naming
+    the place (`flow.children[1].queue_name`) for a mapping that does not fit. The same
+    mapping object under several parents is one job, as a shared FlowJob is."""
+    made: dict[int, FlowJob] = {}
+
+    def one(node: object, at: str) -> tuple[FlowJob, list[tuple[object, str]]]:
+        if isinstance(node, FlowJob):
+            return node, []
+        if not isinstance(node, Mapping):
+            raise TypeError(
+                f"{at}: expected a FlowJob or a mapping with name and queue_name, "
+                f"got {type(node).__name__}"
+            )
+        unknown = sorted(str(k) for k in node if k not in _FIELDS)
+        if unknown:
+            hint = " (spelled queue_name here)" if "queueName" in unknown else ""
+            raise ValidationError(f"{at}.{unknown[0]}", f"unknown field{hint}; one of {_FIELDS}")
+        for key in ("name", "queue_name"):
+            if not isinstance(node.get(key), str):
+                raise ValidationError(f"{at}.{key}", "must be a string")
+        children = node.get("children") or []
+        if not isinstance(children, list | tuple):
+            raise ValidationError(f"{at}.children", "must be a list")
+        job = FlowJob(node["name"], node["queue_name"], node.get("data"), node.get("opts"))
+        return job, [(c, f"{at}.children[{i}]") for i, c in enumerate(children)]
+
+    root, pending = one(value, where)
+    if isinstance(value, Mapping):
+        made[id(value)] = root
+    todo = [(root, pending)]
+    while todo:  # without recursion: chains may be thousands of jobs long
+        parent, kids = todo.pop()
+        for kid, at in kids:
+            known = made.get(id(kid))
+            if known is None:
+                known, grandkids = one(kid, at)
+                if isinstance(kid, Mapping):
+                    made[id(kid)] = known
+                    todo.append((known, grandkids))
+            parent.children.append(known)
+    return root
+
+
 def flow_label(node: FlowJob) -> str:
-    """How an error names a flow job: `queue:name`."""
-    return f"{node.queue_name}:{node.name}"
+    """How an error names a flow job: `queue:name` (a long name cut short)."""
+    name = (
+        node.name
+        if not isinstance(node.name, str) or len(node.name) <= 64
+        else node.name[:61] + "..."
+    )
+    return f"{node.queue_name}:{name}"
 
 
 def _check_node(node: object) -> FlowJob:

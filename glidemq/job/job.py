@@ -13,6 +13,7 @@ from ..client.context import QueueContext
 from ..encoding.serialize import decode_data, decode_json, encode_data, encode_progress
 from ..errors import (
     DelayedError,
+    DurabilityError,
     JobNotFoundError,
     JobStateError,
     JobTimeoutError,
@@ -22,7 +23,7 @@ from ..errors import (
 )
 from ..options.usage import TokenLimiter, Usage, check_usage, parse_usage
 from ..wire import codes, features, fetch, ops
-from . import children, signals
+from . import children, signals, waits
 from .checks import (
     check_delay,
     check_next_step,
@@ -32,6 +33,7 @@ from .checks import (
     retry_source,
 )
 from .signals import Signal, parse_signals
+from .steps import Step, StepLog, check_runnable, parse_steps
 
 if TYPE_CHECKING:
     from ..keys import QueueKeys
@@ -50,6 +52,8 @@ class JobRunner(Protocol):
     @property
     def events(self) -> _Events: ...
     @property
+    def consumer(self) -> str: ...
+    @property
     def emit_flag(self) -> str: ...
     @property
     def token_limiter(self) -> TokenLimiter | None: ...
@@ -60,6 +64,7 @@ class JobRunner(Protocol):
 
 D = TypeVar("D")
 R = TypeVar("R")
+_T = TypeVar("_T")
 
 JobState = str
 """One of: waiting, active, delayed, prioritized, completed, failed, waiting-children,
@@ -115,7 +120,16 @@ def _problem(before: str | None, field: str, exc: BaseException) -> str:
 
 
 class Job(Generic[D, R]):
-    """A job read from the server. Fields mirror the job hash; methods act on the server."""
+    """A job read from the server. Fields mirror the job hash; methods act on the server.
+
+    Fields: `id`, `name`, `data` (decoded), `opts` (as stored), `state` (as read;
+    `get_state()` reads it again), `progress`, `returnvalue`, `failed_reason` and
+    `stacktrace` (of the last failed try), `attempts_made`, `max_attempts`, `stalled_count`,
+    `timestamp`, `processed_on`, `finished_on` (added, last started, finished; ms), `delay`,
+    `priority`, `expire_at` (the ttl deadline, ms), `parent_id`, `group_key`,
+    `ordering_key`, `revoked`, `step`, `cost` (tokens), `usage`, `signals` and `entry_id`
+    (its stream entry while waiting or active).
+    """
 
     __test__ = False  # glidemq.testing names it TestJob: not a pytest test class
 
@@ -151,6 +165,7 @@ class Job(Generic[D, R]):
         "stalled_count",
         "state",
         "step",
+        "steps",
         "timestamp",
         "usage",
     )
@@ -226,6 +241,8 @@ class Job(Generic[D, R]):
         except (TypeError, ValueError, AttributeError) as exc:
             self.signals = []
             self.decode_error = _problem(self.decode_error, "signals", exc)
+        self.steps: list[Step] = [] if g(b"wfLen") is None else parse_steps(fields)
+        """A workflow's history (glidemq.durable), oldest first; [] for other jobs."""
 
     @property
     def queue_keys(self) -> QueueKeys:
@@ -269,7 +286,7 @@ class Job(Generic[D, R]):
         strict = opts.get("groupConcurrency", 1) == 1 and "groupWeight" not in opts
         job.ordering_key = key if strict else None
         job.step = job.usage = job.decode_error = None
-        job.signals = []
+        job.signals, job.steps = [], []
         return job
 
     def __repr__(self) -> str:
@@ -300,30 +317,40 @@ class Job(Generic[D, R]):
 
     # -- lifecycle -------------------------------------------------------------------------
 
+    async def _named(self, call: Awaitable[_T]) -> _T:
+        """`call`, a DurabilityError from it naming this job."""
+        try:
+            return await call
+        except DurabilityError as exc:
+            raise exc.naming([self.id]) from None
+
     async def log(self, message: str) -> int:
         """Append a line to the job's log; returns the log's length."""
-        return await ops.log(self._ctx, self.id, [message])
+        return await self._named(ops.log(self._ctx, self.id, [message]))
 
     async def update_progress(self, progress: int | float | Mapping[str, Any]) -> None:
         """Store the job's progress and emit a `progress` event."""
         check_progress(progress)
-        await ops.update_job(self._ctx, self.id, [("progress", encode_progress(progress))])
+        await self._named(
+            ops.update_job(self._ctx, self.id, [("progress", encode_progress(progress))])
+        )
         self.progress = progress
         if self._worker is not None:
             self._worker.events.emit("progress", self, progress)
 
     async def update_data(self, data: D) -> None:
-        """Replace the job's data."""
-        await ops.update_job(
-            self._ctx,
-            self.id,
-            [
-                (
-                    "data",
-                    encode_data(data, compress=self._ctx.compress, serializer=self._ctx.serializer),
-                )
-            ],
-        )
+        """Replace the job's data. From its processor: while this run holds the job. From
+        anywhere else: only while no worker has taken it (waiting, delayed, prioritized,
+        parked by its group or flow); JobStateError once a worker fetched it (running or
+        held) or it finished. The server checks the state in the same call that writes."""
+        raw = encode_data(data, compress=self._ctx.compress, serializer=self._ctx.serializer)
+        runner = self._worker
+        if runner is not None and self.entry_id is not None:  # this run's own job
+            await self._named(
+                ops.update_data(self._ctx, self.id, raw, self.entry_id, runner.consumer)
+            )
+        else:
+            await self._named(ops.update_data(self._ctx, self.id, raw))
         self.data = data
 
     async def report_usage(
@@ -382,6 +409,17 @@ class Job(Generic[D, R]):
         except SuspendedError:
             self._moved, self.state = True, "suspended"
             raise
+
+    def step_log(self) -> StepLog:
+        """From inside a processor: the calls a workflow (glidemq.durable) makes to record
+        its steps on this job. JobStateError when no worker runs the job."""
+        runner = self._worker
+        entry_id = check_runnable(self.id, self.entry_id, runner is not None)
+        assert runner is not None
+        return StepLog(self._ctx, self.id, entry_id, runner.emit_flag, self._moved_by_step)
+
+    def _moved_by_step(self, state: str) -> None:
+        self._moved, self.state = True, state
 
     def discard(self) -> None:
         """Make the current run's failure final, whatever attempts remain."""
@@ -469,12 +507,13 @@ class Job(Generic[D, R]):
 
     async def remove(self) -> None:
         """Delete the job; refused while a worker runs it."""
-        await ops.remove_job(self._ctx, self.id)
+        await self._named(ops.remove_job(self._ctx, self.id))
 
     async def retry(self, state: str = "failed") -> None:
         """Send a finished job (`failed` or `completed`) back to waiting with fresh attempts."""
         source = retry_source(state)
-        if await ops.retry_jobs(self._ctx, self._ctx.now_ms(), source, 1, [self.id]) != 1:
+        retried = ops.retry_jobs(self._ctx, self._ctx.now_ms(), source, 1, [self.id])
+        if await self._named(retried) != 1:
             if await self._ctx.get_state(self.id) is None:
                 raise JobNotFoundError(self._ctx.name, self.id)
             raise JobStateError(self.id, "retry", f"it is not {state}")
@@ -482,18 +521,22 @@ class Job(Generic[D, R]):
     async def change_priority(self, priority: int) -> None:
         """Re-prioritize a job that is not running yet."""
         check_priority(priority)
-        self.state = await ops.change_priority(self._ctx, self.id, priority, self._ctx.now_ms())
+        self.state = await self._named(
+            ops.change_priority(self._ctx, self.id, priority, self._ctx.now_ms())
+        )
         self.priority = priority
 
     async def change_delay(self, delay: int) -> None:
         """Set a delayed job's remaining delay to `delay` ms from now."""
         check_delay(delay)
-        self.state = await ops.change_delay(self._ctx, self.id, delay, self._ctx.now_ms())
+        self.state = await self._named(
+            ops.change_delay(self._ctx, self.id, delay, self._ctx.now_ms())
+        )
         self.delay = delay
 
     async def promote(self) -> None:
         """Make a delayed job runnable now."""
-        self.state = await ops.promote_job(self._ctx, self.id, self._ctx.now_ms())
+        self.state = await self._named(ops.promote_job(self._ctx, self.id, self._ctx.now_ms()))
 
     # -- queries ---------------------------------------------------------------------------
 
@@ -534,6 +577,8 @@ class Job(Generic[D, R]):
         return await self.get_state() == "waiting-children"
 
     async def is_revoked(self) -> bool:
+        """Whether the job was revoked (`Queue.revoke`), read from the server now: a long
+        processor may check it to stop early."""
         key = self._ctx.keys.job(self.id)
         revoked = await self._ctx.command(lambda c: c.hget(key, "revoked"))
         return bool(revoked == b"1")
@@ -554,14 +599,20 @@ class Job(Generic[D, R]):
     ) -> JobState:
         """Wait until the job completed or failed; returns that state, refreshes the fields.
 
-        Raises JobTimeoutError when `timeout` seconds pass first.
+        Raises JobTimeoutError when `timeout` seconds pass first (saying so when no worker
+        serves the queue, or it is paused), and ConnectionError when the server does not
+        answer within them.
         """
         deadline = None if timeout is None else time.monotonic() + timeout
         while True:
-            state = await self.get_state()
+            state = await waits.bounded(self._ctx, self.get_state(), deadline, timeout)
             if state in FINISHED:
-                await self.refresh()
+                await waits.bounded(self._ctx, self.refresh(), deadline, timeout)
                 return state
             if deadline is not None and time.monotonic() >= deadline:
-                raise JobTimeoutError(f"job {self.id} still {state} after {timeout} s")
+                why = await waits.unfinished_reason(self._ctx, state)
+                raise JobTimeoutError(
+                    f"job {self.id} of queue {self._ctx.name!r} still {state} after {timeout} s"
+                    + (f": {why}" if why else "")
+                )
             await asyncio.sleep(poll_interval)

@@ -102,7 +102,11 @@ def parse_chunks(reply: Any) -> list[StreamChunk]:
     return out
 
 
-async def _read(client: Client, key: str, last: str, block_ms: int | None) -> list[StreamChunk]:
+async def read_chunks(
+    client: Client, key: str, last: str, block_ms: int | None
+) -> list[StreamChunk]:
+    """Up to 1,000 chunks of stream `key` after `last`; `block_ms` waits for one (None: no
+    wait). A blocking read needs a client of its own."""
     opts = StreamReadOptions(block_ms=block_ms, count=1000)
     return parse_chunks(await client.xread({key: last}, opts))
 
@@ -128,7 +132,7 @@ class QueueStreams:
         ctx = await self._context()
         key = stream_key(self.keys, job_id)
         if block_ms is None:
-            result: list[StreamChunk] = await ctx.command(lambda c: _read(c, key, last, None))
+            result: list[StreamChunk] = await ctx.command(lambda c: read_chunks(c, key, last, None))
             return result
         if self._blocking_lock is None:
             self._blocking_lock = asyncio.Lock()
@@ -137,7 +141,7 @@ class QueueStreams:
                 self._blocking = await create_client(
                     self.connection, name=f"glidemq-streams-{self.keys.name}"
                 )
-            return await _read(self._blocking, key, last, block_ms)
+            return await read_chunks(self._blocking, key, last, block_ms)
 
     async def stream_job(
         self, job_id: str, *, last_id: str | None = None, block_ms: int = 1000
@@ -165,7 +169,7 @@ class QueueStreams:
         missing_since: float | None = None
         try:
             while True:
-                chunks = await _read(client, key, last, block_ms)
+                chunks = await read_chunks(client, key, last, block_ms)
                 for chunk in chunks:
                     last = chunk.id
                     yield chunk
@@ -181,7 +185,7 @@ class QueueStreams:
                     missing_since = None
                     continue
                 # finished (or gone): what was streamed before is all there is
-                while chunks := await _read(client, key, last, None):
+                while chunks := await read_chunks(client, key, last, None):
                     for chunk in chunks:
                         last = chunk.id
                         yield chunk

@@ -22,6 +22,7 @@ local TIE = 1 / 2048 -- delayed jobs due in the same ms: steps of the fraction k
 local LAST_TIE = 2047 / 2048
 local MAX_DATA = 1048576 -- job data, as the clients check it (1 MiB of JSON)
 local MAX_GZ_DATA = 1400000 -- 'gz:' data: what 1 MiB of JSON becomes at worst in that form
+local MAX_NAME = 1024 -- a job's name, in bytes (not empty)
 
 -- Input checks, all before the first write. A numeric argument is a number whose value is an
 -- integer within lo..hi (nan, inf, '1.5', 'abc' and a missing argument give nil).
@@ -78,6 +79,62 @@ local function optInt(v)
   if v == nil or v == cjson.null then return true, nil end
   if type(v) ~= 'number' or v < 0 or v > MAX_INT or v ~= math.floor(v) then return false, nil end
   return true, string.format('%d', v)
+end
+
+-- A job's opts JSON as an add receives it: a table for a JSON object ('' and '{}' are no
+-- options), nil for any other text ('{', '[]', '7'), which the add refuses.
+local function addOpts(opts)
+  if opts == '' or opts == '{}' then return {} end
+  if not string.find(opts, '^%s*{') then return nil end
+  local ok, o = pcall(cjson.decode, opts)
+  if ok and type(o) == 'table' then return o end
+  return nil
+end
+
+-- Whether a job name is one an add stores: 1 to MAX_NAME bytes.
+local function nameOk(name)
+  return #name > 0 and #name <= MAX_NAME
+end
+
+-- The queue prefix ('glide:{q}:') of `key` when it is the key `suffix` of a queue, spelled as
+-- WIRE_PROTOCOL.md section 2 says (a hash tag, then ':' and the suffix); nil otherwise.
+local function keyPrefix(key, suffix)
+  if #key <= #suffix or string.sub(key, -#suffix) ~= suffix then return nil end
+  local prefix = string.sub(key, 1, #key - #suffix)
+  if not string.find(prefix, '{[^{}]+}:$') then return nil end
+  return prefix
+end
+
+-- What each queue key the add functions write holds (section 2).
+local KEY_TYPES = {id = 'string', stream = 'stream', scheduled = 'zset', events = 'stream',
+  meta = 'hash', dedup = 'hash', schedulers = 'hash'}
+
+-- Checks the keys of an add-like call before anything is read or written: keys[first + i - 1]
+-- is the key names[i] of one queue, and each of those, of `derived` (the queue's keys the
+-- call finds from the prefix) and the queue's meta is absent or of its type, so no write
+-- fails halfway with WRONGTYPE. Returns the queue's prefix, or nil and an ERR:BAD_KEYS error.
+local function addKeys(fname, keys, first, names, derived)
+  local prefix
+  for i, name in ipairs(names) do
+    local k = keys[first + i - 1]
+    local p = k and keyPrefix(k, name)
+    if not p or (prefix and p ~= prefix) then
+      return nil, badCall('ERR:BAD_KEYS', fname, 'key ' .. (first + i - 1) .. ' is not the '
+        .. name .. ' key of the queue')
+    end
+    prefix = p
+  end
+  local all = {'meta'}
+  for _, name in ipairs(names) do all[#all + 1] = name end
+  for _, name in ipairs(derived or {}) do all[#all + 1] = name end
+  for _, name in ipairs(all) do
+    local t = redis.call('TYPE', prefix .. name)['ok']
+    if t ~= 'none' and t ~= KEY_TYPES[name] then
+      return nil, badCall('ERR:BAD_KEYS', fname, prefix .. name .. ' holds a ' .. t
+        .. ', not a ' .. KEY_TYPES[name])
+    end
+  end
+  return prefix
 end
 
 local function dataTooLarge(data)

@@ -232,6 +232,19 @@ end)
 -- without one), with job fields suspendReason and suspendUntil. A signal re-queues it and
 -- appends {name, data, at} to the JSON list in job field 'signals'; a passed deadline fails it.
 
+-- Suspends a job whose run just ended (its entry acknowledged and deleted) until `deadline`
+-- (ms, 0 for none); a concurrency slot is given back, an ordering key stays with the job.
+local function parkSuspended(prefix, jobKey, jobId, suspended, now, reason, deadline)
+  local j = redis.call('HMGET', jobKey, 'groupKey', 'orderingKey', 'orderingSeq', 'groupSlot', 'state')
+  if j[1] and j[5] == 'active' then
+    releaseHold(prefix, jobKey, j[1], j[2] and true or false, tonumber(j[3]) or 0, j[4] == '1',
+      false, now, false)
+  end
+  redis.call('ZADD', suspended, deadline > 0 and deadline or '+inf', jobId)
+  redis.call('HSET', jobKey, 'state', 'suspended', 'suspendReason', reason,
+    'suspendUntil', deadline > 0 and deadline or '')
+end
+
 -- KEYS: stream, suspended, events. ARGS: now, jobId, entryId, reason, timeoutMs (0: none),
 -- emitEvents. Ends the current run of a job this worker holds without counting an attempt
 -- (a concurrency slot is given back; an ordering key stays with the job). Returns
@@ -253,22 +266,19 @@ redis.register_function('glidemq_suspend', function(keys, args)
   redis.call('XDEL', stream, entryId)
   local jobKey = prefix .. 'job:' .. jobId
   if redis.call('EXISTS', jobKey) == 0 then return 'missing' end
-  local j = redis.call('HMGET', jobKey, 'groupKey', 'orderingKey', 'orderingSeq', 'groupSlot', 'state')
-  if j[1] and j[5] == 'active' then
-    releaseHold(prefix, jobKey, j[1], j[2] and true or false, tonumber(j[3]) or 0, j[4] == '1',
-      false, now, false)
-  end
-  local deadline = timeout > 0 and (now + timeout) or '+inf'
-  redis.call('ZADD', keys[2], deadline, jobId)
-  redis.call('HSET', jobKey, 'state', 'suspended', 'suspendReason', args[4],
-    'suspendUntil', timeout > 0 and deadline or '')
+  parkSuspended(prefix, jobKey, jobId, keys[2], now, args[4], timeout > 0 and (now + timeout) or 0)
   if args[6] == '1' then emit(keys[3], 'suspended', jobId, 'reason', args[4]) end
   return 'suspended'
 end)
 
 -- KEYS: stream, suspended, events. ARGS: now, jobId, name, data (JSON), emitEvents.
--- Re-queues a suspended job with the signal appended to its 'signals'. Returns the job's new
--- state, 0 when it does not exist, or 'ERR:STATE' when it is not suspended (nothing written).
+-- Re-queues a suspended job with the signal appended to its 'signals'. A workflow (opts
+-- workflow) gets it as an event instead: suspended in a wait for this name, the wait ends with
+-- the data and it runs again; otherwise, while it has not finished, the event is kept in its
+-- mailbox for its next wait of that name. Returns the job's new state (a workflow that kept
+-- the event: its state as it is), 0 when it does not exist, 'ERR:STATE' when it cannot take
+-- the signal (not suspended; or a finished workflow), 'ERR:MAILBOX_FULL' or 'ERR:TOO_LARGE'
+-- (the workflow's mailbox or history is full); nothing is written on a refusal.
 -- @wire glidemq_signal keys=3 args=5
 redis.register_function('glidemq_signal', function(keys, args)
   local fname = 'glidemq_signal'
@@ -282,8 +292,23 @@ redis.register_function('glidemq_signal', function(keys, args)
   if not pcall(cjson.decode, data) then return badCall('ERR:BAD_ARGS', fname, 'data is not JSON') end
   local prefix = prefixOf(keys[1], 'stream')
   local jobKey = prefix .. 'job:' .. jobId
-  local h = redis.call('HMGET', jobKey, 'state', 'signals', 'priority')
+  local h = redis.call('HMGET', jobKey, 'state', 'signals', 'priority', 'wfEvent', 'wfWait')
   if not h[1] then return 0 end
+  if h[4] and h[1] == 'suspended' and h[4] == name then
+    local refused = endWait(jobKey, h[5], 'done', data, now)
+    if refused then return 'ERR:TOO_LARGE' end
+    redis.call('ZREM', keys[2], jobId)
+    redis.call('HSET', jobKey, 'suspendUntil', '')
+    local state = requeue(prefix, jobKey, jobId, tonumber(h[3]) or 0, now, now)
+    if args[5] == '1' then emit(keys[3], 'signaled', jobId, 'name', name) end
+    return state
+  end
+  if h[4] or (h[1] ~= 'suspended' and jobOpts(redis.call('HGET', jobKey, 'opts')).workflow == true) then
+    if isTerminal(h[1]) then return 'ERR:STATE' end
+    if not putMail(jobKey, name, data) then return 'ERR:MAILBOX_FULL' end
+    if args[5] == '1' then emit(keys[3], 'signaled', jobId, 'name', name, 'kept', '1') end
+    return h[1]
+  end
   if h[1] ~= 'suspended' then return 'ERR:STATE' end
   local entry = '{"name":' .. cjson.encode(name) .. ',"data":' .. data .. ',"at":' .. now .. '}'
   local signals = h[2] and (string.sub(h[2], 1, -2) .. ',' .. entry .. ']') or ('[' .. entry .. ']')
@@ -295,8 +320,9 @@ redis.register_function('glidemq_signal', function(keys, args)
 end)
 
 -- KEYS: suspended, events. ARGS: now, limit. Fails suspended jobs whose deadline passed
--- (failedReason 'suspension timed out: <reason>'); they are kept in the failed set. Returns
--- how many failed.
+-- (failedReason 'suspension timed out: <reason>'); they are kept in the failed set. A workflow
+-- whose wait for an event timed out runs again instead (the wait's entry says 'timeout').
+-- Returns how many failed.
 -- @wire glidemq_expireSuspended keys=2 args=2
 redis.register_function('glidemq_expireSuspended', function(keys, args)
   local fname = 'glidemq_expireSuspended'
@@ -310,8 +336,14 @@ redis.register_function('glidemq_expireSuspended', function(keys, args)
   for _, jobId in ipairs(redis.call('ZRANGEBYSCORE', keys[1], '-inf', now, 'LIMIT', 0, limit)) do
     redis.call('ZREM', keys[1], jobId)
     local jobKey = prefix .. 'job:' .. jobId
-    local h = redis.call('HMGET', jobKey, 'state', 'suspendReason')
-    if h[1] == 'suspended' then
+    local h = redis.call('HMGET', jobKey, 'state', 'suspendReason', 'wfWait', 'priority')
+    if h[1] == 'suspended' and h[3] then
+      -- a workflow's wait for an event: it runs again, and the wait raises its timeout there
+      endWait(jobKey, h[3], 'timeout', '', now)
+      redis.call('HSET', jobKey, 'suspendUntil', '')
+      requeue(prefix, jobKey, jobId, tonumber(h[4]) or 0, now, now)
+      emit(keys[2], 'waiting', jobId, 'reason', 'event-timeout')
+    elseif h[1] == 'suspended' then
       local reason = 'suspension timed out'
       if h[2] and h[2] ~= '' then reason = reason .. ': ' .. h[2] end
       countMetric(prefix .. 'metrics:failed', now, 1)

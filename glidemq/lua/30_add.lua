@@ -1,23 +1,25 @@
 ---------------------------------------------------------------------------------------------
 -- add
 
--- The first checks of every add: name, data and opts are strings, now is a time in ms.
--- Returns an addJob error reply, or nil and now.
+-- The first checks of every add: name, data and opts are strings, the name 1 to MAX_NAME
+-- bytes, now a time in ms. Returns an addJob error reply, or nil and now.
 local function checkHead(name, data, opts, nowArg)
   if type(name) ~= 'string' or type(data) ~= 'string' or type(opts) ~= 'string' then
     return 'ERR:BAD_OPTION'
   end
+  if not nameOk(name) then return 'ERR:BAD_NAME' end
   local now = int(nowArg, 0, MAX_TIME)
   if not now then return 'ERR:BAD_TIMESTAMP' end
   return nil, now
 end
 
--- The last checks of every add: the sizes, and the options this library reads from the opts
--- JSON. Returns an addJob error reply, or nil and the checked values (v for addJobCore)
--- with the given delay, priority and ttl.
+-- The last checks of every add: the sizes, opts a JSON object, and the options this library
+-- reads from it. Returns an addJob error reply, or nil and the checked values (v for
+-- addJobCore) with the given delay, priority and ttl.
 local function checkTail(data, opts, now, delay, priority, ttl)
   if dataTooLarge(data) or #opts > MAX_DATA then return 'ERR:PAYLOAD_TOO_LARGE' end
-  local jo = jobOpts(opts)
+  local jo = addOpts(opts)
+  if not jo then return 'ERR:BAD_OPTION' end
   local rttlOk, rttl = optInt(jo.resultTtl)
   local lockOk, lockMs = optInt(jo.lockDuration)
   if not rttlOk or not lockOk then return 'ERR:BAD_OPTION' end
@@ -121,9 +123,12 @@ end
 redis.register_function('glidemq_addJob', function(keys, args)
   local err = shape('glidemq_addJob', keys, args, 4, 17, 18)
   if err then return err end
+  local prefix
+  prefix, err = addKeys('glidemq_addJob', keys, 1, {'id', 'stream', 'scheduled', 'events'})
+  if not prefix then return err end
   local bad, v = checkAdd(args, 1)
   if bad then return bad end
-  local room = waitingRoom(prefixOf(keys[1], 'id'))
+  local room = waitingRoom(prefix)
   if room and room <= 0 then return QUEUE_FULL end
   return addJobCore(keys[1], keys[4], args, 1, v)
 end)
@@ -135,6 +140,9 @@ end)
 redis.register_function('glidemq_add', function(keys, args)
   local err = shape('glidemq_add', keys, args, 1, 5, 5)
   if err then return err end
+  local prefix
+  prefix, err = addKeys('glidemq_add', keys, 1, {'id'}, {'stream', 'events'})
+  if not prefix then return err end
   local name, opts, data, maxAttempts = args[2], args[3], args[4], args[5]
   local bad, now = checkHead(name, data, opts, args[1])
   if bad then return bad end
@@ -144,7 +152,6 @@ redis.register_function('glidemq_add', function(keys, args)
   if bad then return bad end
   -- the addJob arguments addJobCore reads (no parent, no LIFO)
   local a = {name, data, opts, args[1], '0', '0', '', maxAttempts}
-  local prefix = prefixOf(keys[1], 'id')
   local room = waitingRoom(prefix)
   if room and room <= 0 then return QUEUE_FULL end
   return addJobCore(keys[1], prefix .. 'events', a, 1, v)
@@ -176,6 +183,9 @@ end
 redis.register_function('glidemq_addBulk', function(keys, args)
   local err = shape('glidemq_addBulk', keys, args, 4, 1)
   if err then return err end
+  local prefix
+  prefix, err = addKeys('glidemq_addBulk', keys, 1, {'id', 'stream', 'scheduled', 'events'})
+  if not prefix then return err end
   local now = args[1]
   if not int(now, 0, MAX_TIME) then return badCall('ERR:BAD_TIMESTAMP', 'glidemq_addBulk', 'now') end
   -- Check the whole call first (layout, options, sizes): a malformed call writes nothing.
@@ -201,7 +211,7 @@ redis.register_function('glidemq_addBulk', function(keys, args)
     i = last + 1
   end
   local out = {}
-  local room = waitingRoom(prefixOf(keys[1], 'id'))
+  local room = waitingRoom(prefix)
   i = 2
   local run = 0
   while i <= #args do
@@ -229,6 +239,9 @@ end)
 redis.register_function('glidemq_dedup', function(keys, args)
   local err = shape('glidemq_dedup', keys, args, 5, 20, 21)
   if err then return err end
+  local prefix
+  prefix, err = addKeys('glidemq_dedup', keys, 1, {'dedup', 'id', 'stream', 'scheduled', 'events'})
+  if not prefix then return err end
   local dedupKey = keys[1]
   local dedupId, ttl, mode = args[1], int(args[2] == '' and 0 or args[2], 0, MAX_INT), args[3]
   if mode ~= 'simple' and mode ~= 'throttle' and mode ~= 'debounce' then
@@ -239,7 +252,6 @@ redis.register_function('glidemq_dedup', function(keys, args)
   local bad, v = checkAdd(args, 4)
   if bad then return bad end
   local now = v.now
-  local prefix = prefixOf(dedupKey, 'dedup')
   local room = waitingRoom(prefix)
   local entry = redis.call('HGET', dedupKey, dedupId)
   if entry then

@@ -72,11 +72,12 @@ local function ownRetention(opts, field)
   return nil, nil
 end
 
--- A parent whose last pending child finished: runnable now, or after its own delay.
+-- A parent whose last pending child finished: runnable now, or after its own delay (a
+-- workflow waiting for a child it started has had its delay: it runs now).
 local function wakeParent(pPrefix, pKey, pid, now)
   redis.call('ZREM', pPrefix .. 'waiting-children', pid)
-  local h = redis.call('HMGET', pKey, 'priority', 'delay')
-  local delay = tonumber(h[2]) or 0
+  local h = redis.call('HMGET', pKey, 'priority', 'delay', 'wfLen')
+  local delay = h[3] and 0 or (tonumber(h[2]) or 0)
   local state = requeue(pPrefix, pKey, pid, tonumber(h[1]) or 0, now + delay, now)
   if state == 'delayed' then
     emit(pPrefix .. 'events', 'delayed', pid, 'delay', delay, 'reason', 'children')

@@ -15,13 +15,17 @@ local function flowSpec(idKey, name, data, opts, delay, priority, maxAttempts, t
     opts = opts or '{}', delay = int(delay, 0, MAX_DELAY), priority = int(priority, 0, MAX_PRIORITY),
     maxAttempts = maxAttempts or '0', ttl = int(ttl == '' and 0 or ttl, 0, MAX_INT),
     customId = customId or '', parents = {}}
-  if type(name) ~= 'string' or type(data) ~= 'string' then return nil, 'ERR:BAD_FLOW' end
+  if type(name) ~= 'string' or type(data) ~= 'string' or type(j.opts) ~= 'string' then
+    return nil, 'ERR:BAD_FLOW'
+  end
+  if not nameOk(name) then return nil, 'ERR:BAD_NAME' end
   if not j.delay or not j.priority or not j.ttl
       or not int(j.maxAttempts == '' and 0 or j.maxAttempts, 0, MAX_INT) then
     return nil, 'ERR:BAD_OPTION'
   end
   if dataTooLarge(data) or #j.opts > MAX_DATA then return nil, 'ERR:PAYLOAD_TOO_LARGE' end
-  j.o = jobOpts(j.opts)
+  j.o = addOpts(j.opts)
+  if not j.o then return nil, 'ERR:BAD_OPTION' end
   if j.customId ~= '' then
     if not validCustomId(j.customId) then return nil, 'ERR:INVALID_JOB_ID' end
     local k = j.prefix .. j.customId
@@ -136,8 +140,9 @@ end
 redis.register_function('glidemq_addTree', function(keys, args)
   local err = shape('glidemq_addTree', keys, args, nil, 3)
   if err then return err end
-  for _, k in ipairs(keys) do
-    if string.sub(k, -3) ~= ':id' then return badCall('ERR:BAD_KEYS', 'glidemq_addTree', k) end
+  for i = 1, #keys do
+    local prefix, bad = addKeys('glidemq_addTree', keys, i, {'id'}, {'stream', 'scheduled', 'events'})
+    if not prefix then return bad end
   end
   local now, n, attach = int(args[1], 0, MAX_TIME), int(args[2], 0, MAX_INT), args[3]
   if not now then return 'ERR:BAD_TIMESTAMP' end
@@ -281,6 +286,10 @@ redis.register_function('glidemq_addFlow', function(keys, args)
   if not nc then return 'ERR:BAD_FLOW' end
   if #keys ~= 4 + 4 * nc then
     return badCall('ERR:BAD_KEYS', 'glidemq_addFlow', 'takes 4 + 4 per child keys')
+  end
+  for i = 1, #keys, 4 do
+    local prefix, bad = addKeys('glidemq_addFlow', keys, i, {'id', 'stream', 'scheduled', 'events'})
+    if not prefix then return bad end
   end
   local nx = int(args[10 + nc * 9] or '0', 0, MAX_INT)
   if not nx or (#args ~= 9 + nc * 9 and #args ~= 10 + nc * 9 + nx) then

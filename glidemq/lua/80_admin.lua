@@ -27,10 +27,15 @@ local function jobState(jobKey)
   return redis.call('HMGET', jobKey, 'state', 'sid', 'priority')
 end
 
--- Takes a not-yet-running job out of wherever it waits.
+-- Takes a not-yet-running job out of wherever it waits (a waiting job without a stream
+-- entry is a LIFO job in `list`).
 local function unlinkWaiting(prefix, stream, scheduled, jobId, state, sid)
   if state == 'waiting' then
-    if sid then redis.call('XDEL', stream, sid) end
+    if sid then
+      redis.call('XDEL', stream, sid)
+    else
+      redis.call('LREM', prefix .. 'list', 0, jobId)
+    end
   elseif state == 'delayed' or state == 'prioritized' then
     redis.call('ZREM', scheduled, jobId)
   elseif state == 'waiting-children' then
@@ -171,15 +176,62 @@ redis.register_function('glidemq_promoteJob', function(keys, args)
   return state
 end)
 
--- ARGS: jobId, emitEvents, then field/value pairs. Updates fields of an existing job (data,
--- progress) and, for progress, emits a progress event. Returns 1, or 0 when the job is gone.
+-- States whose job's data may be replaced from outside a run: no worker has the job (it is
+-- not active, i.e. neither running nor held) and it has not finished.
+local EDITABLE = {waiting = true, delayed = true, prioritized = true, ['group-waiting'] = true,
+  ['rate-limited'] = true, ['waiting-children'] = true, suspended = true}
+
+-- ARGS: jobId, data, entryId, consumer. Replaces a job's data, checking its state in the same
+-- call. From outside a run (entryId and consumer ''): only while no worker has taken the job
+-- (EDITABLE), so a worker that fetched it runs what the edit's caller was told. From the run
+-- itself (the entry id and consumer the running job carries): only while that run still holds
+-- the job. Returns the job's state; 0 (no such job); 'ERR:ACTIVE' (a worker fetched it:
+-- running or held); 'ERR:FINISHED'; 'ERR:STATE' (another state); 'stale' (that run no longer
+-- holds it). Nothing is written unless the data is replaced.
+-- @wire glidemq_updateData keys=3 args=4
+redis.register_function('glidemq_updateData', function(keys, args)
+  local fname = 'glidemq_updateData'
+  local err = shape(fname, keys, args, 3, 4, 4)
+  if err then return err end
+  local stream = keys[1]
+  local prefix = prefixOf(stream, 'stream')
+  local jobId, data, entryId, consumer = args[1], args[2], args[3], args[4]
+  if dataTooLarge(data) then return badCall('ERR:PAYLOAD_TOO_LARGE', fname, 'data') end
+  if (entryId == '') ~= (consumer == '') or (entryId ~= '' and not entryIdOk(entryId)) then
+    return badCall('ERR:BAD_ARGS', fname, 'entryId and consumer')
+  end
+  local jobKey = prefix .. 'job:' .. jobId
+  local h = redis.call('HMGET', jobKey, 'state', 'sid')
+  local state = h[1]
+  if not state then return 0 end
+  if isTerminal(state) then return 'ERR:FINISHED' end
+  if entryId ~= '' then
+    -- the run's own job: still active on this entry, and the entry still pending for it
+    if state ~= 'active' or h[2] ~= entryId then return 'stale' end
+    local ok, p = pcall(redis.call, 'XPENDING', stream, GROUP, entryId, entryId, 1, consumer)
+    if not ok or #p == 0 then return 'stale' end
+  elseif state == 'active' then
+    return 'ERR:ACTIVE'
+  elseif not EDITABLE[state] then
+    return 'ERR:STATE'
+  end
+  redis.call('HSET', jobKey, 'data', data)
+  return state
+end)
+
+-- ARGS: jobId, emitEvents, then field/value pairs. Updates fields of an existing job
+-- (progress) and, for progress, emits a progress event. Returns 1, or 0 when the job is gone.
+-- Not `data`: glidemq_updateData replaces it, with the state check an edit needs.
 -- @wire glidemq_updateJob keys=1 args=4..
 redis.register_function('glidemq_updateJob', function(keys, args)
   local err = shape('glidemq_updateJob', keys, args, 1, 4)
   if err then return err end
   if #args % 2 ~= 0 then return badCall('ERR:BAD_ARGS', 'glidemq_updateJob', 'field without a value') end
   for i = 3, #args, 2 do
-    if (args[i] == 'data' and dataTooLarge(args[i + 1])) or #args[i + 1] > MAX_GZ_DATA then
+    if args[i] == 'data' then
+      return badCall('ERR:BAD_ARGS', 'glidemq_updateJob', 'data is set by glidemq_updateData')
+    end
+    if #args[i + 1] > MAX_GZ_DATA then
       return badCall('ERR:PAYLOAD_TOO_LARGE', 'glidemq_updateJob', args[i])
     end
   end
@@ -213,7 +265,8 @@ end)
 
 -- KEYS: stream, scheduled, events.
 -- ARGS: now, source ('failed' | 'completed' | 'dlq'), count, then optional explicit job ids.
--- Moves finished jobs back to waiting with a fresh attempt count. Returns how many moved.
+-- Moves finished jobs back to waiting with a fresh attempt count (a workflow's last step, if
+-- it failed for good, runs again). Returns how many moved.
 -- @wire glidemq_retryJobs keys=3 args=3..
 redis.register_function('glidemq_retryJobs', function(keys, args)
   local err = shape('glidemq_retryJobs', keys, args, 3, 3)
@@ -241,6 +294,7 @@ redis.register_function('glidemq_retryJobs', function(keys, args)
       redis.call('HDEL', jobKey, 'finishedOn', 'processedOn', 'returnvalue', 'failedReason',
         'deadLetter', 'revoked', 'stacktrace', 'expireAt', 'failures')
       redis.call('DEL', prefix .. 'result:' .. jobId) -- the cached outcome is stale now
+      reopenLastStep(jobKey)
       requeue(prefix, jobKey, jobId, priority, now, now)
       emit(events, 'waiting', jobId, 'reason', 'retried')
       n = n + 1
@@ -444,6 +498,10 @@ end)
 redis.register_function('glidemq_fireScheduler', function(keys, args)
   local err = shape('glidemq_fireScheduler', keys, args, 5, 20, 21)
   if err then return err end
+  local prefix
+  prefix, err = addKeys('glidemq_fireScheduler', keys, 1,
+    {'schedulers', 'id', 'stream', 'scheduled', 'events'})
+  if not prefix then return err end
   -- malformed job arguments leave the entry as it is
   local bad, v = checkAdd(args, 4)
   if bad then return badCall(bad, 'glidemq_fireScheduler', 'job arguments') end

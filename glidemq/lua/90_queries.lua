@@ -141,6 +141,82 @@ redis.register_function{function_name = 'glidemq_getCounts', callback = function
     inGroups, rateLimited}
 end, flags = {'no-writes'}}
 
+-- When a not-yet-started job became ready to start (ms): when it was added and due, or when its
+-- last try started if that was later (a retried job; its backoff is not recorded, so this is
+-- early by the backoff and the run time).
+local function readySince(prefix, jobId)
+  local h = redis.call('HMGET', prefix .. 'job:' .. jobId, 'timestamp', 'delay', 'processedOn')
+  local t = (tonumber(h[1]) or 0) + (tonumber(h[2]) or 0)
+  return math.max(t, tonumber(h[3]) or 0)
+end
+
+-- KEYS: stream, scheduled. ARGS: now. What an autoscaler reads: the jobs waiting to start and
+-- when the oldest of them became ready. Returns {waiting, prioritized, due, grouped, active,
+-- oldestReadyAt (ms, -1: none), delayed, paused}. waiting: stream entries not delivered yet
+-- plus LIFO jobs; prioritized: runnable members of the priority bands; due: delayed and
+-- rate-limited jobs whose time has come (a worker's promotion moves them); grouped: jobs
+-- parked in their groups; delayed: the delayed and rate-limited jobs not due yet. The oldest
+-- covers waiting, prioritized and due jobs, not grouped ones (their wait is set by their
+-- group's limits; their scores are not times).
+-- @wire glidemq_backlog keys=2 args=1
+redis.register_function{function_name = 'glidemq_backlog', callback = function(keys, args)
+  local err = shape('glidemq_backlog', keys, args, 2, 1, 1)
+  if err then return err end
+  local now = int(args[1], 0, MAX_TIME)
+  if not now then return badCall('ERR:BAD_TIMESTAMP', 'glidemq_backlog', 'now') end
+  local stream, scheduled = keys[1], keys[2]
+  local prefix = prefixOf(stream, 'stream')
+  local oldest = -1
+  local function seen(t)
+    if t and (oldest < 0 or t < oldest) then oldest = t end
+  end
+  -- entries after the last pending one were never delivered (delivered ones are deleted when
+  -- acknowledged), so the first of them is the oldest entry waiting
+  local active, after = 0, '-'
+  local ok, pending = pcall(redis.call, 'XPENDING', stream, GROUP)
+  if ok then
+    active = tonumber(pending[1]) or 0
+    if active > 0 and pending[3] then after = '(' .. pending[3] end
+  end
+  local head = redis.call('XRANGE', stream, after, '+', 'COUNT', 1)
+  if head[1] then seen(tonumber(string.match(head[1][1], '^(%d+)'))) end
+  local list = prefix .. 'list'
+  local lifo = redis.call('LLEN', list)
+  if lifo > 0 then seen(readySince(prefix, redis.call('LRANGE', list, 0, 0)[1])) end
+  local waiting = redis.call('XLEN', stream) - active + lifo
+  -- band 0: delayed jobs, due ones first (promotion takes score <= now + LAST_TIE)
+  local due = redis.call('ZCOUNT', scheduled, 0, now + LAST_TIE)
+  local delayed = redis.call('ZCOUNT', scheduled, 0, SHIFT - 1) - due
+  if due > 0 then
+    local first = redis.call('ZRANGEBYSCORE', scheduled, 0, SHIFT - 1, 'WITHSCORES', 'LIMIT', 0, 1)
+    seen(math.floor(tonumber(first[2])))
+  end
+  local rl = prefix .. 'ratelimited'
+  local rlDue = redis.call('ZCOUNT', rl, '-inf', now)
+  delayed = delayed + redis.call('ZCARD', rl) - rlDue
+  if rlDue > 0 then
+    seen(math.floor(tonumber(redis.call('ZRANGE', rl, 0, 0, 'WITHSCORES')[2])))
+  end
+  due = due + rlDue
+  -- bands >= 1: runnable members, first in first out; the head of each is its oldest
+  local prioritized = 0
+  local base = SHIFT
+  for _ = 1, MAX_PRIORITY do
+    local first = redis.call('ZRANGEBYSCORE', scheduled, base, '+inf', 'WITHSCORES', 'LIMIT', 0, 1)
+    if #first == 0 then break end
+    base = math.floor(tonumber(first[2]) / SHIFT) * SHIFT
+    local n = redis.call('ZCOUNT', scheduled, base, base + now)
+    if n > 0 then
+      prioritized = prioritized + n
+      seen(readySince(prefix, first[1]))
+    end
+    base = base + SHIFT
+  end
+  local m = redis.call('HMGET', prefix .. 'meta', 'paused', 'groupWaiting')
+  return {waiting, prioritized, due, tonumber(m[2]) or 0, active, oldest, delayed,
+    m[1] == '1' and 1 or 0}
+end, flags = {'no-writes'}}
+
 -- Calls visit(member) on a sorted set's members in order, reading 1000 at a time, until visit
 -- returns true (then returns true). A page near the front never reads the whole set.
 local function eachMember(key, visit)

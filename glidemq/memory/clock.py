@@ -17,7 +17,9 @@ class Clock(Protocol):
         """True when time moves only by `advance`; then nothing waits in real time for it."""
         ...
 
-    def now_ms(self) -> int: ...
+    def now_ms(self) -> int:
+        """The time in ms."""
+        ...
 
     def subscribe(self, listener: Callable[[], None]) -> None:
         """Call `listener()` whenever the time jumps (never called for real time)."""
@@ -30,6 +32,7 @@ class SystemClock:
     manual = False
 
     def now_ms(self) -> int:
+        """The wall clock in ms."""
         return int(time.time() * 1000)
 
     def subscribe(self, listener: Callable[[], None]) -> None:
@@ -54,9 +57,11 @@ class ManualClock:
         self._listeners: list[Callable[[], None]] = []
 
     def now_ms(self) -> int:
+        """The clock's time in ms; it moves only by `advance` and `set`."""
         return self._now
 
     def subscribe(self, listener: Callable[[], None]) -> None:
+        """Call `listener()` whenever the clock moves."""
         self._listeners.append(listener)
 
     def advance(self, ms: int) -> int:

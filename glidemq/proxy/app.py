@@ -23,7 +23,7 @@ from ..web.errors import SecurityHeaders
 from ..web.hosts import HostGuard, allowed_hosts_of
 from . import flows, groups, output, queues, streams, suspend
 from .http import error_response, json_response
-from .state import DEFAULT_MAX_QUEUES, Proxy, proxy_of
+from .state import DEFAULT_MAX_QUEUES, DEFAULT_MAX_STREAMS, Proxy, proxy_of
 from .table import Handler, Spec, openapi
 
 __all__ = ["SPECS", "create_app"]
@@ -122,6 +122,7 @@ def create_app(
     max_wait: float = 300.0,
     allowed_hosts: Sequence[str] | None = None,
     max_queues: int = DEFAULT_MAX_QUEUES,
+    max_streams: int = DEFAULT_MAX_STREAMS,
 ) -> Starlette:
     """The HTTP proxy as an ASGI app, to serve alone or mount in another service.
 
@@ -133,12 +134,20 @@ def create_app(
     `allowed_hosts`: the `Host` names it answers besides the loopback ones (a name, an
     address, `*.example.com`, or `*` for any), the defence against DNS rebinding; a request
     naming another host gets 400, one from another allowed `Origin` 403 (docs/PROXY.md).
-    `max_queues`: queues kept open at once for adds, schedulers, streams and signals (the
+    `max_queues`: queues kept open at once for adds, schedulers, stream reads and signals (the
     least recently used idle one is closed to make room; 503 while all are in use).
+    `max_streams`: server-sent event streams open at once (the streams of one queue share
+    one server connection); past it, or with too few file descriptors left, a stream gets
+    503 with `Retry-After`.
     """
     hosts = allowed_hosts_of(allowed_hosts)
     proxy = Proxy(
-        connection, prefix=prefix, queues=queues, max_wait=max_wait, max_queues=max_queues
+        connection,
+        prefix=prefix,
+        queues=queues,
+        max_wait=max_wait,
+        max_queues=max_queues,
+        max_streams=max_streams,
     )
 
     @contextlib.asynccontextmanager

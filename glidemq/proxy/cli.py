@@ -12,10 +12,18 @@ from ..cli.support import Parser
 from ..client.connection import has_password, resolve_connection
 from ..errors import ValidationError
 from ..keys import validate_prefix, validate_queue_name
-from ..web.serve import add_host_arguments, allowed_from, port_problem, serve
+from ..web.serve import (
+    add_header_timeout_argument,
+    add_host_arguments,
+    allowed_from,
+    port_problem,
+    serve,
+)
 
-# glidemq.proxy.state.DEFAULT_MAX_QUEUES: that module needs the web extra, -h must not
+# glidemq.proxy.state.DEFAULT_MAX_QUEUES / DEFAULT_MAX_STREAMS: that module needs the web
+# extra, -h must not
 MAX_QUEUES = 16
+MAX_STREAMS = 256
 
 __all__ = ["build_parser", "main"]
 
@@ -47,12 +55,28 @@ def build_parser() -> argparse.ArgumentParser:
     url = p.add_mutually_exclusive_group()
     url.add_argument("--url", help="Valkey server (default: $GLIDEMQ_URL, else 127.0.0.1:6379)")
     url.add_argument("--url-file", metavar="FILE", help="read the server URL from FILE")
+    p.add_argument(
+        "--durability",
+        choices=("replicated", "fsync", "none"),
+        help="answer an add only once replicas (WAIT) or the AOF (WAITAOF) confirmed it "
+        "(docs/DURABILITY.md; default none)",
+    )
+    p.add_argument(
+        "--replicas", type=int, metavar="N", help="replicas that must confirm (default 1)"
+    )
+    p.add_argument(
+        "--durability-timeout",
+        type=int,
+        metavar="MS",
+        help="how long a write waits for its confirmation (default 1000)",
+    )
     p.add_argument("--prefix", default="glide", help="key prefix of the queues (default glide)")
     p.add_argument("--port", type=port, default=8081, help="HTTP port (default 8081)")
     p.add_argument(
         "--bind", default="127.0.0.1", help="address to listen on (default 127.0.0.1 only)"
     )
     add_host_arguments(p)
+    add_header_timeout_argument(p)
     p.add_argument(
         "--queue",
         action="append",
@@ -66,8 +90,15 @@ def build_parser() -> argparse.ArgumentParser:
         "--max-queues",
         type=positive_int,
         default=MAX_QUEUES,
-        help="queues kept open at once for adds, schedulers and streams; the least recently "
-        f"used idle one is closed to make room (default {MAX_QUEUES})",
+        help="queues kept open at once for adds, schedulers and stream reads; the least "
+        f"recently used idle one is closed to make room (default {MAX_QUEUES})",
+    )
+    p.add_argument(
+        "--max-streams",
+        type=positive_int,
+        default=MAX_STREAMS,
+        help="server-sent event streams open at once; past it (or with too few file "
+        f"descriptors left) a stream gets 503 with Retry-After (default {MAX_STREAMS})",
     )
     p.add_argument(
         "--max-wait",
@@ -108,6 +139,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         except ValidationError as exc:
             flag = "--url-file" if args.url_file else "--url"
             raise ValidationError(flag, exc.reason) from None
+        try:
+            conn = conn.with_durability(
+                args.durability, replicas=args.replicas, timeout_ms=args.durability_timeout
+            )
+        except ValidationError as exc:
+            raise ValidationError("--durability", exc.reason) from None
         prefix = validate_prefix(args.prefix)
         basic = BasicAuth.from_file(args.basic_auth_file) if args.basic_auth_file else None
         for name in args.queue or ():
@@ -139,6 +176,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         max_wait=args.max_wait,
         allowed_hosts=allowed_from(args),
         max_queues=args.max_queues,
+        max_streams=args.max_streams,
     )
     if args.url and has_password(args.url):
         print(
@@ -156,6 +194,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         addresses=conn.addresses,
         url=conn.url,
         with_auth=basic is not None,
+        header_timeout=args.header_timeout,
         when_down="requests",
     )
     return OK

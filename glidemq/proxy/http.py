@@ -15,6 +15,12 @@ from starlette.responses import Response
 
 from .. import errors
 from ..admin.model import to_jsonable
+from ..web.capacity import (
+    RETRY_AFTER_S,
+    StreamsFull,
+    out_of_descriptors,
+    warn_out_of_descriptors,
+)
 from ..web.errors import status_for
 from .state import Busy, Forbidden
 
@@ -95,6 +101,17 @@ def error_response(exc: Exception) -> Response:
         answer = json_response({"error": "busy", "message": str(exc)}, 503)
         answer.headers["retry-after"] = "1"
         return answer
+    if isinstance(exc, StreamsFull):
+        answer = json_response({"error": "busy", "message": str(exc)}, 503)
+        answer.headers["retry-after"] = str(exc.retry_after)
+        answer.headers["connection"] = "close"  # its socket is freed at once
+        return answer
+    if out_of_descriptors(exc):  # one warning a minute, not a traceback per request
+        warn_out_of_descriptors("glidemq.proxy", str(exc))
+        answer = json_response({"error": "unavailable", "message": "out of file descriptors"}, 503)
+        answer.headers["retry-after"] = str(RETRY_AFTER_S)
+        answer.headers["connection"] = "close"
+        return answer
     if isinstance(exc, errors.ValidationError):
         return json_response(
             {"error": "validation", "field": exc.field, "message": exc.reason}, 400
@@ -104,6 +121,10 @@ def error_response(exc: Exception) -> Response:
         return json_response(body, 422)
     if isinstance(exc, errors.JobTimeoutError):
         return json_response({"error": "timeout", "message": str(exc)}, 504)
+    if isinstance(exc, errors.DurabilityError):
+        # written on the primary, not confirmed: the caller must know which jobs to retry
+        body = {"error": "not_confirmed", "job_ids": exc.job_ids, "message": str(exc)}
+        return json_response(body, 504)
     if isinstance(exc, errors.QueueFullError):
         return json_response({"error": "queue_full", "message": str(exc)}, 429)
     if isinstance(exc, errors.JobIdsExhaustedError):

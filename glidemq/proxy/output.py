@@ -10,13 +10,14 @@ from typing import Any
 from starlette.requests import Request
 from starlette.responses import Response
 
-from ..errors import JobNotFoundError
+from ..errors import GlideMQError, JobNotFoundError
 from ..job.streams import check_read
 from ..keys import validate_job_id
 from ..web.sse import Event, event_stream
+from .feeds import QueueFeed, Watch, follow_chunks
 from .http import json_response
 from .state import Proxy, proxy_of
-from .streams import close_later, dump
+from .streams import dump, opening, problem_event
 from .table import Spec
 
 __all__ = ["SPECS"]
@@ -39,18 +40,20 @@ def _last_id(request: Request) -> str | None:
     return raw
 
 
-async def _chunks(proxy: Proxy, queue: str, job_id: str, last: str | None) -> AsyncIterator[Event]:
-    async with proxy.using(queue) as q:
-        follow = q.follow_stream(job_id, last_id=last)
-        try:
-            yield Event("ready", dump({"queue": queue, "job_id": job_id, "last_id": last}))
-            async for chunk in follow:
-                yield Event("chunk", dump(chunk.data), chunk.id)
-            view = await proxy.admin.view(queue, must_exist=False)
-            job = await view.get_job(job_id)
-            yield Event("end", dump({"state": None if job is None else job.state}))
-        finally:
-            close_later(follow.aclose())
+async def _chunks(
+    proxy: Proxy, feed: QueueFeed, watch: Watch, job_id: str, last: str | None
+) -> AsyncIterator[Event]:
+    queue = feed.name
+    yield Event("ready", dump({"queue": queue, "job_id": job_id, "last_id": last}))
+    try:
+        async for chunk in follow_chunks(feed, watch, job_id, last):
+            yield Event("chunk", dump(chunk.data), chunk.id)
+        view = await proxy.admin.view(queue, must_exist=False)
+        job = await view.get_job(job_id)
+    except GlideMQError as exc:  # the server went away: say so and end, no traceback
+        yield problem_event(exc)
+        return
+    yield Event("end", dump({"state": None if job is None else job.state}))
 
 
 async def follow_output(request: Request) -> Response:
@@ -62,7 +65,15 @@ async def follow_output(request: Request) -> Response:
     job_id = validate_job_id(request.path_params["job_id"], "job_id")
     last = _last_id(request)
     await _job_state(proxy, queue, job_id)
-    return event_stream(_chunks(proxy, queue, job_id, last))
+    feed, admitted = await opening(proxy, lambda: proxy.feeds.queue(queue))
+    watch = feed.watch(job_id)
+
+    def close() -> None:
+        feed.unwatch(watch)
+        proxy.feeds.release(feed)
+        admitted()
+
+    return event_stream(_chunks(proxy, feed, watch, job_id, last), on_close=close)
 
 
 async def read_output(request: Request) -> Response:

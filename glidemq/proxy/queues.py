@@ -1,6 +1,6 @@
 """Routes on one queue and its jobs: adds (one, bulk, add-and-wait), pause, resume, drain,
 retry, clean, counts, metrics, workers; a job's detail, listing by state, priority, delay,
-promote, remove, revoke. Every read and action is a call of the admin layer or `Queue`."""
+data, promote, remove, revoke. Every read and action is a call of the admin layer or `Queue`."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from ..admin.model import ActionResult, JobRow
-from ..errors import JobNotFoundError, ValidationError
+from ..errors import ValidationError
 from ..keys import validate_job_id
 from .http import field, json_response, query_int, read_json
 from .state import proxy_of
@@ -188,14 +188,19 @@ async def change_priority(request: Request) -> Response:
 async def change_delay(request: Request) -> Response:
     """Run a delayed job `delay` ms from now instead."""
     queue = _queue(request)
-    job_id = _job_id(request)
     body = await read_json(request)
     delay = field(body, "delay", int)
-    job = await (await proxy_of(request).admin.view(queue)).get_job(job_id)
-    if job is None:
-        raise JobNotFoundError(queue, job_id)
-    await job.change_delay(delay)
-    return json_response(ActionResult(queue, "delay", job_id, True, f"delay {delay}, {job.state}"))
+    return _action(await proxy_of(request).admin.change_delay(queue, _job_id(request), delay))
+
+
+async def update_data(request: Request) -> Response:
+    """Replace the `data` of a job no worker has taken yet (409 once one fetched it, running
+    or held, or it finished: the server checks in the call that writes)."""
+    queue = _queue(request)
+    body = await read_json(request)
+    if "data" not in body:
+        raise ValidationError("data", "missing: give the new data (null is a value)")
+    return _action(await proxy_of(request).admin.update_data(queue, _job_id(request), body["data"]))
 
 
 async def promote(request: Request) -> Response:
@@ -301,6 +306,15 @@ SPECS = [
         "jobs",
         {"delay": "integer"},
         ("delay",),
+    ),
+    Spec(
+        "POST",
+        _J + "/data",
+        update_data,
+        "Replace a job's data",
+        "jobs",
+        {"data": "any"},
+        ("data",),
     ),
     Spec("POST", _J + "/promote", promote, "Promote a delayed job", "jobs", {}),
     Spec("DELETE", _J, remove, "Remove a job", "jobs"),

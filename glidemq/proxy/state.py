@@ -1,6 +1,7 @@
 """What the proxy holds for its life: the admin session (every read and action, on one
 connection), a bounded pool of `Queue`s for the writes that may create a queue (adds,
-schedulers, streams, signals), one `FlowProducer`, and the queue allowlist.
+schedulers, stream reads, signals), one `FlowProducer`, the shared feeds of the event
+streams with the gate that bounds how many are open, and the queue allowlist.
 
 Callers choose the queue names, so nothing here may grow with them: the pool keeps at most
 `max_queues` queues open (each has its own connections), closes the least recently used
@@ -24,8 +25,18 @@ from ..errors import GlideMQError, ValidationError
 from ..flows.flow import FlowProducer
 from ..keys import DEFAULT_PREFIX, validate_prefix, validate_queue_name
 from ..queue.queue import Queue
+from ..web.capacity import DEFAULT_MAX_STREAMS, StreamGate
+from .feeds import Feeds
 
-__all__ = ["DEFAULT_MAX_QUEUES", "Busy", "Forbidden", "Proxy", "QueuePool", "proxy_of"]
+__all__ = [
+    "DEFAULT_MAX_QUEUES",
+    "DEFAULT_MAX_STREAMS",
+    "Busy",
+    "Forbidden",
+    "Proxy",
+    "QueuePool",
+    "proxy_of",
+]
 
 DEFAULT_MAX_QUEUES = 16
 """Queues the proxy keeps open at once (each holds one to three server connections)."""
@@ -138,6 +149,7 @@ class Proxy:
         queues: Sequence[str] | None = None,
         max_wait: float = 300.0,
         max_queues: int = DEFAULT_MAX_QUEUES,
+        max_streams: int = DEFAULT_MAX_STREAMS,
     ) -> None:
         self.connection = resolve_connection(connection)
         self.prefix = validate_prefix(prefix)
@@ -149,6 +161,10 @@ class Proxy:
         self.max_wait = max_wait
         self.admin = Admin(self.connection, prefix=self.prefix)
         self.queues = QueuePool(self._make_queue, max_queues)
+        self.streams = StreamGate(max_streams, log="glidemq.proxy")
+        """Admits the event streams: at most `max_streams` open at once."""
+        self.feeds = Feeds(self.connection, self.prefix, self.admin)
+        """One reader per queue (and per broadcast subscription) with open streams."""
         self._flows: FlowProducer | None = None
         self._lock = asyncio.Lock()
 
@@ -184,6 +200,7 @@ class Proxy:
         """Close every connection. Idempotent."""
         flows, self._flows = self._flows, None
         await asyncio.gather(
+            self.feeds.close(),
             self.admin.close(),
             self.queues.close(),
             *([flows.close()] if flows is not None else []),

@@ -1,52 +1,64 @@
 """Server-sent event routes: a queue's lifecycle events, and a broadcast subscription
 (optionally filtered by subjects) whose messages the proxy delivers to the client; plus
-publishing to a broadcast."""
+publishing to a broadcast. Streams read from shared feeds (`feeds`) and are admitted by the
+proxy's `StreamGate` (503 with Retry-After past `max_streams`)."""
 
 from __future__ import annotations
 
-import asyncio
-from collections.abc import AsyncIterator, Coroutine
-from typing import Any
+import logging
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any, TypeVar
 
 import orjson
 from starlette.requests import Request
 from starlette.responses import Response
 
-from ..broadcast.broadcast import Broadcast, BroadcastWorker
-from ..job.job import Job
+from ..broadcast.broadcast import Broadcast
+from ..web.capacity import StreamsFull, out_of_descriptors
 from ..web.sse import Event, event_stream
+from .feeds import BroadcastFeed, Listener
 from .http import field, json_response, read_json
 from .state import Proxy, proxy_of
 from .table import Spec
 
-__all__ = ["SPECS"]
+__all__ = ["SPECS", "dump", "opening", "problem_event"]
 
-_BUFFER = 1000  # broadcast messages the proxy holds for a slow client
+T = TypeVar("T")
+log = logging.getLogger("glidemq.proxy")
 
 
 def dump(value: Any) -> str:
     return orjson.dumps(value, default=str).decode()
 
 
-_closing: set[asyncio.Task[None]] = set()
+def problem_event(exc: BaseException) -> Event:
+    """The last event of a stream the server stopped serving: `error`, `{error, message}`."""
+    log.warning("glidemq: proxy: an event stream ended: %s", exc)
+    return Event("error", dump({"error": "unavailable", "message": str(exc)}))
 
 
-def close_later(close: Coroutine[Any, Any, None]) -> None:
-    """Close a feed without awaiting: a stream's cleanup may run in a cancelled scope."""
-    task = asyncio.get_running_loop().create_task(close)
-    _closing.add(task)
-    task.add_done_callback(_closing.discard)
-
-
-async def _queue_events(proxy: Proxy, queue: str) -> AsyncIterator[Event]:
-    feed = proxy.admin.follow(queue)
-    await feed.start()
+async def opening(
+    proxy: Proxy, open_feed: Callable[[], Awaitable[T]]
+) -> tuple[T, Callable[[], None]]:
+    """Admit one more stream and open what it reads from; StreamsFull (503) past the cap,
+    or when the process is out of file descriptors. Returns the feed and the stream's
+    release of its admission."""
+    release = proxy.streams.admit()
     try:
-        yield Event("ready", dump({"queue": queue}))
-        async for ev in feed:
-            yield Event(ev.event, dump({"id": ev.id, "job_id": ev.job_id, **ev.fields}))
-    finally:
-        close_later(feed.close())
+        return await open_feed(), release
+    except BaseException as exc:
+        release()
+        if isinstance(exc, Exception) and out_of_descriptors(exc):
+            proxy.streams.warn_out_of_descriptors("a server connection could not be made")
+            raise StreamsFull("out of file descriptors; try again later") from exc
+        raise
+
+
+async def _queue_events(listener: Listener, queue: str) -> AsyncIterator[Event]:
+    yield Event("ready", dump({"queue": queue}))
+    while True:
+        ev = await listener.inbox.get()
+        yield Event(ev.event, dump({"id": ev.id, "job_id": ev.job_id, **ev.fields}))
 
 
 async def queue_events(request: Request) -> Response:
@@ -54,43 +66,48 @@ async def queue_events(request: Request) -> Response:
     completed, failed, progress, ...), data `{id, job_id, ...fields}`; first a `ready`."""
     proxy = proxy_of(request)
     queue = proxy.check(request.path_params["queue"])
-    return event_stream(_queue_events(proxy, queue))
-
-
-async def _messages(
-    worker: BroadcastWorker[Any, Any], inbox: asyncio.Queue[Job[Any, Any]]
-) -> AsyncIterator[Event]:
-    await worker.start()
+    feed, admitted = await opening(proxy, lambda: proxy.feeds.queue(queue))
     try:
-        yield Event("ready", dump({"broadcast": worker.name, "subscription": worker.subscription}))
-        while True:
-            job = await inbox.get()
-            yield Event("message", dump({"id": job.id, "name": job.name, "data": job.data}))
-    finally:
-        close_later(worker.close(force=True))
+        listener = await feed.listen()
+    except BaseException:
+        proxy.feeds.release(feed)
+        admitted()
+        raise
+
+    def close() -> None:
+        feed.unlisten(listener)
+        proxy.feeds.release(feed)
+        admitted()
+
+    return event_stream(_queue_events(listener, queue), on_close=close)
+
+
+async def _messages(feed: BroadcastFeed) -> AsyncIterator[Event]:
+    worker = feed.worker
+    yield Event("ready", dump({"broadcast": worker.name, "subscription": worker.subscription}))
+    while True:
+        job = await feed.inbox.get()
+        yield Event("message", dump({"id": job.id, "name": job.name, "data": job.data}))
 
 
 async def broadcast_events(request: Request) -> Response:
     """Receive broadcast `name` as subscription `subscription` (created if needed): one
     `message` event per message, data `{id, name, data}`; first a `ready`. `subject`
-    (repeatable) sets the subscription's subject filter (`orders.*.created`, `orders.>`)."""
+    (repeatable) sets the subscription's subject filter (`orders.*.created`, `orders.>`).
+    Streams of one subscription and filter share one consumer and its messages."""
     proxy = proxy_of(request)
     name = proxy.check(request.path_params["name"])
-    inbox: asyncio.Queue[Job[Any, Any]] = asyncio.Queue(_BUFFER)
-
-    async def deliver(job: Job[Any, Any]) -> None:
-        await inbox.put(job)  # waits (the message stays active) while the client is behind
-
-    worker: BroadcastWorker[Any, Any] = BroadcastWorker(  # checks every name first
-        name,
-        request.path_params["subscription"],
-        deliver,
-        connection=proxy.connection,
-        prefix=proxy.prefix,
-        subjects=request.query_params.getlist("subject") or None,
-        job_options={"remove_on_complete": True},
+    subjects = request.query_params.getlist("subject") or None
+    subscription = request.path_params["subscription"]
+    feed, admitted = await opening(
+        proxy, lambda: proxy.feeds.broadcast(name, subscription, subjects)
     )
-    return event_stream(_messages(worker, inbox))
+
+    def close() -> None:
+        proxy.feeds.release_broadcast(feed)
+        admitted()
+
+    return event_stream(_messages(feed), on_close=close)
 
 
 async def publish(request: Request) -> Response:

@@ -16,6 +16,7 @@ from ..job.flowview import DEFAULT_MAX_FLOW_NODES, Flow, read_flow
 from ..job.job import Job
 from ..wire import codes, ops
 from . import queries
+from .backlog import Backlog, read_backlog
 from .queries import Metrics, WorkerInfo, state_name
 from .request import fetch_outcomes
 
@@ -156,6 +157,12 @@ class QueueAdmin(Generic[D, R]):
             w, a, d, p, c, f, dl, paused=bool(r[7]), waiting_children=wc,
             group_waiting=gw, rate_limited=rl, suspended=su,
         )  # fmt: skip
+
+    async def get_backlog(self) -> Backlog:
+        """The jobs waiting to start (due delayed jobs included), the running ones and the
+        age of the oldest waiting one, read in one call: what an autoscaler reads
+        (docs/DEPLOY.md)."""
+        return await read_backlog(await self._context())
 
     async def count(self) -> int:
         """Jobs not yet started: waiting, prioritized and delayed (what `set_max_waiting`

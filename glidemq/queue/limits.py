@@ -74,6 +74,7 @@ class QueueLimits:
                 meta, {"rateLimitMax": str(limit.max), "rateLimitDuration": str(limit.duration)}
             )
         )
+        await ctx.confirm_writes("set_global_rate_limit")
 
     async def get_global_rate_limit(self) -> RateLimit | None:
         """The limit set by `set_global_rate_limit`, or None."""
@@ -92,6 +93,7 @@ class QueueLimits:
         await ctx.command(lambda c: c.hdel(meta, list(RATE_FIELDS)))
         await ctx.command(lambda c: c.hdel(rate, ["start", "count"]))
         await ctx.command(lambda c: c.delete([self.keys.base + "ratelog"]))
+        await ctx.confirm_writes("remove_global_rate_limit")
 
     async def set_global_concurrency(self, n: int) -> None:
         """Run at most `n` jobs of the queue at once over all workers; 0 removes the limit."""
@@ -103,6 +105,7 @@ class QueueLimits:
             await ctx.command(lambda c: c.hdel(meta, ["concurrency"]))
         else:
             await ctx.command(lambda c: c.hset(meta, {"concurrency": str(n)}))
+        await ctx.confirm_writes("set_global_concurrency")
 
     async def get_global_concurrency(self) -> int:
         """The limit set by `set_global_concurrency` (0: none)."""
@@ -115,10 +118,11 @@ async def set_max_waiting(ctx: QueueContext, limit: int | None) -> None:
     """Store the limit (None removes it)."""
     if limit is None:
         await ctx.command(lambda c: c.hdel(ctx.keys.meta, [_FIELD]))
-        return
-    if isinstance(limit, bool) or not isinstance(limit, int) or limit < 0:
-        raise ValidationError("max_waiting", f"must be an integer >= 0 or None, got {limit!r}")
-    await ctx.command(lambda c: c.hset(ctx.keys.meta, {_FIELD: str(limit)}))
+    else:
+        if isinstance(limit, bool) or not isinstance(limit, int) or limit < 0:
+            raise ValidationError("max_waiting", f"must be an integer >= 0 or None, got {limit!r}")
+        await ctx.command(lambda c: c.hset(ctx.keys.meta, {_FIELD: str(limit)}))
+    await ctx.confirm_writes("set_max_waiting")
 
 
 async def get_max_waiting(ctx: QueueContext) -> int | None:
@@ -131,12 +135,13 @@ async def set_max_waiting_per_key(ctx: QueueContext, limit: int | None) -> None:
     """Store the per-key limit (None removes it)."""
     if limit is None:
         await ctx.command(lambda c: c.hdel(ctx.keys.meta, [_PER_KEY_FIELD]))
-        return
-    if isinstance(limit, bool) or not isinstance(limit, int) or limit < 0:
-        raise ValidationError(
-            "max_waiting_per_key", f"must be an integer >= 0 or None, got {limit!r}"
-        )
-    await ctx.command(lambda c: c.hset(ctx.keys.meta, {_PER_KEY_FIELD: str(limit)}))
+    else:
+        if isinstance(limit, bool) or not isinstance(limit, int) or limit < 0:
+            raise ValidationError(
+                "max_waiting_per_key", f"must be an integer >= 0 or None, got {limit!r}"
+            )
+        await ctx.command(lambda c: c.hset(ctx.keys.meta, {_PER_KEY_FIELD: str(limit)}))
+    await ctx.confirm_writes("set_max_waiting_per_key")
 
 
 async def get_max_waiting_per_key(ctx: QueueContext) -> int | None:

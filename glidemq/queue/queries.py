@@ -5,14 +5,13 @@ jobs of each state (one HMGET each, plus a JSON decode of the data when filterin
 a search costs O(scan) server time however large the queue is; jobs beyond the first `scan`
 of a state are not searched. Metrics are counted by the server when a job finishes (one
 HINCRBY per completion batch or final failure) in a hash per kind holding the last 24 hours
-by minute. Workers register in a hash on every heartbeat (one HSET every few seconds).
+by minute. Workers register in a hash on every heartbeat (one HSET every few seconds;
+glidemq.wire.workers reads and writes it).
 """
 
 from __future__ import annotations
 
 import fnmatch
-import os
-import socket
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
@@ -23,12 +22,16 @@ from ..client.context import QueueContext
 from ..errors import ValidationError
 from ..job.job import Job
 from ..wire import ops
+from ..wire.workers import WorkerInfo, WorkerRegistration, get_workers, workers_key
 
 __all__ = [
     "Metrics",
     "WorkerInfo",
+    "WorkerRegistration",
+    "get_workers",
     "index_range",
     "state_name",
+    "workers_key",
 ]
 
 J = TypeVar("J", bound=Job[Any, Any])
@@ -63,9 +66,6 @@ METRICS_KINDS = ("completed", "failed")
 METRICS_MINUTES = 1440  # kept by the server (METRICS_MINUTES in the library)
 _MAX_STARS = 8  # glob stars per name pattern: bounds the matcher's backtracking
 _MISSING = object()
-_STALE_BEATS = 3  # heartbeats a worker may miss before it counts as gone
-_DELETE_BEATS = 10  # ... and after which its entry is deleted
-_STALE_SLACK_MS = 2000
 
 
 # -- search ----------------------------------------------------------------------------------
@@ -238,96 +238,6 @@ async def get_metrics(ctx: QueueContext, kind: str, minutes: int, now: int) -> M
     values = await ctx.command(lambda c: c.hmget(key, fields))
     counts = tuple(int(v) if v is not None else 0 for v in values)
     return Metrics(kind, (last - minutes + 1) * 60_000, counts)
-
-
-# -- workers ---------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True, slots=True)
-class WorkerInfo:
-    """A live worker of the queue. Times are epoch ms."""
-
-    id: str
-    host: str
-    pid: int
-    started: int
-    concurrency: int
-    last_heartbeat: int
-    running: tuple[str, ...] = ()
-    """Ids of the jobs it ran at its last heartbeat (at most 20)."""
-    completed: int = 0
-    """Jobs it completed since it started (as of its last heartbeat)."""
-    failed: int = 0
-    """Tries of it that failed since it started."""
-
-    def per_minute(self) -> float:
-        """Jobs it finished (completed or failed) per minute since it started."""
-        minutes = max(self.last_heartbeat - self.started, 1000) / 60_000
-        return (self.completed + self.failed) / minutes
-
-
-def workers_key(ctx: QueueContext) -> str:
-    return ctx.keys.base + "workers"
-
-
-class WorkerRegistration:
-    """A worker's entry in the queue's `workers` hash, refreshed on each heartbeat."""
-
-    def __init__(self, consumer: str, concurrency: int, interval_ms: int) -> None:
-        self.consumer = consumer
-        self.base = {
-            "id": consumer,
-            "host": socket.gethostname(),
-            "pid": os.getpid(),
-            "concurrency": concurrency,
-            "interval": interval_ms,
-        }
-
-    async def beat(self, ctx: QueueContext, stats: Mapping[str, Any] | None = None) -> None:
-        """Write the entry with the current time and `stats` (what it runs, what it
-        finished), in one HSET."""
-        now = ctx.now_ms()
-        self.base.setdefault("started", now)
-        value = orjson.dumps({**self.base, **(stats or {}), "heartbeat": now})
-        await ctx.command(lambda c: c.hset(workers_key(ctx), {self.consumer: value}))
-
-
-async def get_workers(ctx: QueueContext, now: int) -> list[WorkerInfo]:
-    """Workers that heart-beat within the last 3 heartbeat intervals, oldest first. Entries
-    silent for 10 intervals are deleted on the way (a worker that closes removes its own)."""
-    key = workers_key(ctx)
-    raw = await ctx.command(lambda c: c.hgetall(key))
-    live: list[WorkerInfo] = []
-    stale: list[bytes] = []
-    for field, value in (raw or {}).items():
-        try:
-            e = orjson.loads(value)
-            beat = int(e["heartbeat"])
-            silent = now - beat - _STALE_SLACK_MS
-            interval = int(e.get("interval", 5000))
-            if silent > _DELETE_BEATS * interval:
-                stale.append(field)
-            if silent > _STALE_BEATS * interval:
-                continue
-            live.append(
-                WorkerInfo(
-                    id=str(e.get("id", field.decode())),
-                    host=str(e.get("host", "")),
-                    pid=int(e.get("pid", 0)),
-                    started=int(e.get("started", 0)),
-                    concurrency=int(e.get("concurrency", 0)),
-                    last_heartbeat=beat,
-                    running=tuple(str(i) for i in e.get("running", ())[:20]),
-                    completed=int(e.get("completed", 0)),
-                    failed=int(e.get("failed", 0)),
-                )
-            )
-        except (orjson.JSONDecodeError, KeyError, TypeError, ValueError):
-            stale.append(field)
-    if stale:
-        fields: list[str | bytes] = list(stale)
-        await ctx.command(lambda c: c.hdel(key, fields))
-    return sorted(live, key=lambda w: (w.started, w.id))
 
 
 def index_range(start: int, end: int) -> Any:

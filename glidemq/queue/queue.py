@@ -18,8 +18,9 @@ from ..client.renewal import queue_renewal
 from ..encoding.serialize import encode_data
 from ..encoding.serializers import DEFAULT_SERIALIZER, get_serializer
 from ..errors import (
-    GlideMQError,
+    DurabilityError,
     PayloadTooLargeError,
+    QueueClosedError,
     QueueFullError,
     ServerError,
     ValidationError,
@@ -27,7 +28,8 @@ from ..errors import (
 from ..flows.budget import QueueBudget
 from ..job.job import Job
 from ..job.streams import QueueStreams
-from ..keys import DEFAULT_PREFIX, QueueKeys
+from ..keys import DEFAULT_PREFIX, QueueKeys, validate_job_name
+from ..options.durability import DurabilityLike
 from ..types import JobOptions, bulk_item
 from ..wire import Call, adds, send
 from ..wire.features import claim_serializer
@@ -48,6 +50,9 @@ D = TypeVar("D")
 R = TypeVar("R")
 
 _BULK_CHUNK = 1000  # most coalesced single adds in one FCALL
+_BULKS_IN_FLIGHT = 8  # coalesced add calls sent and not answered yet, at most
+CLOSE_TIMEOUT_S = 10.0
+"""How long `Queue.close()` sends the adds it accepted before it fails the rest."""
 # A flush that finds no other coalesced add in flight splits this many or more in two halves,
 # so the client builds one call while the server runs the other (docs/BENCHMARKS.md).
 _SPLIT_AT = 8
@@ -77,6 +82,8 @@ class Queue(
     `JobOptions.result_ttl` for jobs added through this Queue. `serializer` encodes job data:
     `"json"` (the default, readable by every language) or `"msgpack"` (Python only); it is
     recorded for the queue, and a Queue or Worker with another one is refused.
+    `durability` ("replicated", "fsync" or a `Durability`) overrides the connection's: adds
+    and every other write are acknowledged only once confirmed (docs/DURABILITY.md).
     """
 
     def __init__(
@@ -88,6 +95,7 @@ class Queue(
         compression: bool = False,
         result_ttl: int | None = None,
         serializer: str = DEFAULT_SERIALIZER,
+        durability: DurabilityLike = None,
     ) -> None:
         self.keys = QueueKeys(name, prefix)
         self._serializer = get_serializer(serializer)
@@ -95,17 +103,22 @@ class Queue(
         self.result_ttl = validate_result_ttl(result_ttl)
         self._results: ResultWaiter | None = None
         self.name = name
-        self.connection = resolve_connection(connection)
+        self.connection = resolve_connection(connection).with_durability(durability)
         self.compression = compression
         self._client: Client | None = None
         self._ctx: QueueContext | None = None
         self._lock = asyncio.Lock()
         self._closed = False
+        self._closing = False  # close() began: no new add; those accepted are still sent
         self._adds: list[tuple[list[str | bytes], asyncio.Future[Any]]] = []
         self._add_scheduled = False
         self._add_in_flight = False  # a lone add is being sent by its own caller
-        self._bulks_in_flight = 0  # coalesced adds being sent (_send_adds)
+        self._bulks_in_flight = 0  # coalesced adds being sent or waiting to (_send_adds)
+        self._bulk_gate: asyncio.Semaphore | None = None  # _BULKS_IN_FLIGHT calls at once
+        self._sending = 0  # adds accepted and not answered yet, outside _add_tasks
+        self._quiet: asyncio.Event | None = None  # set by close(): woken as adds finish
         self._add_tasks: set[asyncio.Task[None]] = set()
+        self._confirmed_adds: asyncio.Lock | None = None  # durability: one shared call at a time
         self._blocking: Client | None = None  # blocking stream reads (glidemq/job/streams.py)
         self._blocking_lock: asyncio.Lock | None = None
         # Asked once: None (OpenTelemetry absent or no provider) adds no span and no field.
@@ -124,7 +137,7 @@ class Queue(
         if self._ctx is not None:
             return self._ctx
         if self._closed:
-            raise GlideMQError(f"queue {self.name!r} is closed")
+            raise QueueClosedError(self.name)
         async with self._lock:
             if self._ctx is None:
                 client = await connect_with_library(
@@ -138,6 +151,9 @@ class Queue(
                     retry=self.connection.retry,
                     serializer=self._serializer,
                     clock=self.connection.clock,
+                    durability=self.connection.confirmation,
+                    request_timeout_ms=self.connection.request_timeout_ms,
+                    where=self.connection.where,
                 )
                 try:
                     await claim_serializer(ctx, self.serializer, "Queue")
@@ -149,9 +165,19 @@ class Queue(
                 queue_renewal(self._ctx, self.connection, f"glidemq-queue-{self.name}")
         return self._ctx
 
-    async def close(self) -> None:
-        """Close the connection. Idempotent."""
+    async def close(self, timeout: float | None = CLOSE_TIMEOUT_S) -> None:
+        """Close the connection. Idempotent. Adds already accepted (awaited by their callers)
+        are sent first, for at most `timeout` seconds (None: until they are); those still not
+        sent then fail with QueueClosedError (nothing of them is written), and new calls
+        raise QueueClosedError at once."""
+        if not self._closing:
+            self._closing = True
+            await self._send_accepted(timeout)
         self._closed = True
+        for _, future in self._adds:  # accepted, never taken by a flush
+            if not future.done():
+                future.set_exception(QueueClosedError(self.name, "the add was not sent"))
+        self._adds = []
         if self._results is not None:
             await self._results.close()
         await self._close_streams()
@@ -159,6 +185,34 @@ class Queue(
         if ctx is not None:
             client = ctx.client  # a renewed connection replaced the first client
         await close_client(client)
+        # batches still waiting for their turn fail at once now; their callers hear it here
+        await asyncio.gather(*list(self._add_tasks), return_exceptions=True)
+
+    def _adds_under_way(self) -> bool:
+        return bool(self._sending or self._adds or self._add_tasks)
+
+    async def _send_accepted(self, timeout: float | None) -> None:
+        """Wait until every accepted add was answered, or `timeout` ran out."""
+        if not self._adds_under_way():
+            return
+        quiet = self._quiet = asyncio.Event()
+
+        async def settled() -> None:
+            while self._adds_under_way():
+                quiet.clear()
+                await quiet.wait()
+
+        try:
+            await asyncio.wait_for(settled(), timeout)
+        except TimeoutError:
+            pass
+        finally:
+            self._quiet = None
+
+    def _add_done(self) -> None:
+        """One accepted add (or batch of them) was answered: wake a waiting close()."""
+        if self._quiet is not None:
+            self._quiet.set()
 
     # -- adding ------------------------------------------------------------------------------
 
@@ -171,8 +225,7 @@ class Queue(
         self, name: Any, data: Any, opts: JobOptions, traceparent: str | None
     ) -> list[str | bytes]:
         """One job for a bulk add (`glidemq.wire.adds.bulk_job`)."""
-        if not isinstance(name, str):
-            raise ValidationError("name", "must be a string")
+        validate_job_name(name)
         encoded = encode_data(data, compress=self.compression, serializer=self._serializer)
         header = plan_for(opts).header
         if traceparent:
@@ -185,20 +238,22 @@ class Queue(
         """The deduplicated add of one job."""
         d = opts.deduplication
         assert d is not None
+        validate_job_name(name)
         encoded = encode_data(data, compress=self.compression, serializer=self._serializer)
         opts_json = self._opts_json(opts, traceparent)
         args = adds.job_args(name, encoded, opts_json, now, opts, opts.job_id)
         return adds.dedup_call(self.keys, d.id, d.ttl, d.mode, args)
 
     def _added(
-        self, reply: Any, name: str, data: Any, opts: JobOptions, now: int
+        self, ctx: QueueContext, reply: Any, name: str, data: Any, opts: JobOptions, now: int
     ) -> Job[D, R] | None:
+        """The Job an answered add made; `ctx` is the connection it went out on (close()
+        may have dropped the queue's own since)."""
         job_id = adds.added_id(reply, self.name, opts)
         if job_id is None:
             return None
-        assert self._ctx is not None
         return Job.created(
-            self._ctx,
+            ctx,
             job_id,
             name,
             data,
@@ -235,22 +290,37 @@ class Queue(
         traceparent: str | None,
     ) -> Job[D, R] | None:
         options = default_result_ttl(JobOptions.coerce(opts), self.result_ttl)
+        if self._closing:
+            raise QueueClosedError(self.name)
         ctx = self._ctx if self._ctx is not None else await self._context()
         if options.deduplication is not None:
             now = self.connection.clock.now_ms()
-            reply = await send(ctx, self._dedup_call(name, data, options, now, traceparent))
-            return self._added(reply, name, data, options, now)
+            self._sending += 1
+            try:
+                reply = await send(ctx, self._dedup_call(name, data, options, now, traceparent))
+            except DurabilityError as exc:
+                raise exc.naming(adds.written_ids([exc.reply])) from None
+            finally:
+                self._sending -= 1
+                self._add_done()
+            return self._added(ctx, reply, name, data, options, now)
         if not (self._add_in_flight or self._add_scheduled or self._bulks_in_flight):
             # No other add under way: send this one now, from this task. A lone add then
             # costs what the client's call costs, with no hop through another task.
             self._add_in_flight = True
+            self._sending += 1
             try:
                 now = self.connection.clock.now_ms()
                 call = self._lone_add_call(name, data, options, traceparent, now)
                 reply = _lone_reply(call, await send(ctx, call))
+            except DurabilityError as exc:
+                written = adds.written_ids([_lone_reply(call, exc.reply)])
+                raise exc.naming(written) from None
             finally:
                 self._add_in_flight = False
-            return self._added(reply, name, data, options, now)
+                self._sending -= 1
+                self._add_done()
+            return self._added(ctx, reply, name, data, options, now)
         args = self._compact(name, data, options, traceparent)
         loop = asyncio.get_running_loop()
         future: asyncio.Future[Any] = loop.create_future()
@@ -260,21 +330,23 @@ class Queue(
             # until then: adds made meanwhile share one call.
             self._add_scheduled = True
             self._start_add_task(loop, self._flush_adds())
-        reply, now = await future
-        return self._added(reply, name, data, options, now)
+        reply, now, sent_on = await future
+        return self._added(sent_on, reply, name, data, options, now)
 
     def plain_add_call(
         self, name: str, data: D | None, opts: JobOptions | Mapping[str, Any] | None
     ) -> tuple[Call, JobOptions, int] | None:
         """The FCALL of one add, the job's options and its time, for a caller that sends
         it on a client of its own (the sync API's); None when the add must go through
-        `add`: deduplicated, traced, on a memory server, or before the first connect."""
+        `add`: deduplicated, traced, on a memory server, with durability, or before the
+        first connect."""
         options = default_result_ttl(JobOptions.coerce(opts), self.result_ttl)
         if (
             options.deduplication is not None
             or self._tracing is not None
             or self._ctx is None
             or self.connection.backend is not None
+            or self.connection.durability is not None  # the wait goes with the async path
         ):
             return None
         now = self.connection.clock.now_ms()
@@ -284,7 +356,9 @@ class Queue(
         self, call: Call, reply: Any, name: str, data: D | None, options: JobOptions, now: int
     ) -> Job[D, R] | None:
         """The Job a `plain_add_call` made, from the call's reply."""
-        return self._added(_lone_reply(call, reply), name, data, options, now)
+        ctx = self._ctx
+        assert ctx is not None  # plain_add_call gave a call: the queue was connected
+        return self._added(ctx, _lone_reply(call, reply), name, data, options, now)
 
     def _lone_add_call(
         self, name: Any, data: Any, options: JobOptions, traceparent: str | None, now: int
@@ -293,8 +367,7 @@ class Queue(
         else a one-job glidemq_addBulk."""
         plan = plan_for(options)
         if plan.plain:
-            if not isinstance(name, str):
-                raise ValidationError("name", "must be a string")
+            validate_job_name(name)
             encoded = encode_data(data, compress=self.compression, serializer=self._serializer)
             opts_json = self._opts_json(options, traceparent)
             return adds.add_call(self.keys, now, name, opts_json, encoded, plan.attempts)
@@ -306,9 +379,16 @@ class Queue(
     ) -> None:
         task = loop.create_task(coro)
         self._add_tasks.add(task)
-        task.add_done_callback(self._add_tasks.discard)
+        task.add_done_callback(self._add_task_done)
+
+    def _add_task_done(self, task: asyncio.Task[None]) -> None:
+        self._add_tasks.discard(task)
+        self._add_done()
 
     async def _flush_adds(self) -> None:
+        if self.connection.durability is not None:
+            await self._flush_adds_confirmed()
+            return
         self._add_scheduled = False
         pending, self._adds = self._adds, []
         chunk = _BULK_CHUNK
@@ -321,17 +401,42 @@ class Queue(
             pending = pending[:chunk]
         await self._send_adds(pending)
 
+    async def _flush_adds_confirmed(self) -> None:
+        """With durability each call's wait holds the connection, and adds sent meanwhile
+        would only queue behind it: they wait for the call in flight and go out together,
+        one call and one wait."""
+        if self._confirmed_adds is None:
+            self._confirmed_adds = asyncio.Lock()
+        async with self._confirmed_adds:
+            self._add_scheduled = False
+            pending, self._adds = self._adds, []
+            for start in range(0, len(pending), _BULK_CHUNK):
+                await self._send_adds(pending[start : start + _BULK_CHUNK])
+
     async def _send_adds(
         self, pending: list[tuple[list[str | bytes], asyncio.Future[Any]]]
     ) -> None:
-        now = self.connection.clock.now_ms()
-        jobs = [job for job, _ in pending]
         self._bulks_in_flight += 1
+        if self._bulk_gate is None:
+            self._bulk_gate = asyncio.Semaphore(_BULKS_IN_FLIGHT)
         try:
-            ctx = await self._context()
-            # Item 7 of each job is its custom id: with one everywhere, a resend is harmless.
-            call = adds.add_bulk_call(self.keys, now, jobs, safe=all(job[6] for job in jobs))
-            replies = await send(ctx, call)
+            async with self._bulk_gate:
+                if self._closed:  # close() ran out of time before this batch's turn
+                    raise QueueClosedError(self.name, "the add was not sent")
+                now = self.connection.clock.now_ms()
+                jobs = [job for job, _ in pending]
+                ctx = await self._context()
+                # Item 7 of each job is its custom id: with one everywhere, a resend is harmless.
+                call = adds.add_bulk_call(self.keys, now, jobs, safe=all(job[6] for job in jobs))
+                replies = await send(ctx, call)
+        except DurabilityError as exc:
+            # each caller hears of its own job: written, not confirmed
+            got = exc.reply if isinstance(exc.reply, list) else []
+            for i, (_, future) in enumerate(pending):
+                if not future.done():
+                    job = got[i] if i < len(got) else None
+                    future.set_exception(exc.naming(adds.written_ids([job])))
+            return
         except BaseException as exc:
             for _, future in pending:
                 if not future.done():
@@ -341,7 +446,7 @@ class Queue(
             self._bulks_in_flight -= 1
         for (_, future), reply in zip(pending, replies, strict=True):
             if not future.done():
-                future.set_result((reply, now))
+                future.set_result((reply, now, ctx))
 
     async def add_bulk(
         self, jobs: Iterable[Mapping[str, Any] | tuple[str, Any] | tuple[str, Any, Any]]
@@ -364,17 +469,24 @@ class Queue(
         jobs: Iterable[Mapping[str, Any] | tuple[str, Any] | tuple[str, Any, Any]],
         traceparent: str | None,
     ) -> list[Job[D, R] | None]:
+        if self._closing:
+            raise QueueClosedError(self.name)
         now = self.connection.clock.now_ms()
         items = self._bulk_items(jobs, now, traceparent)
         ctx = await self._context()
-        replies = await _send_bulk(ctx, items, _bulk_calls(self.keys, items, now))
+        self._sending += 1
+        try:
+            replies = await _send_bulk(ctx, items, _bulk_calls(self.keys, items, now))
+        finally:
+            self._sending -= 1
+            self._add_done()
         refused = queue_limits.refused_items(replies)
         out: list[Job[D, R] | None] = []
         for (name, data, options, _), reply in zip(items, replies, strict=True):
             if refused and (reply is None or queue_limits.is_full(reply)):
                 out.append(None)
             else:
-                out.append(self._added(reply, name, data, options, now))
+                out.append(self._added(ctx, reply, name, data, options, now))
         if refused:
             raise QueueFullError(self.name, out, refused)
         return out
@@ -391,8 +503,7 @@ class Queue(
         for i, item in enumerate(jobs):
             name, data, raw_opts = bulk_item(i, item)
             try:
-                if not isinstance(name, str):
-                    raise ValidationError("name", "must be a string")
+                validate_job_name(name)
                 options = default_result_ttl(JobOptions.coerce(raw_opts), self.result_ttl)
                 # one trace context for the whole bulk: runs of like jobs stay shared
                 payload: list[str | bytes] | Call
@@ -520,6 +631,17 @@ def _bulk_calls(keys: QueueKeys, items: list[_BulkItem], now: int) -> list[tuple
     return calls
 
 
+def _written_in(chunk: list[tuple[Call, list[int]]], replies: Any) -> list[str]:
+    """The ids of the jobs a pipeline of add calls wrote, from its replies."""
+    per_job: list[Any] = []
+    for (call, _), reply in zip(chunk, replies if isinstance(replies, list) else [], strict=False):
+        if call.function == adds.ADD_BULK.name and isinstance(reply, list):
+            per_job.extend(reply)
+        else:
+            per_job.append(reply)
+    return adds.written_ids(per_job)
+
+
 async def _send_bulk(
     ctx: QueueContext, items: list[_BulkItem], calls: list[tuple[Call, list[int]]]
 ) -> list[Any]:
@@ -531,7 +653,11 @@ async def _send_bulk(
         # Resent after a time-out only when every job has a custom or deduplication id.
         safe = all(items[j][2].job_id or items[j][2].deduplication for c in chunk for j in c[1])
         # A call answered MOVED / TRYAGAIN / CLUSTERDOWN did not run: it is sent again.
-        replies = await ctx.pipeline([c for c, _ in chunk], safe=safe)
+        try:
+            replies = await ctx.pipeline([c for c, _ in chunk], safe=safe)
+        except DurabilityError as exc:
+            # the jobs of earlier pipelines were confirmed; these were written, not confirmed
+            raise exc.naming(_written_in(chunk, exc.reply)) from None
         for (call, idx), reply in zip(chunk, replies, strict=True):
             if isinstance(reply, Exception):
                 raise ServerError(f"add_bulk: {reply}")

@@ -32,8 +32,10 @@ from ..errors import (
     JobFailedError,
     JobNotFoundError,
     JobTimeoutError,
+    QueueClosedError,
     ValidationError,
 )
+from ..job import waits
 from ..types import JobOptions, OptionsKey, options_key
 
 if TYPE_CHECKING:
@@ -183,13 +185,21 @@ class ResultWaiter:
             remaining = None if deadline is None else max(0.0, deadline - loop.time())
             done, _ = await asyncio.wait({waiter.future}, timeout=remaining)
             if not done:
-                raise JobTimeoutError(
-                    f"job {job_id!r} of queue {self.queue.name!r} did not finish within {timeout} s"
-                )
+                raise JobTimeoutError(await self._timed_out(ctx, job_id, timeout))
             outcome = waiter.future.result()
         finally:
             self._unregister(job_id, waiter)
         return await self._result(ctx, job_id, outcome)
+
+    async def _timed_out(self, ctx: QueueContext, job_id: str, timeout: float | None) -> str:
+        """The message of a wait that ran out: the job's state and why it is still there."""
+        text = f"job {job_id!r} of queue {self.queue.name!r} did not finish within {timeout} s"
+        try:
+            state = await ctx.get_state(job_id)
+        except GlideMQError:
+            return text
+        why = "" if state is None else await waits.unfinished_reason(ctx, state)
+        return f"{text} (still {state}): {why}" if why else text
 
     async def close(self) -> None:
         """Stop reading and fail every caller still waiting. Idempotent."""
@@ -205,7 +215,7 @@ class ResultWaiter:
         for ws in waiters.values():
             for w in ws:
                 if not w.future.done():
-                    w.future.set_exception(GlideMQError(f"queue {self.queue.name!r} is closed"))
+                    w.future.set_exception(QueueClosedError(self.queue.name))
 
     # -- registration ----------------------------------------------------------------------
 
@@ -257,7 +267,7 @@ class ResultWaiter:
 
     async def _start_reader(self) -> None:
         if self._closed:
-            raise GlideMQError(f"queue {self.queue.name!r} is closed")
+            raise QueueClosedError(self.queue.name)
         if self._reader is not None and not self._reader.done():
             return
         async with self._start_lock:

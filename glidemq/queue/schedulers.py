@@ -31,7 +31,7 @@ import orjson
 from ..client.context import QueueContext
 from ..encoding.serialize import encode_data
 from ..errors import GlideMQError, PayloadTooLargeError, ServerError, ValidationError
-from ..keys import validate_job_id
+from ..keys import validate_job_id, validate_job_name
 from ..timing.cron import CronExpression, parse_cron, resolve_tz
 from ..types import Backoff, JobOptions, from_mapping, retention_from_wire
 from ..wire import adds, codes, send
@@ -52,8 +52,8 @@ class JobTemplate:
     opts: JobOptions = field(default_factory=JobOptions)
 
     def __post_init__(self) -> None:
-        if self.name is not None and (not isinstance(self.name, str) or not self.name):
-            raise ValidationError("template.name", "must be a non-empty string")
+        if self.name is not None:
+            validate_job_name(self.name, "template.name")
         if not isinstance(self.opts, JobOptions):
             raise ValidationError("template.opts", "must be JobOptions or a dict of them")
         if self.opts.job_id is not None:
@@ -418,6 +418,8 @@ async def get_all(ctx: QueueContext) -> list[JobScheduler]:
 
 async def remove(ctx: QueueContext, name: str) -> bool:
     n = await ctx.command(lambda c: c.hdel(schedulers_key(ctx), [name]))
+    if n:
+        await ctx.confirm_writes("remove_job_scheduler")
     return bool(n)
 
 

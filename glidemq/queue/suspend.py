@@ -36,7 +36,12 @@ class QueueSuspend:
 
     async def signal(self, job_id: str, name: str, data: Any = None) -> str:
         """Wake suspended job `job_id`: it runs again with {name, data} appended to
-        `job.signals`. Returns its new state; JobStateError when it is not suspended."""
+        `job.signals`. Returns its new state; JobStateError when it is not suspended.
+
+        A durable workflow (glidemq.durable) takes it as event `name`: waiting for it, it
+        goes on with `data`; otherwise, until it finishes, the event is kept for its next
+        wait of that name (the state returned is then the workflow's, unchanged).
+        JobStateError when it finished or keeps too many events (100, 4 MiB)."""
         raw = encode_signal(name, data)
         ctx = await self._context()
         await sweep(ctx, ctx.now_ms())  # an expired suspension fails rather than wakes
@@ -45,7 +50,11 @@ class QueueSuspend:
         if state == "0":
             raise JobNotFoundError(keys.name, job_id)
         if state == codes.STATE:
-            raise JobStateError(job_id, "signal", "it is not suspended")
+            raise JobStateError(job_id, "signal", "it is not suspended (or it finished)")
+        if state == codes.MAILBOX_FULL:
+            raise JobStateError(job_id, "signal", "its mailbox is full (100 events or 4 MiB)")
+        if state == codes.TOO_LARGE:
+            raise JobStateError(job_id, "signal", "the workflow's history is full (8 MiB)")
         if state.startswith("ERR"):
             raise ServerError(f"signal: {state}")
         return state

@@ -45,7 +45,14 @@ def _connection(cfg: RuntimeConfig) -> ConnectionOptions:
     else:
         conn = ConnectionOptions.from_url(read_url(cfg) or DEFAULT_URL, **tls)
     glide_tls_settings(conn)  # an unreadable TLS file is a usage error, found now
-    return conn
+    return _durable(cfg, conn)
+
+
+def _durable(cfg: RuntimeConfig, conn: ConnectionOptions) -> ConnectionOptions:
+    """`conn` with the durability the flags ask for (a bad combination: ValidationError)."""
+    return conn.with_durability(
+        cfg.durability, replicas=cfg.replicas, timeout_ms=cfg.durability_timeout_ms
+    )
 
 
 def _probe_in_child(cfg: RuntimeConfig, w: int) -> int:
@@ -231,7 +238,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 return ExitCode.USAGE
             server = EmbeddedValkey(port=wanted).start()
             print(f"glidemq-run: embedded Valkey at {server.url}", file=sys.stderr, flush=True)
-            conn = ConnectionOptions.from_url(server.url)
+            conn = _durable(cfg, ConnectionOptions.from_url(server.url))
         assert conn is not None
         problem, schedules = _probe_processor(cfg)
         if problem is not None:

@@ -68,6 +68,9 @@ class RuntimeConfig:
     tls_key_file: str | None = None
     tls_server_name: str | None = None
     tls_insecure: bool = False
+    durability: str | None = None
+    replicas: int | None = None
+    durability_timeout_ms: int | None = None
 
 
 _EXAMPLES = """examples:
@@ -143,6 +146,25 @@ def build_parser() -> argparse.ArgumentParser:
     tls.add_argument("--tls-server-name", metavar="NAME", help="name the certificate must carry")
     tls.add_argument(
         "--tls-insecure", action="store_true", help="do not verify the server's certificate"
+    )
+    durable = p.add_argument_group("durability (docs/DURABILITY.md)")
+    durable.add_argument(
+        "--durability",
+        choices=("replicated", "fsync", "none"),
+        help="acknowledge completions, failures and every other write only once replicas "
+        "(WAIT) or the AOF (WAITAOF) confirmed them (default: none)",
+    )
+    durable.add_argument(
+        "--replicas",
+        type=non_negative_int,
+        metavar="N",
+        help="replicas that must confirm a write (default 1 with replicated, 0 with fsync)",
+    )
+    durable.add_argument(
+        "--durability-timeout",
+        type=positive_int,
+        metavar="MS",
+        help="how long a write waits for its confirmation (default 1000)",
     )
     p.add_argument("--prefix", help="key prefix (default: glide)")
     p.add_argument("--prefetch", type=positive_int, help="most jobs taken per fetch")
@@ -256,6 +278,9 @@ _ENV_FIELDS: dict[str, tuple[str, str]] = {
     "TLS_KEY_FILE": ("tls_key_file", "str"),
     "TLS_SERVER_NAME": ("tls_server_name", "str"),
     "TLS_INSECURE": ("tls_insecure", "bool"),
+    "DURABILITY": ("durability", "str"),
+    "REPLICAS": ("replicas", "int"),
+    "DURABILITY_TIMEOUT": ("durability_timeout_ms", "int"),
 }
 
 _ARG_FIELDS = {
@@ -291,6 +316,9 @@ _ARG_FIELDS = {
     "tls_key_file": "tls_key_file",
     "tls_server_name": "tls_server_name",
     "tls_insecure": "tls_insecure",
+    "durability": "durability",
+    "replicas": "replicas",
+    "durability_timeout": "durability_timeout_ms",
 }
 
 _SERVER_FIELDS = ("url", "url_file", "url_fd", "cluster", "embedded")

@@ -1,4 +1,6 @@
-"""Logging for the supervisor and its workers: text or JSON lines with process slot and pid."""
+"""Logging for the supervisor and its workers: text or JSON lines with process slot and pid.
+A record's `glidemq` dict (the facts of a failed job, a lost connection, ...) becomes fields
+of its JSON line; the text line already says them."""
 
 from __future__ import annotations
 
@@ -36,6 +38,9 @@ class _JsonFormatter(logging.Formatter):
             "logger": record.name,
             "msg": record.getMessage(),
         }
+        facts = getattr(record, "glidemq", None)  # job id, queue, ... (glidemq.worker.report)
+        if isinstance(facts, dict):
+            out.update({k: v for k, v in facts.items() if k not in out})
         if record.exc_info:
             out["exc"] = self.formatException(record.exc_info)
         return orjson.dumps(out).decode()

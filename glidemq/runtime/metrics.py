@@ -19,6 +19,9 @@ from collections.abc import Mapping
 from functools import partial
 from typing import Any, Protocol
 
+from ..admin.prometheus import queue_metrics
+from ..queue.backlog import Backlog
+
 __all__ = ["MAX_CONNECTIONS", "REQUEST_TIMEOUT", "MetricsServer", "Observed", "render_metrics"]
 
 
@@ -36,6 +39,7 @@ class Observed(Protocol):
     target: int
     state: str
     queue_counts: dict[str, dict[str, int]]
+    queue_backlog: dict[str, dict[str, Any]]  # queue -> Backlog.as_dict()
 
     @property
     def children(self) -> Mapping[int, _Child]: ...
@@ -119,12 +123,8 @@ def render_metrics(sup: Observed) -> str:
                 for c in children
             ],
         )
-    rows = [
-        _line("glidemq_queue_jobs", n, {"queue": q, "state": state})
-        for q, counts in sorted(sup.queue_counts.items())
-        for state, n in sorted(counts.items())
-    ]
-    metric("glidemq_queue_jobs", "gauge", "Jobs in each state, per queue.", rows)
+    backlogs = {q: Backlog.from_dict(d) for q, d in sup.queue_backlog.items()}
+    out.extend(queue_metrics(sup.queue_counts, backlogs))
     return "\n".join(out) + "\n"
 
 

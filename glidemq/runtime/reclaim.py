@@ -122,7 +122,13 @@ async def reclaim(
         for h in holdings:
             key = (h.prefix, h.queue)
             if key not in contexts:
-                contexts[key] = QueueContext(client, QueueKeys(h.queue, h.prefix), retry=conn.retry)
+                contexts[key] = QueueContext(
+                    client,
+                    QueueKeys(h.queue, h.prefix),
+                    retry=conn.retry,
+                    durability=conn.confirmation,
+                    request_timeout_ms=conn.request_timeout_ms,
+                )
             try:
                 r, f = await _reclaim_one(contexts[key], h)
             except GlideMQError as exc:

@@ -17,13 +17,13 @@ import signal
 import time
 from collections import deque
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from typing import Any
 
 from ..client.connection import ConnectionOptions
-from ..process.frames import FrameDecoder
 from ..process.setup import run_as_child
 from . import ipc
+from .children import ForkedProcess
 from .config import ExitCode, RuntimeConfig
 from .deaths import DeathCauses
 from .logs import setup_logging
@@ -49,29 +49,11 @@ HANDLED = (
 KILL_AFTER_TERM = 3.0  # a silent child gets SIGTERM, then SIGKILL this much later
 BOOT_TIMEOUT = 60.0  # a child that never reports ready is treated as silent after this
 RECLAIM_TIMEOUT = 20.0  # the reclaimer forked at the end of a drain gets this long
+READ_PER_TURN = 256 * 1024
+"""Most bytes the supervisor reads from one child's pipe in one turn of its loop."""
+_READ_CHUNK = 64 * 1024
 
 WorkerMain = Callable[[RuntimeConfig, ConnectionOptions, int, int, Sequence[Holding]], int]
-
-
-@dataclass
-class ForkedProcess:
-    """What the supervisor knows about one process it forked (a worker, or the reclaimer)."""
-
-    slot: int
-    pid: int
-    fd: int
-    generation: int
-    started: float
-    reader: FrameDecoder = field(default_factory=ipc.new_reader)
-    last_seen: float = 0.0
-    ready: bool = False
-    stopping: bool = False
-    kill_at: float | None = None
-    stats: dict[str, Any] = field(default_factory=dict)
-    boot_error: dict[str, Any] | None = None
-    exit_reason: str | None = None
-    holdings: list[Holding] = field(default_factory=list)
-    reclaimer: bool = False  # the short-lived process handing back dead children's jobs
 
 
 class Supervisor:
@@ -105,6 +87,7 @@ class Supervisor:
         self.retired_completed = 0
         self.retired_failed = 0
         self.queue_counts: dict[str, dict[str, int]] = {}
+        self.queue_backlog: dict[str, dict[str, Any]] = {}
         self.metrics: MetricsServer | None = None
         # holdings of dead children not yet handed back -> pid of the child told to do it
         self.orphans: dict[tuple[str, str, str], Holding] = {}
@@ -284,9 +267,12 @@ class Supervisor:
         return child
 
     def _read_child(self, child: ForkedProcess) -> None:
-        while True:
+        # At most READ_PER_TURN bytes per turn: a child that writes as fast as it can must
+        # not keep the loop here, away from the other children, the signals and the
+        # deadlines. What is left stays in the pipe; the next select reports it again.
+        for _ in range(READ_PER_TURN // _READ_CHUNK):
             try:
-                data = os.read(child.fd, 65536)
+                data = os.read(child.fd, _READ_CHUNK)
             except BlockingIOError:
                 return
             except OSError:
@@ -316,8 +302,13 @@ class Supervisor:
         kind = message.get("type")
         if kind == ipc.HEARTBEAT:
             child.stats = {k: message.get(k, 0) for k in ("completed", "failed", "active", "rss")}
+            running = message.get("running")
+            if isinstance(running, list):
+                child.running, child.reported = running, child.last_seen
             if "queues" in message:
                 self.queue_counts = message["queues"]
+            if "backlog" in message:
+                self.queue_backlog = message["backlog"]
         elif kind == ipc.READY:
             child.ready = True
             self.generation_ready[child.generation] = True
@@ -409,19 +400,20 @@ class Supervisor:
         if child.stopping or self.state != "running":
             log.info("worker slot %d pid %d exited (%s)", child.slot, child.pid, how)
             return
-        self._count_crash(child, code, f"died ({how})")
+        self._count_crash(child, code, f"died ({how})", child.what_it_ran())
 
-    def _count_crash(self, child: ForkedProcess, code: int, what: str) -> None:
+    def _count_crash(self, child: ForkedProcess, code: int, what: str, ran: str = "") -> None:
         self.restarts += 1
         delay = self.policy.died(
             child.slot, ready=child.ready, exit_code=code, now=time.monotonic()
         )
         log.warning(
-            "worker slot %d pid %d %s; replacing it %s",
+            "worker slot %d pid %d %s; replacing it %s%s",
             child.slot,
             child.pid,
             what,
             f"in {delay:.1f} s" if delay else "now",
+            f"; {ran}" if ran else "",
         )
 
     def _check_deadlines(self) -> None:
@@ -447,10 +439,11 @@ class Supervisor:
             )
             if now - child.last_seen > limit:
                 log.warning(
-                    "worker slot %d pid %d silent for %.1f s: terminating",
+                    "worker slot %d pid %d silent for %.1f s: terminating; %s",
                     child.slot,
                     child.pid,
                     now - child.last_seen,
+                    child.what_it_ran(),
                 )
                 self.restarts += 1
                 self._term(child, KILL_AFTER_TERM)
@@ -550,10 +543,11 @@ class Supervisor:
             log.error("%s", self.halt_message)
         t = self.totals()
         log.info(
-            "stopped: %d completed, %d failed, %d restarts",
+            "stopped after %d restarts; the worker processes reported %d jobs completed and "
+            "%d failed tries (a process that was killed did not report its last second)",
+            t["restarts"],
             t["completed"],
             t["failed"],
-            t["restarts"],
         )
         return self.exit_code
 

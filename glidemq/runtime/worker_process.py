@@ -35,6 +35,7 @@ log = logging.getLogger("glidemq.run")
 
 HEARTBEAT_INTERVAL = 1.0
 COUNTS_INTERVAL = 5.0
+RUNNING = 20  # jobs named in each heartbeat's list of what the process runs
 RECLAIM_WAIT = 5.0  # how long a stopping process still lets a reclaim of dead siblings finish
 
 
@@ -130,11 +131,14 @@ class WorkerProcess:
         completed = sum(w.completed_count for w in self.workers)
         failed = sum(w.failed_count for w in self.workers)
         active = sum(w.active_count for w in self.workers)
+        # what it runs, so that the supervisor can say it should this process die
+        running = [[w.name, j.id, j.name] for w in self.workers for j in w.running_jobs(RUNNING)]
         return {
             "completed": completed,
             "failed": failed,
             "active": active,
             "rss": rss_bytes(),
+            "running": running[:RUNNING],
         }
 
     async def serve(self) -> int:
@@ -152,6 +156,8 @@ class WorkerProcess:
                     options=options,
                 )
                 self.workers.append(worker)
+                if self.spec.setup is not None:
+                    self.spec.setup(worker)
                 if self.max_jobs is not None:
                     # checked on every job, not only at heartbeats: fast jobs overshoot a lot
                     worker.on("completed", self.job_done)
@@ -229,6 +235,7 @@ class WorkerProcess:
             ]
         last_counts = 0.0
         counts: dict[str, dict[str, int]] = {}
+        backlogs: dict[str, dict[str, Any]] = {}
         try:
             while True:
                 await asyncio.sleep(HEARTBEAT_INTERVAL)
@@ -242,9 +249,13 @@ class WorkerProcess:
                     for q in queues:
                         with contextlib.suppress(GlideMQError):
                             counts[q.name] = (await q.get_job_counts()).as_dict()
+                        with contextlib.suppress(GlideMQError):
+                            backlogs[q.name] = (await q.get_backlog()).as_dict()
                 message: dict[str, Any] = {"type": ipc.HEARTBEAT, **stats}
                 if counts:
                     message["queues"] = counts
+                if backlogs:
+                    message["backlog"] = backlogs
                 self.send(message)
                 done = stats["completed"] + stats["failed"]
                 if self.max_jobs is not None and done >= self.max_jobs:

@@ -160,6 +160,7 @@ class SandboxJob(Job[D, R]):
         self._moved = False
         self.usage = None
         self.signals = []
+        self.steps = []  # workflows run in the worker process, not in a sandbox child
         if type(entry) is list and len(entry) == len(_ATTRS) + 2:  # the usual case
             self._handle = int(entry[0])
             self._queue = str(entry[1])

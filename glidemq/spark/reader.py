@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import base64
 import contextlib
-import gzip
 import itertools
 import math
 from collections.abc import Iterator, Mapping, Sequence
@@ -40,6 +39,7 @@ from glide import (
 from pyspark.sql.datasource import DataSourceReader, InputPartition
 
 from ..client.connection import Client, close_client, create_client
+from ..encoding.serialize import inflate
 from ..errors import ServerError, ValidationError
 from ..keys import QueueKeys
 from .options import ReadOptions
@@ -135,9 +135,9 @@ def _data(value: bytes | None) -> str | None:
     if value is None:
         return None
     if value.startswith(b"gz:"):
-        # not our compression after all: return it as stored
+        # not our compression after all, or inflating past the payload limit: as stored
         with contextlib.suppress(ValueError, OSError):
-            value = gzip.decompress(base64.b64decode(value[3:]))
+            value = inflate(base64.b64decode(value[3:]))
     return value.decode("utf-8", "replace")
 
 

@@ -16,16 +16,18 @@ import contextlib
 import os
 import socket
 import threading
+import time
 from dataclasses import replace
 from typing import Any
 
 from glide import TimeoutError as GlideTimeout
 
+from ..client import outage
 from ..client.connection import ConnectionOptions, client_configuration
 from ..client.retry import Failure, classify, to_glidemq_error
 from ..errors import GlideMQError, OperationTimeoutError
 
-__all__ = ["DirectClient", "available"]
+__all__ = ["CLIENT_PREFIX", "DirectClient", "available"]
 
 _glide_sync: Any = None
 try:
@@ -35,6 +37,8 @@ try:
 except ImportError:  # pragma: no cover - a dependency; without it every add takes the hop
     pass
 
+CLIENT_PREFIX = "glidemq-queue-"
+"""The start of a direct client's name; the rest is its queue's."""
 _PROBE_TIMEOUT = 1.0  # seconds; the caller's own connect runs meanwhile and takes longer
 _abandoned: list[Any] = []  # a parent's clients in a forked child: never touched, never freed
 
@@ -62,7 +66,9 @@ class Retryable(GlideMQError):
 class DirectClient:
     """One blocking client per process for one sync Queue; safe to share between threads."""
 
-    def __init__(self, connection: ConnectionOptions, name: str, timeout: float | None) -> None:
+    def __init__(
+        self, connection: ConnectionOptions, name: str, timeout: float | None, *, queue: str
+    ) -> None:
         if timeout is not None:  # the sync call's own limit bounds the blocking call
             limit = max(1, int(timeout * 1000))
             connection = replace(
@@ -71,6 +77,9 @@ class DirectClient:
         self.timeout = timeout
         self.connection = connection
         self.name = name
+        """The client's name on the server."""
+        self.queue = queue
+        """The queue's name, for errors."""
         self._client: Any = None
         self._pid = os.getpid()
         self._lock = threading.Lock()
@@ -114,23 +123,40 @@ class DirectClient:
             client = self._get()
         except Exception as exc:  # cannot connect this way: the async path says why
             raise Retryable(str(exc)) from exc
+        began = time.time()
         try:
-            return client.fcall(function, keys=keys, arguments=args)
+            reply = client.fcall(function, keys=keys, arguments=args)
         except Exception as exc:
             kind = classify(exc)
             if kind is Failure.CLOSED:
                 self.reset()
+            where = self.connection.where
+            if kind is Failure.AMBIGUOUS:
+                outage.failed(where, began)
             if kind in (Failure.NOT_RUN, Failure.MISSING_LIBRARY, Failure.CLOSED) or (
                 safe and kind is Failure.AMBIGUOUS
             ):
                 raise Retryable(str(exc)) from exc
             if isinstance(exc, GlideTimeout):
-                raise OperationTimeoutError(
-                    f"the call did not finish within {self.timeout:g} s (it may still take effect)"
-                    if self.timeout is not None
-                    else f"the call timed out: {exc} (it may still take effect)"
-                ) from exc
-            raise to_glidemq_error(exc, f"{function} on queue {self.name}") from exc
+                raise OperationTimeoutError(self._timed_out(function)) from exc
+            error = to_glidemq_error(exc, f"{function} on queue {self.queue!r}")
+            lost = outage.describe(where)
+            raise type(error)(f"{lost}: {error}" if lost else str(error)) from exc
+        if outage.OPEN:
+            outage.ok(self.connection.where)
+        return reply
+
+    def _timed_out(self, function: str) -> str:
+        """What a call that got no reply tells: the real time-out, whether the server
+        still accepts connections, since when calls fail."""
+        where = self.connection.where
+        wait = self.connection.request_timeout_ms / 1000
+        queue = self.queue
+        text = f"{function} on queue {queue!r}: no reply from {where} within {wait:g} s"
+        if not _accepts(self.connection.addresses):
+            text += " (the server does not accept connections)"
+        lost = outage.describe(where)
+        return f"{text}{'; ' + lost if lost else ''}; it may still take effect"
 
     def reset(self) -> None:
         """Drop the client (closed or broken); the next call opens another."""

@@ -15,6 +15,7 @@ from ..flows.builders import Dag, DagNode
 from ..flows.plan import FlowJob
 from ..job.job import Job as AsyncJob
 from ..keys import DEFAULT_PREFIX
+from ..options.durability import DurabilityLike
 from . import runner
 from .queue import Job, Queue
 
@@ -32,9 +33,11 @@ class JobNode:
 class FlowProducer:
     """Adds flows from sync code, each in one atomic call; as `glidemq.FlowProducer`.
 
+    ```python
     with sync.FlowProducer() as flows:
         node = flows.add(glidemq.chain([fetch.flow_job(url), parse.flow_job()]))
         print(node.job.result(timeout=30))
+    ```
     """
 
     def __init__(
@@ -44,8 +47,9 @@ class FlowProducer:
         prefix: str = DEFAULT_PREFIX,
         compression: bool = False,
         timeout: float | None = runner.DEFAULT_TIMEOUT,
+        durability: DurabilityLike = None,
     ) -> None:
-        self.connection = resolve_connection(connection)
+        self.connection = resolve_connection(connection).with_durability(durability)
         self.prefix = prefix
         self.timeout = timeout
         self._compression = compression
@@ -93,7 +97,7 @@ class FlowProducer:
 
     def add(
         self,
-        flow: FlowJob,
+        flow: FlowJob | Mapping[str, Any],
         *,
         parent: async_flow.JobRef | None = None,
         budget: Mapping[str, Any] | None = None,
@@ -103,7 +107,7 @@ class FlowProducer:
         added = runner.call(lambda: producer.add(flow, parent=parent, budget=budget), self.timeout)
         return self._node(added)
 
-    def add_bulk(self, flows: Iterable[FlowJob]) -> list[JobNode | None]:
+    def add_bulk(self, flows: Iterable[FlowJob | Mapping[str, Any]]) -> list[JobNode | None]:
         """Add several independent flows, pipelined; None where a custom job id existed."""
         roots = list(flows)
         producer = self.aio

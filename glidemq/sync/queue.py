@@ -11,18 +11,21 @@ from typing import Any, Generic, Self, TypeVar
 
 from ..client.connection import ConnectionLike, resolve_connection
 from ..encoding.serializers import DEFAULT_SERIALIZER
-from ..errors import GlideMQError, JobFailedError
+from ..errors import JobFailedError, QueueClosedError
 from ..job.job import Job as AsyncJob
 from ..job.job import JobState
 from ..keys import DEFAULT_PREFIX
+from ..options import foreign
+from ..options.durability import DurabilityLike
 from ..options.limits import RateLimit
 from ..queue import queue as async_queue
 from ..queue.admin import JobCounts
+from ..queue.backlog import Backlog
 from ..queue.groups import GroupInfo
 from ..queue.queries import Metrics, WorkerInfo
 from ..types import JobOptions
 from . import runner
-from .direct import DirectClient, Retryable, available
+from .direct import CLIENT_PREFIX, DirectClient, Retryable, available
 from .runner import DEFAULT_TIMEOUT
 
 __all__ = ["Job", "Queue"]
@@ -50,9 +53,10 @@ class Queue(Generic[D, R]):
         result_ttl: int | None = None,
         serializer: str = DEFAULT_SERIALIZER,
         timeout: float | None = DEFAULT_TIMEOUT,
+        durability: DurabilityLike = None,
     ) -> None:
         self.name = name
-        self.connection = resolve_connection(connection)
+        self.connection = resolve_connection(connection).with_durability(durability)
         self.timeout = timeout
         self._options: dict[str, Any] = {
             "connection": self.connection,
@@ -64,9 +68,9 @@ class Queue(Generic[D, R]):
         async_queue.Queue(name, **self._options)  # bad options fail here, not on first use
         self._lock = threading.Lock()
         self._async: async_queue.Queue[D, R] | None = None
-        self._direct = (
-            DirectClient(self.connection, f"glidemq-queue-{name}", timeout) if available() else None
-        )
+        self._direct: DirectClient | None = None
+        if available():
+            self._direct = DirectClient(self.connection, CLIENT_PREFIX + name, timeout, queue=name)
         self._pid = os.getpid()
         self._closed = False
 
@@ -85,7 +89,7 @@ class Queue(Generic[D, R]):
     def aio(self) -> async_queue.Queue[D, R]:
         """The async Queue behind this one, bound to the sync API's loop: for `runner.aio`."""
         if self._closed:
-            raise GlideMQError(f"queue {self.name!r} is closed")
+            raise QueueClosedError(self.name)
         with self._lock:
             if self._async is None or self._pid != os.getpid():
                 # A forked child never touches the parent's client: its threads are gone.
@@ -181,6 +185,11 @@ class Queue(Generic[D, R]):
     def get_job_counts(self) -> JobCounts:
         """Counts of jobs by state, read in one call."""
         return self._call(lambda q: q.get_job_counts())
+
+    def get_backlog(self) -> Backlog:
+        """The jobs waiting to start, the running ones and the age of the oldest waiting one
+        (`glidemq.Queue.get_backlog`)."""
+        return self._call(lambda q: q.get_backlog())
 
     def count(self) -> int:
         """Jobs not yet started (waiting, prioritized, delayed)."""
@@ -316,9 +325,11 @@ class Queue(Generic[D, R]):
 
 
 class Job(Generic[D, R]):
-    """A job as the sync API returns it: the fields of `glidemq.Job` (`id`, `name`, `data`,
-    `state`, `returnvalue`, `failed_reason`, ...; as of the last read) and blocking methods.
-    """
+    """A job as the sync API returns it: the fields of `glidemq.Job` and blocking methods.
+
+    `state` is read from the server each time; `returnvalue` and `failed_reason` are re-read
+    while the job has not finished; the other fields (`progress`, `attempts_made`, ...) are
+    as of the last read (`refresh()`)."""
 
     def __init__(self, job: AsyncJob[D, R], queue: Queue[D, R]) -> None:
         self._job = job
@@ -328,6 +339,8 @@ class Job(Generic[D, R]):
     def __getattr__(self, name: str) -> Any:
         if name.startswith("_") or callable(getattr(AsyncJob, name, None)):
             raise AttributeError(name)
+        if name in foreign.JOB_METHODS:  # Celery's AsyncResult.get() and the like
+            raise foreign.missing_attribute("glidemq.sync.Job", name, foreign.JOB_METHODS)
         return getattr(self._job, name)
 
     def __repr__(self) -> str:
@@ -347,16 +360,24 @@ class Job(Generic[D, R]):
 
     @property
     def state(self) -> JobState:
-        """The state at the last read; `get_state()` asks the server."""
-        return self._job.state
+        """The job's state now: read from the server each time (as Celery's
+        `AsyncResult.state`), the same as `get_state()`."""
+        return self.get_state()
 
     @property
     def returnvalue(self) -> R | None:
-        return self._job.returnvalue
+        """The return value; re-read from the server while the job has not finished."""
+        return self._finished_fields().returnvalue
 
     @property
     def failed_reason(self) -> str | None:
-        return self._job.failed_reason
+        """Why the last try failed; re-read from the server while the job has not finished."""
+        return self._finished_fields().failed_reason
+
+    def _finished_fields(self) -> AsyncJob[D, R]:
+        if self._job.finished_on is None:  # not read since it finished: read it again
+            self.refresh()
+        return self._job
 
     def _call(self, make: Callable[[AsyncJob[D, R]], Coroutine[Any, Any, T]]) -> T:
         if self._pid != os.getpid():  # forked: read it again through the child's connection

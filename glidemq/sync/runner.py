@@ -18,7 +18,7 @@ from collections.abc import Awaitable, Callable, Coroutine
 from concurrent.futures import TimeoutError as FutureTimeout
 from typing import Any, TypeVar
 
-from ..errors import GlideMQError, OperationTimeoutError
+from ..errors import ConnectionError, GlideMQError, OperationTimeoutError
 from .pipe import keep_replies_flowing
 
 __all__ = ["DEFAULT_TIMEOUT", "aio", "call", "close_at_exit", "owns_thread"]
@@ -88,6 +88,9 @@ def call(
             timeout = max(0.0, timeout - (time.monotonic() - started))
     try:
         return future.result(timeout)
+    except ConnectionError as exc:
+        # The frames of the loop thread say nothing about an unreachable server.
+        raise exc.with_traceback(None) from None
     except FutureTimeout:
         if future.done():
             raise  # the call's own TimeoutError (JobTimeoutError), not the wait's

@@ -1,11 +1,11 @@
 """Queues for unit tests without a Valkey server: the real Queue, Worker, QueueEvents and
 FlowProducer on an in-memory server that runs glidemq's own function library.
 
-from glidemq.testing import ManualClock, MemoryServer, TestQueue, TestWorker
+    from glidemq.testing import ManualClock, MemoryServer, TestQueue, TestWorker
 
-server = MemoryServer(clock=ManualClock())
-queue = TestQueue("emails", connection=server)
-worker = TestWorker("emails", send, connection=server)
+    server = MemoryServer(clock=ManualClock())
+    queue = TestQueue("emails", connection=server)
+    worker = TestWorker("emails", send, connection=server)
 
 Every job state, option, error and event is the real engine's; time follows the server's
 clock (a ManualClock moves only when the test advances it). What needs other processes (the

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from ..flows.flow import FlowProducer
 from ..keys import DEFAULT_PREFIX
+from ..options.durability import DurabilityLike
 from .server import MemoryConnection, MemoryServer, resolve_server
 
 __all__ = ["TestFlowProducer"]
@@ -21,6 +22,12 @@ class TestFlowProducer(FlowProducer):
         connection: MemoryConnection = None,
         prefix: str = DEFAULT_PREFIX,
         compression: bool = False,
+        durability: DurabilityLike = None,
     ) -> None:
         self.server: MemoryServer = resolve_server(connection)
-        super().__init__(connection=self.server.options, prefix=prefix, compression=compression)
+        super().__init__(
+            connection=self.server.options,
+            prefix=prefix,
+            compression=compression,
+            durability=durability,  # refused: an in-process server has no replicas
+        )

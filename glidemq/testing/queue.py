@@ -9,6 +9,7 @@ from typing import Any, TypeVar
 from ..encoding.serializers import DEFAULT_SERIALIZER
 from ..errors import JobTimeoutError
 from ..keys import DEFAULT_PREFIX
+from ..options.durability import DurabilityLike
 from ..queue.queue import Queue
 from .server import MemoryConnection, MemoryServer, resolve_server
 
@@ -37,6 +38,7 @@ class TestQueue(Queue[D, R]):
         compression: bool = False,
         result_ttl: int | None = None,
         serializer: str = DEFAULT_SERIALIZER,
+        durability: DurabilityLike = None,
     ) -> None:
         self.server: MemoryServer = resolve_server(connection)
         super().__init__(
@@ -46,6 +48,7 @@ class TestQueue(Queue[D, R]):
             compression=compression,
             result_ttl=result_ttl,
             serializer=serializer,
+            durability=durability,  # refused: an in-process server has no replicas
         )
 
     async def settle(self, timeout: float = 10.0) -> None:

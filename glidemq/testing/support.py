@@ -17,10 +17,12 @@ __all__ = [
     "unsupported",
 ]
 
-# Public methods of Queue / Worker / Job that the in-memory classes refuse (none today).
 UNSUPPORTED_QUEUE_METHODS: frozenset[str] = frozenset()
+"""Public methods of `Queue` the in-memory classes refuse (none today)."""
 UNSUPPORTED_WORKER_METHODS: frozenset[str] = frozenset()
+"""Public methods of `Worker` the in-memory classes refuse (none today)."""
 UNSUPPORTED_JOB_METHODS: frozenset[str] = frozenset()
+"""Public methods of `Job` the in-memory classes refuse (none today)."""
 UNSUPPORTED_WORKER_OPTIONS: frozenset[str] = frozenset({"sandbox"})
 """Worker options refused in memory: the sandbox's children live in other processes, which
 an in-process server cannot reach."""

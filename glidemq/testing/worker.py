@@ -7,6 +7,7 @@ from typing import Any, TypeVar
 
 from ..job.job import Job
 from ..keys import DEFAULT_PREFIX
+from ..options.durability import DurabilityLike
 from ..types import WorkerOptions
 from ..worker.worker import Processor, Worker
 from .server import MemoryConnection, MemoryServer, resolve_server
@@ -32,6 +33,7 @@ class TestWorker(Worker[D, R]):
         connection: MemoryConnection = None,
         prefix: str = DEFAULT_PREFIX,
         options: WorkerOptions | None = None,
+        durability: DurabilityLike = None,
         **settings: Any,
     ) -> None:
         for option in UNSUPPORTED_WORKER_OPTIONS:
@@ -44,6 +46,7 @@ class TestWorker(Worker[D, R]):
             connection=self.server.options,
             prefix=prefix,
             options=options,
+            durability=durability,  # refused: an in-process server has no replicas
             **settings,
         )
         self.server.workers.add(self)

@@ -24,7 +24,12 @@ SECURITY_HEADERS = {
 
 def status_for(exc: BaseException) -> int:
     """400 for bad input, 404 for an unknown queue or job, 409 for an action the job's state
-    refuses, 503 when the server cannot be reached, else 500."""
+    refuses, 503 when the server cannot be reached or a stream is refused for capacity,
+    else 500."""
+    from .capacity import StreamsFull
+
+    if isinstance(exc, StreamsFull):
+        return 503
     if isinstance(exc, errors.ValidationError):
         return 400
     if isinstance(exc, LookupError):  # JobNotFoundError, QueueNotFoundError

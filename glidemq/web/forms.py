@@ -9,9 +9,10 @@ from starlette.requests import Request
 
 from ..errors import ValidationError
 
-__all__ = ["MAX_FORM_BYTES", "read_form"]
+__all__ = ["MAX_FORM_BYTES", "MAX_FORM_FIELDS", "read_form"]
 
 MAX_FORM_BYTES = 256 * 1024
+MAX_FORM_FIELDS = 10_000
 
 
 async def read_form(request: Request) -> dict[str, list[str]]:
@@ -28,4 +29,7 @@ async def read_form(request: Request) -> dict[str, list[str]]:
         text = body.decode("utf-8")
     except UnicodeDecodeError as exc:
         raise ValidationError("form", "not UTF-8") from exc
-    return parse_qs(text, keep_blank_values=True, max_num_fields=10_000)
+    try:
+        return parse_qs(text, keep_blank_values=True, max_num_fields=MAX_FORM_FIELDS)
+    except ValueError:  # more fields than that: refused like any bad form, never a 500
+        raise ValidationError("form", f"more than {MAX_FORM_FIELDS} fields") from None

@@ -11,7 +11,18 @@ import sys
 from collections.abc import Sequence
 from typing import Any
 
-__all__ = ["add_host_arguments", "allowed_from", "port_problem", "reachable", "serve"]
+__all__ = [
+    "HEADER_TIMEOUT_S",
+    "add_header_timeout_argument",
+    "add_host_arguments",
+    "allowed_from",
+    "port_problem",
+    "reachable",
+    "serve",
+]
+
+HEADER_TIMEOUT_S = 10.0
+"""How long a client may take to send a request's headers by default."""
 
 
 def add_host_arguments(p: argparse.ArgumentParser) -> None:
@@ -23,6 +34,28 @@ def add_host_arguments(p: argparse.ArgumentParser) -> None:
         help="also answer requests for this Host: a name, an address, *.example.com or * "
         "(repeatable; default: the loopback names and the --bind address)",
     )
+
+
+def add_header_timeout_argument(p: argparse.ArgumentParser) -> None:
+    """--header-timeout: how long a client may take to send a request's headers."""
+    p.add_argument(
+        "--header-timeout",
+        type=_seconds,
+        default=HEADER_TIMEOUT_S,
+        metavar="S",
+        help="close a connection whose request headers are not complete after S seconds "
+        f"(408; a slow client must not hold a connection; default {HEADER_TIMEOUT_S:g})",
+    )
+
+
+def _seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number of seconds: {text!r}") from None
+    if not 0 < value <= 3600:  # also refuses nan
+        raise argparse.ArgumentTypeError(f"must be more than 0 and at most 3600, got {text!r}")
+    return value
 
 
 def allowed_from(args: argparse.Namespace) -> list[str]:
@@ -68,11 +101,15 @@ def serve(
     with_auth: bool,
     when_down: str,
     mode: str = "",
+    header_timeout: float = HEADER_TIMEOUT_S,
 ) -> None:
     """Print `banner` with the address served (and `mode`), warn about a non-loopback bind
     without auth and an unreachable Valkey (`when_down` says what answers 503), then run
-    `app` under uvicorn until Ctrl-C or SIGTERM."""
+    `app` under uvicorn until Ctrl-C or SIGTERM; a connection whose request headers take
+    longer than `header_timeout` seconds is answered 408 and closed."""
     import uvicorn
+
+    from .timeouts import with_header_timeout
 
     host = f"[{bind}]" if ":" in bind else bind
     print(f"{banner} on http://{host}:{port}/ for {url}{mode}", flush=True)
@@ -81,7 +118,14 @@ def serve(
     if not reachable(addresses):
         later = f"{when_down} answer 503 until it is up"
         _warn(f"{prog}: warning: cannot reach Valkey at {url} now; {later}")
-    config = uvicorn.Config(app, host=bind, port=port, log_level="warning", lifespan="on")
+    config = uvicorn.Config(
+        app,
+        host=bind,
+        port=port,
+        log_level="warning",
+        lifespan="on",
+        http=with_header_timeout(header_timeout),
+    )
     with contextlib.suppress(KeyboardInterrupt):
         uvicorn.Server(config).run()
 

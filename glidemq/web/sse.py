@@ -5,10 +5,13 @@ goes away (Starlette then cancels the stream) or the iterator ends."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
+import contextlib
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 
+import anyio
 from starlette.responses import StreamingResponse
+from starlette.types import Receive, Scope, Send
 
 __all__ = ["Event", "event_stream", "format_event"]
 
@@ -30,9 +33,46 @@ def format_event(ev: Event) -> bytes:
     return f"{head}event: {ev.event}\n{lines}\n".encode()
 
 
-def event_stream(source: AsyncIterator[Event], *, keepalive: float = 15.0) -> StreamingResponse:
+class _Stream(StreamingResponse):
+    """A streaming response that ends as soon as the client goes away (not at the next
+    write, which may be a keep-alive a quarter of a minute later: the stream's slot and
+    feed are given back at once) and then runs `on_close`, also when the client left before
+    the body started (then the body's own `finally` never runs)."""
+
+    on_close: Callable[[], None] | None = None
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        try:
+            async with anyio.create_task_group() as group:
+
+                async def stream() -> None:
+                    with contextlib.suppress(OSError):  # the client is gone
+                        await self.stream_response(send)
+                    group.cancel_scope.cancel()
+
+                group.start_soon(stream)
+                await self.listen_for_disconnect(receive)
+                group.cancel_scope.cancel()
+        finally:
+            self.close_now()
+
+    def close_now(self) -> None:
+        """Run `on_close` (once)."""
+        on_close, self.on_close = self.on_close, None
+        if on_close is not None:
+            on_close()
+
+
+def event_stream(
+    source: AsyncIterator[Event],
+    *,
+    keepalive: float = 15.0,
+    on_close: Callable[[], None] | None = None,
+) -> StreamingResponse:
     """A response streaming `source` to the client, with a keep-alive comment after
-    `keepalive` seconds without an event."""
+    `keepalive` seconds without an event. `on_close` (no awaiting: it may run in a cancelled
+    scope) runs once the response is over, however it ended: what the stream held is given
+    back there."""
 
     async def frames() -> AsyncIterator[bytes]:
         yield b"retry: 3000\n\n"
@@ -58,8 +98,10 @@ def event_stream(source: AsyncIterator[Event], *, keepalive: float = 15.0) -> St
             if pending is not None:
                 pending.cancel()
 
-    return StreamingResponse(
+    response = _Stream(
         frames(),
         media_type="text/event-stream",
         headers={"Cache-Control": "no-store", "X-Accel-Buffering": "no"},
     )
+    response.on_close = on_close
+    return response

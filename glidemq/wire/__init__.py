@@ -10,7 +10,7 @@ Pipelined calls go through `QueueContext.pipeline`.
 
 from __future__ import annotations
 
-from . import adds, features, fetch, flows, groups, ops
+from . import adds, features, fetch, flows, groups, ops, steps
 from .layout import LAYOUTS, UNWRAPPED, Call, Layout, Sender, retry_safe_functions, send
 
 __all__ = [
@@ -27,6 +27,7 @@ __all__ = [
     "groups",
     "ops",
     "send",
+    "steps",
 ]
 
 RETRY_SAFE_FUNCTIONS = retry_safe_functions()

@@ -181,6 +181,19 @@ def added_id(reply: Any, queue: str, opts: JobOptions) -> str | None:
     raise ServerError(f"add: {job_id}")
 
 
+def written_ids(replies: Iterable[Any]) -> list[str]:
+    """The ids of the jobs these add replies (one per job) say were written: no duplicate,
+    no refusal, no reply that is not one."""
+    out = []
+    for reply in replies:
+        if not isinstance(reply, bytes | str):
+            continue
+        job_id = reply.decode() if isinstance(reply, bytes) else reply
+        if job_id not in ("duplicate", "skipped") and not codes.is_error(job_id):
+            out.append(job_id)
+    return out
+
+
 # -- job schedulers: the stored entry and its job in one call -----------------------------------
 
 SET_SCHEDULER = layout("glidemq_setScheduler", keys="1", args="3", safe=True)

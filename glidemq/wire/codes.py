@@ -7,9 +7,11 @@ from __future__ import annotations
 from typing import Any
 
 from ..errors import GlideMQError, JobIdsExhaustedError, UnsupportedOptionError, ValidationError
+from ..keys import MAX_JOB_NAME
 
 __all__ = [
     "ACTIVE",
+    "BAD_NAME",
     "BAD_OPTION",
     "BAD_TIMESTAMP",
     "CHILD_FAILED",
@@ -20,10 +22,12 @@ __all__ = [
     "ID_EXHAUSTED",
     "INVALID_JOB_ID",
     "KEY_FULL",
+    "MAILBOX_FULL",
     "PARENT_NOT_FOUND",
     "PARENT_STATE",
     "PAYLOAD_TOO_LARGE",
     "QUEUE_FULL",
+    "STALE",
     "STATE",
     "TOO_LARGE",
     "UNSUPPORTED_OPTION",
@@ -35,6 +39,8 @@ __all__ = [
 
 # A job's input (adds, flows, schedulers)
 INVALID_JOB_ID = "ERR:INVALID_JOB_ID"
+BAD_NAME = "ERR:BAD_NAME"
+"""A job name that is empty or longer than `MAX_JOB_NAME` bytes."""
 BAD_OPTION = "ERR:BAD_OPTION"
 BAD_TIMESTAMP = "ERR:BAD_TIMESTAMP"
 PAYLOAD_TOO_LARGE = "ERR:PAYLOAD_TOO_LARGE"
@@ -49,6 +55,10 @@ KEY_FULL = "ERR:KEY_FULL"
 ACTIVE = "ERR:ACTIVE"
 STATE = "ERR:STATE"
 FINISHED = "ERR:FINISHED"
+MAILBOX_FULL = "ERR:MAILBOX_FULL"
+"""A signal to a workflow whose mailbox holds its maximum of events; nothing written."""
+STALE = "stale"
+"""A worker's call about a run the server no longer gives it (the job was taken back)."""
 # Flows
 PARENT_NOT_FOUND = "ERR:PARENT_NOT_FOUND"
 PARENT_STATE = "ERR:PARENT_STATE"
@@ -63,7 +73,11 @@ _KEY_FULL_B = KEY_FULL.encode()
 # The refusals of a job's input that need nothing but the code: field and message.
 _INPUT: dict[str, tuple[str, str]] = {
     INVALID_JOB_ID: ("job_id", "rejected by the server"),
-    BAD_OPTION: ("opts", "delay, priority or attempts rejected by the server"),
+    BAD_NAME: ("name", f"empty or longer than {MAX_JOB_NAME} bytes: refused by the server"),
+    BAD_OPTION: (
+        "opts",
+        "not a JSON object, or delay, priority or attempts rejected by the server",
+    ),
     BAD_TIMESTAMP: ("timestamp", "rejected by the server (is the clock right?)"),
     PAYLOAD_TOO_LARGE: ("data", "larger than the server accepts"),
 }

@@ -187,8 +187,10 @@ async def claim_serializer(ctx: QueueContext, name: str, who: str) -> None:
     """Check `name` against the serializer recorded for the queue, recording it first when
     none is and it is not JSON. Raises SerializerMismatchError when they differ."""
     meta = ctx.keys.meta
-    if name != DEFAULT_SERIALIZER:
-        await ctx.command(lambda c: c.hsetnx(meta, SERIALIZER_FIELD, name))
+    if name != DEFAULT_SERIALIZER and await ctx.command(
+        lambda c: c.hsetnx(meta, SERIALIZER_FIELD, name)
+    ):
+        await ctx.confirm_writes("the queue's serializer")
     raw = await ctx.command(lambda c: c.hget(meta, SERIALIZER_FIELD))
     recorded = DEFAULT_SERIALIZER if raw is None else raw.decode()
     if recorded != name:

@@ -64,6 +64,7 @@ __all__ = [
     "reclaim_stalled_call",
     "return_held",
     "return_held_call",
+    "stalled_owners",
     "wait_and_activate",
 ]
 
@@ -157,7 +158,11 @@ async def complete_and_fetch_next(
     call = complete_and_fetch_next_call(
         ctx.keys, now, consumer, fetch, emit, completions, limiter, start_now, started, confirmed
     )
-    r = await send(ctx, call)
+    return fetched_of(await send(ctx, call))
+
+
+def fetched_of(r: Any) -> Fetched:
+    """A glidemq_completeAndFetchNext reply as a Fetched."""
     n = len(r)
     return Fetched(
         r[0], r[1], n > 2 and r[2] == 1, int(r[3]) if n > 3 else 0, r[4] if n > 4 else []
@@ -332,12 +337,23 @@ def reclaim_stalled_call(
 async def any_stalled(ctx: QueueContext, lock_ms: int) -> bool:
     """Whether the stream's pending list has an entry idle for `lock_ms` or longer (a plain
     XPENDING; the stall scan looks before it reclaims)."""
+    return bool(await stalled_owners(ctx, lock_ms, 1))
+
+
+async def stalled_owners(ctx: QueueContext, lock_ms: int, count: int = 100) -> dict[str, int]:
+    """The consumers holding entries idle for `lock_ms` or longer, with how many of the
+    first `count` such entries each holds; empty when there is none (a plain XPENDING)."""
     stream = ctx.keys.stream
     idle = StreamPendingOptions(min_idle_time_ms=lock_ms)
     pending = await ctx.command(
-        lambda c: c.xpending_range(stream, GROUP, MinId(), MaxId(), 1, idle)
+        lambda c: c.xpending_range(stream, GROUP, MinId(), MaxId(), count, idle)
     )
-    return bool(pending)
+    owners: dict[str, int] = {}
+    for entry in pending or ():
+        raw = entry[1]
+        name = raw.decode(errors="replace") if isinstance(raw, bytes) else str(raw)
+        owners[name.removesuffix(":wake")] = owners.get(name.removesuffix(":wake"), 0) + 1
+    return owners
 
 
 async def reclaim_stalled(

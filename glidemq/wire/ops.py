@@ -1,5 +1,5 @@
-"""Single-job operations (remove, revoke, change priority or delay, promote, update, log,
-retry) and queue-wide ones (pause, resume, drain, clean, obliterate, counts, listings,
+"""Single-job operations (remove, revoke, change priority or delay, promote, replace data,
+update, log, retry) and queue-wide ones (pause, resume, drain, clean, obliterate, counts, listings,
 search, broadcast trim)."""
 
 from __future__ import annotations
@@ -14,6 +14,7 @@ from . import codes
 from .layout import Call, Layout, Sender, layout, send
 
 __all__ = [
+    "BACKLOG",
     "BC_TRIM",
     "CHANGE_DELAY",
     "CHANGE_PRIORITY",
@@ -30,7 +31,10 @@ __all__ = [
     "RETRY_JOBS",
     "REVOKE",
     "SEARCH_BY_NAME",
+    "UPDATE_DATA",
     "UPDATE_JOB",
+    "backlog",
+    "backlog_call",
     "bc_trim",
     "bc_trim_call",
     "change_delay",
@@ -59,6 +63,8 @@ __all__ = [
     "revoke",
     "search_by_name",
     "search_by_name_call",
+    "update_data",
+    "update_data_call",
     "update_job",
     "update_job_call",
 ]
@@ -68,6 +74,7 @@ REVOKE = layout("glidemq_revoke", keys="3", args="2")
 CHANGE_PRIORITY = layout("glidemq_changePriority", keys="3", args="3")
 CHANGE_DELAY = layout("glidemq_changeDelay", keys="3", args="3")
 PROMOTE_JOB = layout("glidemq_promoteJob", keys="3", args="2")
+UPDATE_DATA = layout("glidemq_updateData", keys="3", args="4", safe=True)
 UPDATE_JOB = layout("glidemq_updateJob", keys="1", args="4..", safe=True)
 LOG = layout("glidemq_log", keys="2", args="1..")
 RETRY_JOBS = layout("glidemq_retryJobs", keys="3", args="3..")
@@ -77,6 +84,7 @@ DRAIN = layout("glidemq_drain", keys="3", args="3")
 CLEAN = layout("glidemq_clean", keys="3", args="3")
 OBLITERATE = layout("glidemq_obliterate", keys="2", args="2", safe=True)
 GET_COUNTS = layout("glidemq_getCounts", keys="2", args="0", safe=True)
+BACKLOG = layout("glidemq_backlog", keys="2", args="1", safe=True)
 GET_JOB_IDS = layout("glidemq_getJobIds", keys="2", args="3", safe=True)
 SEARCH_BY_NAME = layout("glidemq_searchByName", keys="2", args="4..", safe=True)
 BC_TRIM = layout("glidemq_bcTrim", keys="1", args="0")
@@ -93,7 +101,7 @@ def _op_keys(k: QueueKeys) -> list[str]:
 # -- single jobs ---------------------------------------------------------------------------
 
 
-def job_op_call(op: Layout, keys: QueueKeys, job_id: str, *args: str) -> Call:
+def job_op_call(op: Layout, keys: QueueKeys, job_id: str, *args: str | bytes) -> Call:
     """A single-job function (remove, revoke, change priority or delay, promote) of `job_id`
     with the rest of its arguments."""
     return op.call(_op_keys(keys), [job_id, *args])
@@ -142,6 +150,42 @@ async def change_delay(ctx: QueueContext, job_id: str, delay: int, now: int) -> 
 async def promote_job(ctx: QueueContext, job_id: str, now: int) -> str:
     """The job's state afterwards."""
     return await _job_op(ctx, PROMOTE_JOB, job_id, str(now), what="promote")
+
+
+def update_data_call(
+    keys: QueueKeys, job_id: str, data: str | bytes, entry_id: str = "", consumer: str = ""
+) -> Call:
+    """glidemq_updateData: replace the job's data if its state allows it, in the same call.
+    `entry_id` and `consumer`: those of the run replacing its own job's data ('' from
+    outside a run)."""
+    return job_op_call(UPDATE_DATA, keys, job_id, data, entry_id, consumer)
+
+
+async def update_data(
+    ctx: QueueContext, job_id: str, data: str | bytes, entry_id: str = "", consumer: str = ""
+) -> str:
+    """Replace the data of a job no worker has taken (from outside a run), or of the run's
+    own job (`entry_id`, `consumer`); the job's state. JobStateError says why it was refused:
+    a worker fetched it (running or held), it finished, or the run no longer holds it."""
+    reply = _s(await send(ctx, update_data_call(ctx.keys, job_id, data, entry_id, consumer)))
+    if reply == "0":
+        raise JobNotFoundError(ctx.name, job_id)
+    if reply == codes.ACTIVE:
+        raise JobStateError(
+            job_id,
+            "update data",
+            "a worker has fetched it (running or held); only jobs no worker has taken can "
+            "be edited",
+        )
+    if reply == codes.FINISHED:
+        raise JobStateError(job_id, "update data", "it already finished")
+    if reply == codes.STALE:
+        raise JobStateError(job_id, "update data", "this run no longer holds the job")
+    if reply == codes.STATE:
+        raise JobStateError(job_id, "update data", "not possible in its current state")
+    if codes.is_error(reply):
+        raise ServerError(f"{UPDATE_DATA.name}: {reply}")
+    return reply
 
 
 def update_job_call(
@@ -253,6 +297,17 @@ async def get_counts(ctx: QueueContext) -> list[int]:
     """waiting, active, delayed, prioritized, completed, failed, dead letter, paused (0/1),
     waiting-children, group-waiting, rate-limited."""
     return [int(x) for x in await send(ctx, get_counts_call(ctx.keys))]
+
+
+def backlog_call(keys: QueueKeys, now: int) -> Call:
+    """glidemq_backlog at `now` (ms)."""
+    return BACKLOG.call([keys.stream, keys.scheduled], [str(now)])
+
+
+async def backlog(ctx: QueueContext, now: int) -> list[int]:
+    """waiting, prioritized, due, grouped, active, oldest ready time (ms, -1: none), delayed
+    (not due), paused (0/1), as of `now`."""
+    return [int(x) for x in await send(ctx, backlog_call(ctx.keys, now))]
 
 
 def get_job_ids_call(keys: QueueKeys, state: str, start: int, end: int) -> Call:

@@ -4,6 +4,7 @@ it."""
 
 from __future__ import annotations
 
+import logging
 import traceback
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
@@ -20,6 +21,8 @@ __all__ = ["JobFailure", "expired_error", "job_failure", "record_failure"]
 
 _STACK_CHARS = 4000  # the stored stack trace keeps its last part, where the error is
 _REASON_CHARS = 4000  # events carry the reason: keep them small
+log = logging.getLogger("glidemq.worker")
+_retry_hinted: set[str] = set()  # queues whose Retry-without-attempts was explained
 
 
 class _Expired(GlideMQError):
@@ -93,3 +96,23 @@ def record_failure(
         job.failed_reason = reason
         job.state = "failed" if status == "failed" else "retrying"
         worker.events.emit("failed", job, error)
+    if status == "failed" and isinstance(error, Retry):
+        _hint_retry(job)
+
+
+def _hint_retry(job: Job[Any, Any]) -> None:
+    """A job raised Retry with no attempt left: say why it failed, once per queue (the
+    default attempts=1 allows no retry at all, which surprises Celery users)."""
+    queue = job.queue_name
+    if queue in _retry_hinted:
+        return
+    _retry_hinted.add(queue)
+    tries = job.max_attempts or 1
+    log.warning(
+        "glidemq: queue %s: job %s raised Retry but had no attempt left (attempts=%d counts "
+        "every try, the first one too; the default is 1): it failed. Give the job more "
+        "attempts (Celery's max_retries=N is attempts=N+1). Said once per queue.",
+        queue,
+        job.id,
+        tries,
+    )

@@ -14,7 +14,7 @@ from glide import GlideError as _GlideError
 from glide import StreamGroupOptions
 
 from ..client.retry import to_glidemq_error
-from ..errors import GlideMQError, ServerError
+from ..errors import ConnectionError, DurabilityError, GlideMQError, ServerError
 from ..timing.clock import WALL_CLOCK
 from ..wire import fetch
 from .hold import send_back
@@ -132,8 +132,8 @@ class Fetcher:
         try:
             await w.ctx.command(lambda c: c.xgroup_create(stream, "workers", "0", opts))
         except ServerError as exc:
-            if "BUSYGROUP" not in str(exc):
-                raise ServerError(f"cannot create the consumer group: {exc}") from exc
+            if exc.code != "BUSYGROUP":
+                raise ServerError(f"cannot create the consumer group: {exc}", exc.code) from exc
 
     async def loop(self) -> None:
         """Fetch while there are free slots; wait for a slot otherwise. Completions fetch
@@ -166,15 +166,17 @@ class Fetcher:
                 backoff = 0.05
             except asyncio.CancelledError:
                 raise
-            except GlideMQError as exc:
+            except Exception as exc:  # the loop must outlive any one failed fetch
                 self.error_at = time.monotonic()
-                if "NOGROUP" in str(exc):
+                if isinstance(exc, ServerError) and exc.code == "NOGROUP":
                     try:
                         await self.ensure_group()
                         continue
                     except GlideMQError as group_exc:  # server gone again: back off, retry
                         exc = group_exc
-                w.events.emit("error", exc)
+                if isinstance(exc, ConnectionError):
+                    w.report.connection_lost(str(exc))
+                w.fault(exc, "fetching")
                 await asyncio.sleep(backoff)
                 backoff = min(backoff * 2, 5.0)
 
@@ -207,11 +209,16 @@ class Fetcher:
         sent = time.monotonic()
         ok = False
         try:
-            got = await fetch.complete_and_fetch_next(
-                ctx, ctx.now_ms(), w.consumer, n, w.emit_flag, (), w.limiter,
-                rec.start_now, rec.pairs, rec.confirmed,
-            )  # fmt: skip
-            flat, ok = got.entries, True
+            try:
+                got = await fetch.complete_and_fetch_next(
+                    ctx, ctx.now_ms(), w.consumer, n, w.emit_flag, (), w.limiter,
+                    rec.start_now, rec.pairs, rec.confirmed,
+                )  # fmt: skip
+            except DurabilityError as exc:
+                # taken on the primary, not confirmed: run them (their completions wait)
+                w.events.emit("error", exc)
+                got = fetch.fetched_of(exc.reply)
+            flat, ok = got.entries, True  # the server ran the call: its starts are recorded
         finally:
             self.starts.answered(rec, ok, sent)
             self.order.deliver(ticket, flat, n, sent, rec)

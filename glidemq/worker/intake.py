@@ -17,7 +17,7 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
-from ..errors import GlideMQError
+from ..errors import DurabilityError
 from ..wire import fetch as wire_fetch
 from .starts import CONFIRM_AFTER
 
@@ -152,7 +152,7 @@ class Intake:
         ticket = self.order.ticket() if fetch else -1
         fetched: list[Any] = []
         sent = time.monotonic()
-        ok = False
+        ok = dropped = False
         try:
             try:
                 # Transient faults are retried inside fcall, within the connection's budget.
@@ -169,24 +169,39 @@ class Intake:
                     rec.confirmed,
                 )
                 ok = True
-            except GlideMQError as exc:
-                link.events.emit("error", exc)
-                # The jobs stay in the PEL; stall recovery runs them again.
+            except DurabilityError as exc:
+                # Stored on the primary but not confirmed: an error naming the jobs, never
+                # "completed"; the jobs the call took are run (the server ran the call: its
+                # start report is recorded there).
+                link.events.emit("error", exc.naming([job.id for job, _, _ in batch]))
                 for job, _, _ in batch:
                     slots.drop(job.entry_id)
+                dropped = ok = True
+                got = wire_fetch.fetched_of(exc.reply)
+            except Exception as exc:  # any failure: the batch must not keep its entries
+                link.fault(exc, "storing completions")
+                # The jobs stay in the PEL; stall recovery runs them again.
                 return
-            for (job, _, _), status in zip(batch, got.statuses, strict=True):
-                slots.drop(job.entry_id)
-                if status == b"ok":
-                    self.completed(job)
-                elif status == b"stale":
-                    log.info(
-                        "glidemq: job %s was reclaimed by another worker; result dropped", job.id
-                    )
+            else:
+                for (job, _, _), status in zip(batch, got.statuses, strict=True):
+                    slots.drop(job.entry_id)
+                    if status == b"ok":
+                        self.completed(job)
+                    elif status == b"stale":
+                        log.info(
+                            "glidemq: job %s was reclaimed by another worker; result dropped",
+                            job.id,
+                        )
+                dropped = True
             fetched = got.entries
             if self.fetcher is not None:
                 self.fetcher.took(got, fetch)
+        except Exception as exc:  # a fault here must not leave the batch held either
+            link.fault(exc, "handling a completion reply")
         finally:
+            if not dropped:  # a failure anywhere above: nothing of the batch stays held
+                for job, _, _ in batch:
+                    slots.drop(job.entry_id)
             self._flushes -= 1
             self.starts.answered(rec, ok, sent)
             if not self._scheduled and (self._pending or self._confirm_due or self.starts.wanted()):

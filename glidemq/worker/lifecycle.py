@@ -57,9 +57,11 @@ class WorkerLifecycle:
         await self.start()
 
     def is_running(self) -> bool:
+        """Whether the worker was started and is not closing."""
         return self._started and not self._closing
 
     def is_paused(self) -> bool:
+        """Whether `pause()` was called and not yet `resume()`."""
         return self._paused
 
     def is_closing(self) -> bool:

@@ -8,12 +8,14 @@ options, the clients and the QueueContext (replaced by the watchdog), the event 
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
 from ..errors import GlideMQError
 from ..options.limits import limiter_args
 from ..types import retention_args
+from .report import WorkerReport
 
 if TYPE_CHECKING:
     from ..client.connection import Client, ConnectionOptions
@@ -29,12 +31,15 @@ if TYPE_CHECKING:
 
 __all__ = ["WorkerLink"]
 
+log = logging.getLogger("glidemq.worker")
+
 
 class WorkerLink:
     """The shared state of one Worker (see the module doc). `fail_now` is how a running job
     fails itself (`Job.move_to_failed`)."""
 
     __slots__ = (
+        "_faults",
         "_state",
         "blocking",
         "client",
@@ -51,6 +56,7 @@ class WorkerLink:
         "name",
         "opts",
         "pacer",
+        "report",
         "slots",
     )
 
@@ -69,6 +75,7 @@ class WorkerLink:
         pacer: Pacer | None,
     ) -> None:
         self._state = state
+        self._faults: set[str] = set()
         self.name = name
         """The queue's name."""
         self.keys = keys
@@ -87,6 +94,8 @@ class WorkerLink:
         self.client: Client | None = None
         self.blocking: Client | None = None
         self.ctx: QueueContext | None = None
+        self.report = WorkerReport(name, consumer, connection.where)
+        """The worker's log lines (failures, the connection, stall recovery)."""
 
     @property
     def token_limiter(self) -> TokenLimiter | None:
@@ -112,6 +121,15 @@ class WorkerLink:
     def paused(self) -> bool:
         """Whether the worker is paused (`Worker.pause`)."""
         return self._state.is_paused()
+
+    def fault(self, exc: Exception, where: str) -> None:
+        """A background loop's step (`where`) failed and the loop goes on: the `error`
+        event, and for what is not a GlideMQError (a fault of ours, not the server's) the
+        traceback on the `glidemq.worker` logger the first time it happens there."""
+        if not isinstance(exc, GlideMQError) and where not in self._faults:
+            self._faults.add(where)
+            log.error("glidemq: queue %s: %s failed; it goes on", self.name, where, exc_info=exc)
+        self.events.emit("error", exc)
 
     def context(self) -> QueueContext:
         """The worker's QueueContext; GlideMQError before the worker has started."""

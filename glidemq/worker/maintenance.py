@@ -8,7 +8,6 @@ import asyncio
 import time
 from typing import TYPE_CHECKING
 
-from ..errors import GlideMQError
 from ..job import signals
 from ..queue.queries import WorkerRegistration
 from ..queue.schedulers import SchedulerRunner
@@ -74,8 +73,8 @@ class Maintenance:
                 next_run = await self.job_schedulers.fire_due(w.ctx, w.ctx.now_ms())
                 if next_run is not None:
                     delay = max(0.0, min(delay, (next_run - w.ctx.now_ms()) / 1000))
-            except GlideMQError as exc:
-                w.events.emit("error", exc)
+            except Exception as exc:  # the loop must outlive any one failed step
+                w.fault(exc, "promotion")
             await w.connection.clock.sleep(delay)  # a clock that jumps ends it early
 
     async def stall_loop(self) -> None:
@@ -93,7 +92,8 @@ class Maintenance:
             await asyncio.sleep(interval)
             try:
                 assert w.ctx is not None
-                if not await fetch.any_stalled(w.ctx, w.opts.lock_duration):
+                owners = await fetch.stalled_owners(w.ctx, w.opts.lock_duration)
+                if not owners:
                     continue
                 await asyncio.sleep(confirm)
                 while True:
@@ -112,12 +112,13 @@ class Maintenance:
                     cursor = reply[0].decode() if isinstance(reply[0], bytes) else str(reply[0])
                     requeued, failed = int(reply[1]), int(reply[2])
                     if requeued or failed:
+                        w.report.stalled(requeued, failed, owners)
                         w.events.emit("stalled", requeued, failed)
                     self.stall_cursor = cursor
                     if cursor == "0-0":
                         break
-            except GlideMQError as exc:
-                w.events.emit("error", exc)
+            except Exception as exc:
+                w.fault(exc, "stall recovery")
 
     async def register(self) -> None:
         """Write this worker's entry in the queue's worker registry (Queue.get_workers), and
@@ -129,8 +130,8 @@ class Maintenance:
             stats = {"running": w.running_now(), "completed": completed, "failed": failed}
             await self.registration.beat(w.ctx, stats)
             await worker_limits.refresh_global_pacer(w)
-        except GlideMQError as exc:
-            w.events.emit("error", exc)
+        except Exception as exc:  # the heartbeat loop calls it: it must not end that loop
+            w.fault(exc, "registration")
 
     async def heartbeat_loop(self) -> None:
         """Refresh the registry entry; keep running jobs from looking stalled; abort those
@@ -140,6 +141,7 @@ class Maintenance:
         while True:
             await asyncio.sleep(interval)
             await self.register()
+            w.report.flush()
             if not w.slots:
                 continue
             try:
@@ -156,5 +158,5 @@ class Maintenance:
                 for raw in lost:
                     w.slots.abort(raw.decode(), revoked=False)
                 w.slots.renew([entry_id for entry_id, _ in held], sent)  # held jobs' leases
-            except GlideMQError as exc:
-                w.events.emit("error", exc)
+            except Exception as exc:
+                w.fault(exc, "heartbeat")

@@ -82,10 +82,13 @@ class Watchdog:
     def _call_ok(self) -> None:
         self.ok_at = time.monotonic()
         self.renewal.failing_since = None
+        if self.link.report.failing_since is not None:
+            self.link.report.connection_restored()
 
-    async def _call_failed(self) -> None:
+    async def _call_failed(self, error: BaseException) -> None:
         self.dirty_at = time.monotonic()
-        await self.renewal.failed()
+        self.link.report.connection_lost(f"{type(error).__name__}: {error}")
+        await self.renewal.failed(error)
 
     def start(self) -> asyncio.Task[None]:
         """Start watching; the worker cancels the task when it closes."""

@@ -24,9 +24,10 @@ from ..client.functions import ensure_library
 from ..emitter import Emitter
 from ..encoding.serialize import encode_result
 from ..encoding.serializers import get_serializer
-from ..errors import DelayedError, GlideMQError, RateLimitError, UnrecoverableError
+from ..errors import DelayedError, DurabilityError, GlideMQError, RateLimitError, UnrecoverableError
 from ..job.job import Job
 from ..keys import DEFAULT_PREFIX, QueueKeys
+from ..options.durability import DurabilityLike
 from ..processor import ProcessorCall
 from ..sandbox.errors import SandboxHandBack
 from ..types import WorkerOptions, job_retention, retention_args, worker_options
@@ -57,6 +58,8 @@ D = TypeVar("D")
 R = TypeVar("R")
 
 Processor = Callable[[Job[D, R]], Awaitable[R]]
+"""What a Worker runs: an async function of a `Job` returning its result (a plain function,
+run in a thread, is accepted too)."""
 
 # Completions go out in up to 4 flushes in flight (glidemq.worker.intake) of about concurrency/4
 # jobs each, so the server works on one chunk while this process runs the jobs of another.
@@ -81,6 +84,8 @@ class Worker(WorkerLifecycle, Generic[D, R]):
     Start it with `async with Worker(...)`, `await worker.start()` or `await worker.run()`;
     stop it with `close()`, which lets running jobs finish (up to `close_timeout`) and hands
     the rest back to the queue. Options are `WorkerOptions` fields, as keywords or `options=`.
+    `durability` overrides the connection's: completions, failures and every other write
+    are acknowledged only once confirmed (docs/DURABILITY.md).
     """
 
     RateLimitError = RateLimitError
@@ -93,10 +98,11 @@ class Worker(WorkerLifecycle, Generic[D, R]):
         connection: ConnectionLike = None,
         prefix: str = DEFAULT_PREFIX,
         options: WorkerOptions | None = None,
+        durability: DurabilityLike = None,
         **settings: Any,
     ) -> None:
         base = worker_options(options, settings)
-        self.connection = resolve_connection(connection)
+        self.connection = resolve_connection(connection).with_durability(durability)
         # In batch mode `concurrency` counts batches; the worker holds that many batches' jobs.
         concurrency = base.concurrency * (base.batch.size if base.batch else 1)
         hooks = {
@@ -115,7 +121,7 @@ class Worker(WorkerLifecycle, Generic[D, R]):
         self.name = name
         self.keys = QueueKeys(name, prefix)
         self.consumer = base.consumer or f"worker-{uuid4().hex}"
-        self.events = Emitter()
+        self.events = Emitter(f"worker of queue {name}")
         self._proc = ProcessorCall(executor.call, base.concurrency, f"glidemq-{name}")
         # Jobs held beyond the concurrency: in the hold window, or queued in sandbox children.
         held = concurrency + executor.extra
@@ -123,7 +129,10 @@ class Worker(WorkerLifecycle, Generic[D, R]):
         self._slots: Slots[Job[D, R]] = Slots(
             concurrency, base.prefetch or held, extension=executor.extension
         )
-        flush_size = max(base.batch.size if base.batch else 1, -(-held // _FLUSH_DIVISOR))
+        # A durability wait holds the connection, so flushes in flight queue behind each
+        # other's waits: with durability every pending completion goes in one flush.
+        divisor = 1 if self.connection.durability is not None else _FLUSH_DIVISOR
+        flush_size = max(base.batch.size if base.batch else 1, -(-held // divisor))
         # Asked once: None (OpenTelemetry absent or no provider) keeps the job path as is.
         self._tracing = otel.job_tracing()
         self._keep_complete = retention_args(base.remove_on_complete)
@@ -184,6 +193,11 @@ class Worker(WorkerLifecycle, Generic[D, R]):
         """Jobs this worker holds right now (running, held to run next, or being completed)."""
         return len(self._slots)
 
+    def running_jobs(self, most: int = 20) -> list[Job[D, R]]:
+        """Up to `most` of the jobs this worker runs now (not those it only holds)."""
+        held = {id(job) for _, job in self._slots.held_jobs()}
+        return [job for _, job in self._slots.jobs() if id(job) not in held][:most]
+
     def _held_tasks(self) -> list[asyncio.Task[Any]]:
         return self._slots.tasks()
 
@@ -209,6 +223,9 @@ class Worker(WorkerLifecycle, Generic[D, R]):
                 retry=self.connection.retry,
                 serializer=self._serializer,
                 clock=self.connection.clock,
+                durability=self.connection.confirmation,
+                request_timeout_ms=self.connection.request_timeout_ms,
+                where=self.connection.where,
             )
             await claim_serializer(link.ctx, self.opts.serializer, "Worker")
             self.watchdog.attach(link.ctx)
@@ -273,6 +290,7 @@ class Worker(WorkerLifecycle, Generic[D, R]):
                 self.events.emit("error", exc)
         self._slots.clear()
         self._proc.shutdown()
+        self._link.report.flush(everything=True)
         await close_client(self._link.client)
 
     # -- taking jobs ----------------------------------------------------------------------
@@ -533,6 +551,8 @@ class Worker(WorkerLifecycle, Generic[D, R]):
             self._slots.drop(job.entry_id)
         try:
             await wire.fetch.defer_active(self._ctx, self.consumer, args[1:])
+        except DurabilityError as exc:
+            self.events.emit("error", exc.naming([job.id for job in jobs]))
         except GlideMQError as exc:
             self.events.emit("error", exc)  # left in the PEL: stall recovery takes them
         self._slots.wake()
@@ -574,6 +594,10 @@ class Worker(WorkerLifecycle, Generic[D, R]):
                 self.opts.dead_letter,
                 f.stack,
             )
+        except DurabilityError as exc:
+            # Recorded on the primary, not confirmed: an error, never a silent success.
+            self.events.emit("error", exc.naming([job.id]))
+            reply = b"error"
         except GlideMQError as exc:
             # Left in the PEL: stall recovery will retry the job.
             self.events.emit("error", exc)
@@ -582,6 +606,8 @@ class Worker(WorkerLifecycle, Generic[D, R]):
             self._slots.drop(job.entry_id)
         status = reply.decode() if isinstance(reply, bytes) else str(reply)
         record_failure(self, job, error, f.reason, status)
+        if status in ("retry", "failed"):
+            self._link.report.failed(job, error, status, f.delay)
         if status == "stale":
             log.info("glidemq: job %s was reclaimed by another worker; failure dropped", job.id)
         if self._tracing is not None:

@@ -9,7 +9,15 @@ from typing import Any
 
 import pytest
 
-from glidemq import CycleError, DagNode, DuplicateJobError, FlowJob, JobStateError, chain
+from glidemq import (
+    CycleError,
+    DagNode,
+    DuplicateJobError,
+    FlowJob,
+    JobStateError,
+    ValidationError,
+    chain,
+)
 from tests.behaviour.conftest import Backend
 from tests.helpers import wait_for, wait_state
 
@@ -54,6 +62,48 @@ async def test_a_parent_runs_after_its_children_and_reads_their_values(
         f"{other.name}:{first.job.id}": 3,
         f"{q.name}:{second.job.id}": 2,
     }
+
+
+async def test_a_flow_given_as_a_mapping_is_the_same_flow(backend: Backend) -> None:
+    q, other = backend.queue, backend.other_queue()
+    flows = backend.flow_producer()
+    shared = {"name": "count", "queue_name": other.name, "data": "one two three"}
+    node = await flows.add(
+        {
+            "name": "report",
+            "queue_name": q.name,
+            "children": [
+                shared,
+                {"name": "count", "queue_name": q.name, "data": "four five", "opts": {}},
+            ],
+        }
+    )
+    assert node.job.state == "waiting-children" and len(node.children) == 2
+    [bulk] = await flows.add_bulk([{"name": "lone", "queue_name": q.name}])
+    assert bulk is not None and bulk.job.name == "lone"
+    async with backend.worker(_process), backend.worker_of(other.name, _process):
+        parent = await wait_state(q, node.job.id, "completed")
+    assert parent.returnvalue == 5
+
+
+@pytest.mark.parametrize("flow", [42, "report", ["report", "q"], None])
+async def test_a_flow_of_another_type_is_a_type_error_naming_the_expected_one(
+    backend: Backend, flow: Any
+) -> None:
+    with pytest.raises(TypeError, match="expected a FlowJob or a mapping"):
+        await backend.flow_producer().add(flow)
+
+
+async def test_a_mapping_that_does_not_fit_names_the_place(backend: Backend) -> None:
+    flows = backend.flow_producer()
+    q = backend.queue.name
+    with pytest.raises(ValidationError, match=r"flow\.children\[0\]\.queueName.*queue_name"):
+        await flows.add({"name": "p", "queue_name": q, "children": [{"name": "c", "queueName": q}]})
+    with pytest.raises(ValidationError, match=r"flow\.queue_name"):
+        await flows.add({"name": "p"})
+    with pytest.raises(TypeError, match=r"flow\.children\[1\]: expected a FlowJob"):
+        await flows.add({"name": "p", "queue_name": q, "children": [FlowJob("c", q), 7]})
+    assert (await backend.queue.get_job_counts()).waiting == 0  # nothing was written
 
 
 async def test_a_failed_child_fails_its_parent_unless_its_failure_is_ignored(

@@ -5,7 +5,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import orjson
+
 from glidemq.chaos.analysis import (
+    completions_rerun,
     duplicates,
     max_redelivery,
     max_stall,
@@ -14,7 +17,7 @@ from glidemq.chaos.analysis import (
 )
 from glidemq.chaos.collect import JobRecord, QueueLeftovers
 from glidemq.chaos.invariants import check_invariants
-from glidemq.chaos.ledger import Executions
+from glidemq.chaos.ledger import Executions, read_executions
 
 
 def _steady(start: float, end: float, per_s: int) -> list[float]:
@@ -146,3 +149,27 @@ def test_a_run_directory_is_always_new(tmp_path: Path) -> None:
     second = fresh_run_dir(tmp_path / "w", "kill-workers-4")
     assert (first.name, second.name) == ("kill-workers-4", "kill-workers-4-2")
     assert list(second.iterdir()) == []
+
+
+def test_a_completion_rerun_is_a_start_after_the_worker_was_told_it_completed() -> None:
+    acked = {"j1": [(10.0, 1)], "j2": [(10.0, 1)], "j3": [(10.0, 1), (12.0, 2)]}
+    started = {
+        "j1": [(9.0, 1)],  # ran once, acknowledged: fine
+        "j2": [(9.0, 1), (9.5, 2)],  # ran twice, both before the acknowledgment: not a rerun
+        "j3": [(9.0, 1), (11.0, 2)],  # started again after the acknowledgment: a rerun
+        "j4": [(9.0, 1), (11.0, 2)],  # never acknowledged: an ordinary redelivery
+    }
+    assert completions_rerun(acked, started) == ["j3"]
+    assert completions_rerun({}, started) == []
+
+
+def test_acked_records_are_read_from_the_execution_files(tmp_path: Path) -> None:
+    lines = [
+        {"event": "started", "job_id": "j1", "ts": 1.0, "pid": 5, "run": "5-1"},
+        {"event": "processed", "job_id": "j1", "ts": 1.1, "pid": 5, "digest": "0" * 16},
+        {"event": "acked", "job_id": "j1", "ts": 1.2, "pid": 5, "run": "5-1"},
+    ]
+    (tmp_path / "exec-5.jsonl").write_bytes(b"".join(orjson.dumps(e) + b"\n" for e in lines))
+    ex = read_executions(tmp_path)
+    assert ex.acked["j1"] == [(1.2, 5)]
+    assert "j2" not in ex.acked

@@ -378,6 +378,26 @@ async def test_groups_lists_groups_and_pauses_and_resumes_one(
     assert bad.returncode == 2 and "key" in bad.stderr
 
 
+async def test_pausing_or_resuming_a_group_that_does_not_exist_says_so(
+    glidemq: Runner, queue: Queue[Any, Any]
+) -> None:
+    await queue.add("j", 0, {"group_key": "known"})
+    # a typo: the pause still applies (jobs added to it later wait), but it is not silent
+    paused = await glidemq("pause-group", queue.name, "knwon")
+    assert paused.returncode == 0, paused.stderr
+    assert f"queue '{queue.name}' has no group 'knwon' yet" in paused.stderr
+    assert "check the name" in paused.stderr
+    assert (await queue.get_group("knwon")).paused  # type: ignore[union-attr]
+    # a known group: nothing more to say
+    quiet = await glidemq("pause-group", queue.name, "known")
+    assert quiet.returncode == 0 and quiet.stderr == ""
+    resumed = await glidemq("resume-group", queue.name, "never")
+    assert resumed.returncode == 0
+    assert f"queue '{queue.name}' has no group 'never'" in resumed.stderr
+    assert "nothing to resume" in resumed.stderr
+    assert await queue.get_group("never") is None  # resuming it made nothing
+
+
 async def test_clean_removes_old_jobs_of_one_state(
     glidemq: Runner, queue: Queue[Any, Any], valkey_server: ValkeyAddress
 ) -> None:
@@ -485,7 +505,8 @@ def test_an_unreachable_server_exits_6_with_one_line() -> None:
     assert done.returncode == 6  # as glidemq-run's ExitCode.UNREACHABLE
     assert done.stderr.strip().splitlines() == [
         "glidemq: error: cannot reach Valkey at valkey://127.0.0.1:1 "
-        "(127.0.0.1:1: Connection refused)"
+        "(127.0.0.1:1: Connection refused); is a Valkey server running there? Start one with "
+        "glidemq-server, or point GLIDEMQ_URL (--url on the command line) at yours"
     ]
 
 
@@ -573,3 +594,26 @@ async def test_queues_shows_waiting_children(
     header = table[0].split()
     row = next(line.split() for line in table if line.split()[0] == queue.name)
     assert row[header.index("WAITING-CHILDREN")] == "1"
+
+
+async def test_job_lists_a_workflows_steps(
+    glidemq: Runner, queue: Queue[Any, Any], valkey_server: ValkeyAddress
+) -> None:
+    from tests.durable_sample import run_sample
+
+    runs = await run_sample(valkey_server.url, queue.name)
+    detail = await as_json(glidemq, "job", queue.name, runs.done)
+    steps = [(s["position"], s["name"], s["kind"], s["status"]) for s in detail["steps"]]
+    assert steps == [
+        (1, "charge", "step", "done"),
+        (2, "square", "child", "done"),
+        (3, "shipped", "event", "done"),
+        (4, "label", "step", "done"),
+    ]
+    assert detail["steps"][0]["result"] == {"cents": 300}
+    assert detail["steps"][1]["result"] == 9 and detail["steps"][2]["result"] == "dhl"
+    assert detail["steps"][0]["attempts"] == 1 and detail["steps"][0]["finished_at"] > 0
+    text = (await glidemq("job", queue.name, runs.waiting)).stdout
+    assert "steps (3):" in text
+    assert re.search(r"^\s+3\s+event shipped\s+waiting\b", text, re.M), text
+    assert re.search(r"^\s+1\s+charge\s+done\b.*-> \{\"cents\":400\}", text, re.M), text

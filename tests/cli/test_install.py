@@ -16,7 +16,10 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 MAX_PACKAGES = 30
-EXTRAS = ("flask", "django", "fastapi", "starlette", "pyspark", "locust", "mypy", "testcontainers")
+EXTRAS = (
+    "flask", "django", "fastapi", "starlette", "pyspark", "locust", "mypy", "testcontainers",
+    "mkdocs",
+)  # fmt: skip
 NETWORK_WORDS = (
     "NewConnectionError",
     "Temporary failure in name resolution",

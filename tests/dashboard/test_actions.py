@@ -272,7 +272,7 @@ async def test_add_a_job_and_duplicate_one_through_the_editor(
         assert f"from={added.id}" in job_page.text  # the Duplicate link
     for bad, field in (({"data": "{not json"}, "data"), ({"opts": "[1]"}, "opts"),
                        ({"opts": '{"atempts": 3}'}, "atempts")):  # fmt: skip
-        refused = await _post(client, populated, "add", token, name="x", **bad)
+        refused = await _post(client, populated, "add", token, name="x", **{"data": "{}", **bad})
         assert refused.status_code == 400 and field in refused.text, (bad, refused.text[:300])
 
 
@@ -293,7 +293,7 @@ async def test_edit_the_data_of_a_job_that_has_not_started_only(
               "data": "{}"},
         headers={"accept": "application/json"},
     )  # fmt: skip
-    assert r.json()["ok"] is False and "not started" in r.json()["detail"]
+    assert r.json()["ok"] is False and "it is completed" in r.json()["detail"]
     async with Queue(populated.name, connection=populated.url, prefix=populated.prefix) as q:
         job = await q.get_job(waiting)
         assert job is not None and job.data == "plain text"

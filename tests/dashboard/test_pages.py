@@ -546,3 +546,32 @@ async def test_a_job_page_shows_each_failed_try_with_its_stacktrace_and_logs(
         text = html_module.unescape(block.group(0))
         assert f"boom in try {n}" in text and "ValueError" in text  # reason and stacktrace
         assert f"line of try {n}" in text and f"line of try {3 - n}" not in text  # its own logs
+
+
+async def test_a_workflows_job_page_lists_its_steps(
+    valkey_server: Any, client_for: Any, queue_name: str
+) -> None:
+    from tests.durable_sample import run_sample
+
+    prefix = f"dash{queue_name[-8:]}"
+    runs = await run_sample(valkey_server.url, queue_name, prefix)
+    client = await client_for(Populated(valkey_server.url, prefix, queue_name))
+    html = (await client.get("/job", params={"queue": queue_name, "id": runs.waiting})).text
+    assert 'id="workflow-steps"' in html
+    rows = re.findall(
+        r'<tr class="step step-(\w+)" id="step-(\d+)">\s*<td>\d+</td>\s*'
+        r'<td class="mono">([^<]+)</td>',
+        html,
+    )
+    assert rows == [("done", "1", "charge"), ("done", "2", "square"), ("waiting", "3", "shipped")]
+    assert '{ "cents": 400 }' in html_module.unescape(html)  # the step's result
+    done = (await client.get("/job", params={"queue": queue_name, "id": runs.done})).text
+    assert re.findall(r'<tr class="step step-(\w+)"', done) == ["done"] * 4
+    assert "9</td>" in done and "dhl" in done
+
+
+async def test_a_plain_job_page_has_no_steps(populated: Populated, client_for: Any) -> None:
+    client = await client_for(populated)
+    done = populated.ids["completed"][0]
+    html = (await client.get("/job", params={"queue": populated.name, "id": done})).text
+    assert 'id="workflow-steps"' not in html

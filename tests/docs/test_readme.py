@@ -11,6 +11,7 @@ import sys
 import time
 import tomllib
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -21,6 +22,7 @@ README = (ROOT / "README.md").read_text()
 FENCE = re.compile(r"^```(\w+)\n(.*?)^```", re.MULTILINE | re.DOTALL)
 BLOCKS = FENCE.findall(README)
 SERVER = ROOT / ".venv" / "bin" / "glidemq-server"
+RUN = ROOT / ".venv" / "bin" / "glidemq-run"
 
 
 def test_the_two_setup_commands_come_first() -> None:
@@ -82,3 +84,70 @@ def test_testing_md_names_every_declared_marker() -> None:
     assert markers
     for marker in markers:
         assert f"| `{marker}` |" in testing, f"docs/TESTING.md does not list the {marker} marker"
+
+
+def _block_after(marker: str, kind: str) -> str:
+    """The first `kind` block of the README that comes after the text `marker`."""
+    start = README.index(marker)
+    for match in FENCE.finditer(README, start):
+        if match.group(1) == kind:
+            return match.group(2)
+    raise AssertionError(f"no {kind} block after {marker!r}")
+
+
+def test_the_sync_tasks_snippet_runs_as_two_files_the_way_the_readme_says(
+    valkey_server: Any, tmp_path: Path
+) -> None:
+    """The task module and the producer, saved under the names the README gives, with the
+    worker started by the README's command in that directory: the producer prints what the
+    README says, and no job is left failed or waiting."""
+    if not RUN.exists():
+        pytest.skip(f"no installed console script at {RUN}")
+    valkey_server.cli("FLUSHALL")
+    section = "## Tasks from sync code"
+    module = _block_after(section, "python")
+    producer = _block_after("Save this as\n`producer.py`", "python")
+    assert module.startswith("# app/tasks.py\n") and producer.startswith("# producer.py\n")
+    (tmp_path / "app").mkdir()
+    (tmp_path / "app" / "__init__.py").write_text("")
+    (tmp_path / "app" / "tasks.py").write_text(module)
+    (tmp_path / "producer.py").write_text(producer)
+    worker_command = _block_after(section, "bash").split()
+    producer_command = _block_after("# producer.py", "bash").split()
+    assert worker_command == [".venv/bin/glidemq-run", "app.tasks"]
+    assert producer_command == [".venv/bin/python", "producer.py"]
+    env = {"GLIDEMQ_URL": valkey_server.url, "PATH": "/usr/bin:/bin"}
+    out = tmp_path / "worker.out"
+    with open(out, "wb") as sink:
+        worker = subprocess.Popen(
+            [str(ROOT / worker_command[0]), *worker_command[1:]],
+            cwd=tmp_path,
+            env=env,
+            stdout=sink,
+            stderr=subprocess.STDOUT,
+        )
+    try:
+        done = subprocess.run(
+            [str(ROOT / producer_command[0]), *producer_command[1:]],
+            cwd=tmp_path,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+        )
+        assert done.returncode == 0, f"{done.stderr}\n{out.read_text()}"
+        said = re.search(r"# (Hello .*)$", producer, re.MULTILINE)
+        assert said is not None and done.stdout == said.group(1) + "\n"
+        worker.send_signal(signal.SIGTERM)
+        assert worker.wait(30) == 0, out.read_text()
+    finally:
+        if worker.poll() is None:
+            worker.kill()
+            worker.wait(10)
+    counts = {
+        state: int(valkey_server.cli("ZCARD", f"glide:{{emails}}:{state}"))
+        for state in ("failed", "scheduled")
+    }
+    assert counts == {"failed": 0, "scheduled": 0}, counts
+    assert int(valkey_server.cli("ZCARD", "glide:{emails}:completed")) == 1

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import resource
 import signal
 import socket
 import subprocess
@@ -77,10 +78,18 @@ def free_port() -> int:
 
 
 @contextlib.contextmanager
-def running_proxy(url: str, *args: str) -> Iterator[tuple[str, subprocess.Popen[str]]]:
-    """`glidemq-proxy --url URL --port P ARGS` running; yields its base URL and process."""
+def running_proxy(
+    url: str, *args: str, nofile: int | None = None
+) -> Iterator[tuple[str, subprocess.Popen[str]]]:
+    """`glidemq-proxy --url URL --port P ARGS` running; yields its base URL and process.
+    `nofile`: the child's limit of open file descriptors (RLIMIT_NOFILE)."""
     port = free_port()
     env = {k: v for k, v in os.environ.items() if not k.startswith("GLIDEMQ_")}
+
+    def limit() -> None:
+        if nofile is not None:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (nofile, nofile))
+
     proc = subprocess.Popen(
         [*proxy_argv(), "--url", url, "--port", str(port), *args],
         cwd=REPO_ROOT,
@@ -88,6 +97,7 @@ def running_proxy(url: str, *args: str) -> Iterator[tuple[str, subprocess.Popen[
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
+        preexec_fn=limit if nofile is not None else None,
     )
     try:
         deadline = time.monotonic() + 30

@@ -140,3 +140,28 @@ async def test_every_answer_carries_the_security_headers(http: httpx.AsyncClient
     r = await http.get("/health")
     assert r.headers["x-content-type-options"] == "nosniff"
     assert r.headers["x-frame-options"] == "DENY"
+
+
+async def test_an_add_the_replicas_do_not_confirm_is_504_naming_the_job(
+    valkey_server: ValkeyAddress, prefix: str
+) -> None:
+    # the session server has no replica: with durability nothing is ever confirmed
+    from glidemq import ConnectionOptions
+    from glidemq.proxy import create_app
+
+    conn = ConnectionOptions.from_url(
+        valkey_server.url, durability="replicated", durability_timeout_ms=100
+    )
+    app = create_app(conn, prefix=prefix)
+    transport = httpx.ASGITransport(app=app)
+    client = httpx.AsyncClient(transport=transport, base_url="http://localhost")
+    async with client as http, app.router.lifespan_context(app):
+        body = {"name": "charge", "data": {"n": 1}, "opts": {"job_id": "pay-1"}}
+        r = await http.post("/queues/q/jobs", json=body, headers=JSON)
+        assert r.status_code == 504, r.text
+        assert r.json()["error"] == "not_confirmed"
+        assert r.json()["job_ids"] == ["pay-1"]
+        assert "may or may not survive" in r.json()["message"]
+    async with Queue("q", connection=valkey_server.url, prefix=prefix) as q:
+        assert await q.get_job("pay-1") is not None  # written on the primary
+        await q.obliterate(force=True)

@@ -252,3 +252,24 @@ async def test_mounted_in_another_starlette_app(valkey_server: ValkeyAddress, pr
         assert r.json()["waiting"] == 1
         assert (await http.get("/glidemq/queues/other/counts")).status_code == 403
     await proxy.state.proxy.close()
+
+
+async def test_a_workflows_job_json_carries_its_steps(
+    http: httpx.AsyncClient, valkey_server: ValkeyAddress, prefix: str, queue_name: str
+) -> None:
+    from tests.durable_sample import run_sample
+
+    runs = await run_sample(valkey_server.url, queue_name, prefix)
+    r = await http.get(f"/queues/{queue_name}/jobs/{runs.waiting}")
+    assert r.status_code == 200, r.text
+    steps = r.json()["steps"]
+    assert [(s["name"], s["kind"], s["status"]) for s in steps] == [
+        ("charge", "step", "done"),
+        ("square", "child", "done"),
+        ("shipped", "event", "waiting"),
+    ]
+    assert steps[0]["result"] == {"cents": 400} and steps[1]["result"] == 16
+    assert steps[1]["child"].startswith(f"{queue_name}:")
+    assert steps[2]["finished_at"] is None and steps[2]["started_at"] > 0
+    r = await http.get(f"/queues/{queue_name}/jobs/{runs.done}")
+    assert r.json()["returnvalue"] == "300-9-dhl"

@@ -131,3 +131,36 @@ async def test_random_crashes_lose_no_job(queue: Queue[Any, Any], conn: Connecti
         assert expected in (job.failed_reason or ""), job.failed_reason
     completed = await queue.get_jobs(["completed"], 0, -1)
     assert all(j.returnvalue == ids[j.id] for j in completed)
+
+
+@pytest.mark.parametrize("start_method", ["forkserver", "spawn"])
+async def test_processes_are_started_off_the_event_loop(
+    start_method: str, queue: Queue[Any, Any], conn: ConnectionOptions, monkeypatch: Any
+) -> None:
+    # fork+exec blocks its caller until the exec: not the loop that runs every job. The
+    # real Popen starts the real processes; the wrapper only notes the thread it ran on.
+    import threading
+
+    from glidemq.sandbox import launcher
+
+    real = launcher.subprocess.Popen
+    threads: list[int] = []
+
+    def noting(argv: Any, *args: Any, **kwargs: Any) -> Any:
+        if any("glidemq.sandbox" in str(a) for a in argv):
+            threads.append(threading.get_ident())
+        return real(argv, *args, **kwargs)
+
+    monkeypatch.setattr(launcher.subprocess, "Popen", noting)
+    await queue.add_bulk([("e", i) for i in range(6)])
+    worker = sandboxed(
+        queue, "echo", conn, concurrency=2, sandbox=SandboxOptions(start_method=start_method)
+    )
+    await worker.start()
+    try:
+        await wait_for(lambda: worker.completed_count == 6, timeout=30)
+    finally:
+        await worker.close()
+    assert threads, "no sandbox process was started"
+    assert threading.get_ident() not in threads
+    assert len(set(threads)) == 1  # one long-lived thread: PR_SET_PDEATHSIG follows it

@@ -12,6 +12,11 @@ job's `completed` event; for `--graceful`, the first after the promotion). The r
 fails when processing did not resume within `cluster-node-timeout + 5 s`. Writes a primary
 acknowledged just before it died and had not passed on to its replica yet are lost with it
 (Valkey replication is asynchronous); on one machine that window is below a millisecond.
+
+`--replication-lag MS` makes that window MS wide: the replica of the queue's primary
+reaches it through a delaying proxy (`glidemq.chaos.replication`), and the kill drops what
+the proxy still holds. Without `--durability replicated` the run then loses acknowledged
+adds and reruns acknowledged completions (the verdict counts both); with it, neither.
 """
 
 from __future__ import annotations
@@ -24,6 +29,7 @@ from typing import Any
 
 from glide import ExclusiveIdBound, IdBound, MaxId
 
+from ...cli.argtypes import non_negative_float
 from ...client.context import QueueContext
 from ...errors import GlideMQError
 from ...keys import QueueKeys
@@ -31,6 +37,7 @@ from ...server.cluster import EmbeddedCluster
 from ...server.valkey import EmbeddedValkey
 from ..context import ChaosRun
 from ..registry import register
+from ..replication import ReplicationLag
 from ..scenario import FleetSettings, Scenario
 
 __all__ = ["Failover"]
@@ -85,20 +92,56 @@ class Failover(Scenario):
             action="store_true",
             help="promote the replica with CLUSTER FAILOVER instead of killing the primary",
         )
+        parser.add_argument(
+            "--replication-lag",
+            type=non_negative_float,
+            default=0.0,
+            metavar="MS",
+            help="delay the replication stream from the queue's primary to its replica by MS "
+            "(the kill loses what the replica had not received)",
+        )
 
     def __init__(self) -> None:
         self.down: list[EmbeddedValkey] = []
+        self.lags: list[ReplicationLag] = []
+
+    async def _lag(self, run: ChaosRun, primary: EmbeddedValkey) -> ReplicationLag | None:
+        """The lag on `primary`'s replication link, put in place when asked for."""
+        ms = float(getattr(run.args, "replication_lag", 0.0) or 0.0)
+        if ms <= 0:
+            return None
+        for lag in self.lags:
+            if lag.primary is primary:
+                return lag
+        cluster = run.target.cluster
+        assert cluster is not None
+        lag = ReplicationLag(cluster, primary, ms)
+        self.lags.append(lag)
+        await asyncio.to_thread(lag.start)
+        run.say(
+            f"replication of primary {primary.port} to {lag.replica.port if lag.replica else '?'}"
+            f" lags {ms:g} ms"
+        )
+        return lag
+
+    async def prepare(self, run: ChaosRun) -> None:
+        cluster = run.target.cluster
+        assert cluster is not None
+        await asyncio.to_thread(cluster.wait_healthy, 60.0)
+        await self._lag(run, cluster.primary_for_key(_slot_key(run)))
 
     async def inject(self, run: ChaosRun) -> None:
         cluster = run.target.cluster
         assert cluster is not None
         graceful = bool(run.args.graceful)
+        durable = getattr(run.args, "durability", None) not in (None, "none")
         bound = cluster.node_timeout_ms / 1000 + RESUME_SLACK_S
         report: list[dict[str, Any]] = []
         for point in run.fault_points(run.settings.faults, 0.25, 0.6):
             await run.wait_progress(point)
             await asyncio.to_thread(cluster.wait_healthy, 60.0)
             primary = cluster.primary_for_key(_slot_key(run))
+            lag = await self._lag(run, primary)
             began = time.monotonic()
             if graceful:
                 replica = cluster.replica_of(primary)
@@ -113,12 +156,18 @@ class Failover(Scenario):
                 await switch  # and the cluster agrees on it everywhere
             else:
                 pid = primary.pid
+                if lag is not None:
+                    lag.cut()  # what the replica has not received dies with the primary
                 cluster.kill_node(primary)
                 self.down.append(primary)
                 fault = run.fault("sigkill-primary", pid, hits_all=True, node=primary.port)
                 after = fault.at  # nothing completes while the slot has no primary
                 await self._wait_promoted(cluster, run, primary)
                 promoted = time.monotonic() - began
+                if durable:
+                    # durability acknowledges nothing while the shard has no replica: its
+                    # old primary comes back as one now, not after the measurement
+                    await asyncio.to_thread(self._restart_down, cluster)
             fault.ended = time.time()
             first = await _resumed(run, after, 3 * bound)
             resumed = None if first is None else round(first - fault.at, 3)
@@ -141,6 +190,7 @@ class Failover(Scenario):
             "cluster_node_timeout_ms": cluster.node_timeout_ms,
             "resume_bound_s": bound,
             "faults": report,
+            "replication_lag_ms": float(getattr(run.args, "replication_lag", 0.0) or 0.0),
         }
 
     async def _wait_promoted(
@@ -168,3 +218,5 @@ class Failover(Scenario):
                 await asyncio.to_thread(self._restart_down, cluster)
             except Exception as exc:  # the cluster is stopped next anyway
                 run.say(f"could not restart the killed node: {exc}")
+        while self.lags:
+            await asyncio.to_thread(self.lags.pop().stop)

@@ -134,7 +134,14 @@
     var source = new EventSource(url);
     var dot = document.getElementById("live");
     source.addEventListener("open", function () { if (dot) dot.classList.add("on"); });
-    source.addEventListener("error", function () { if (dot) dot.classList.remove("on"); });
+    source.addEventListener("error", function () {
+      if (dot) dot.classList.remove("on");
+      // A refusal (503 while the dashboard's live feeds are all taken) closes the source
+      // for good; the browser only retries a dropped connection by itself.
+      if (source.readyState === EventSource.CLOSED) {
+        setTimeout(connect, 5000 + Math.random() * 5000);
+      }
+    });
     source.addEventListener("snapshot", onSnapshot);
   }
 
@@ -144,7 +151,9 @@
     form.querySelectorAll("textarea[data-json]").forEach(function (area) {
       var text = area.value.trim();
       var bad = "";
-      if (text) {
+      if (!text && area.getAttribute("data-json") === "any") {
+        bad = "is empty: write the JSON to store (null, {} or a value)";
+      } else if (text) {
         try {
           var value = JSON.parse(text);
           if (area.getAttribute("data-json") === "object" && (value === null || typeof value !== "object" || Array.isArray(value))) {

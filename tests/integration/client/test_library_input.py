@@ -297,6 +297,7 @@ def build_cases(r: Any, p: str) -> list[Case]:
         Case("glidemq_changeDelay", job_ops, [d, "5000", now], {1: OPT, 2: TS}),
         Case("glidemq_promoteJob", job_ops, [d, now], {1: TS}),
         Case("glidemq_updateJob", k("events"), [a, "1", "progress", "5"]),
+        Case("glidemq_updateData", job_ops, [a, '{"v":2}', ea, "c1"], entry_ids=(2,)),
         Case("glidemq_log", k(f"job:{a}", f"log:{a}"), ["line"], too_many=False),
         Case(
             "glidemq_retryJobs", job_ops, [now, "completed", "10"], {0: TS, 2: ARGS}, too_many=False
@@ -327,6 +328,7 @@ def build_cases(r: Any, p: str) -> list[Case]:
             read_only=True,
         ),
         Case("glidemq_getCounts", k("stream", "scheduled"), [], read_only=True),
+        Case("glidemq_backlog", k("stream", "scheduled"), [now], {0: TS}, read_only=True),
         Case(
             "glidemq_getJobIds",
             k("stream", "scheduled"),
@@ -363,6 +365,34 @@ def build_cases(r: Any, p: str) -> list[Case]:
             "glidemq_signal", k("stream", "suspended", "events"), [now, d, "ok", "{}", "1"], {0: TS}
         ),
         Case("glidemq_expireSuspended", k("suspended", "events"), [now, "10"], {0: TS, 1: ARGS}),
+        Case(
+            "glidemq_stepRecord",
+            k("stream", "events"),
+            [now, a, ea, "1", "s", "step", "done", "1", now, "1", "", "0", "1"],
+            {0: TS, 3: ARGS, 7: ARGS, 8: ARGS, 11: ARGS},
+            entry_ids=(2,),
+        ),
+        Case(
+            "glidemq_stepSleep",
+            k("stream", "events"),
+            [now, a, ea, "1", "sleep", str(int(now) + 60_000), "1"],
+            {0: TS, 3: ARGS, 5: ARGS},
+            entry_ids=(2,),
+        ),
+        Case(
+            "glidemq_stepWait",
+            k("stream", "suspended", "events"),
+            [now, a, ea, "1", "go", "0", "1"],
+            {0: TS, 3: ARGS, 5: ARGS},
+            entry_ids=(2,),
+        ),
+        Case(
+            "glidemq_stepChild",
+            k("stream", "events", "id"),
+            [now, a, ea, "1", "c", "child", "{}", "{}", "0", "0", "1", "0", "1"],
+            {0: TS, 3: ARGS, 8: OPT, 9: OPT, 10: OPT, 11: OPT},
+            entry_ids=(2,),
+        ),
         Case(
             "glidemq_setFlowBudget",
             k(f"budget:{a}"),

@@ -1,11 +1,14 @@
 """One job with malformed stored data (any producer can write anything: NaN, truncated JSON,
-a number out of range, options that are not an object) must not break a reader. Every
-reader shows the stored text with the decode error; nothing answers 500 or prints a
-traceback; the job can be removed; a worker fails it once ("cannot decode job")."""
+a number out of range, options that are not an object, `gz:` data that inflates to 40 MB)
+must not break a reader. Every reader shows the stored text with the decode error, and
+none inflates the bomb; nothing answers 500 or prints a traceback; the job can be removed;
+a worker fails it once ("cannot decode job")."""
 
 from __future__ import annotations
 
 import asyncio
+import base64
+import gzip
 import json
 import subprocess
 import sys
@@ -27,6 +30,8 @@ BAD = {
     "huge": ("data", b"1e999"),
     "opts": ("opts", b'["not", "an", "object"]'),
     "bytes": ("data", b"\xff\xfe{"),
+    # valid JSON once inflated: 40 MB from 40 KB stored
+    "gzbomb": ("data", b"gz:" + base64.b64encode(gzip.compress(b"[" + b"0," * 20_000_000 + b"0]"))),
 }
 
 
@@ -107,8 +112,9 @@ async def test_every_reader_shows_a_malformed_job_and_it_can_be_removed(
         await queue.obliterate(force=True)
 
 
+@pytest.mark.parametrize("kind", ["nan", "gzbomb"])
 async def test_a_worker_fails_a_malformed_job_once_and_goes_on(
-    valkey_server: ValkeyAddress, queue_name: str
+    valkey_server: ValkeyAddress, queue_name: str, kind: str
 ) -> None:
     ran: list[str] = []
 
@@ -116,7 +122,7 @@ async def test_a_worker_fails_a_malformed_job_once_and_goes_on(
         ran.append(job.id)
 
     async with Queue(queue_name, connection=valkey_server.url) as queue:
-        bad = await _bad_job(valkey_server, queue, "nan")
+        bad = await _bad_job(valkey_server, queue, kind)
         good = await queue.add("good", {})
         assert good is not None
         async with Worker(queue_name, work, connection=valkey_server.url, **FAST):
@@ -130,5 +136,7 @@ async def test_a_worker_fails_a_malformed_job_once_and_goes_on(
         assert failed is not None and failed.state == "failed"
         assert failed.failed_reason is not None
         assert failed.failed_reason.startswith("cannot decode job: data:")
+        if kind == "gzbomb":
+            assert "inflates to more than 1048576 bytes" in failed.failed_reason
         assert ran == [good.id]
         await queue.obliterate(force=True)

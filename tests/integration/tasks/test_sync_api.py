@@ -445,3 +445,39 @@ async def test_groups_from_sync_code(url: str, queue: Queue[Any, Any], queue_nam
     assert (out["paused"], out["conc"], out["rate"], out["max"]) == (True, 2, 10, 4)
     assert out["full"] and out["parked"] == [1, 2, 3] and out["keys"] == ["t"]
     assert out["counts"] == {"waiting": 4, "parked": 3, "active": 0} and out["after"] is False
+
+
+async def test_a_sync_handle_tells_the_state_and_result_of_now(
+    url: str, queue: Queue[Any, Any]
+) -> None:
+    """What `.delay` returns reads `state` from the server each time and `returnvalue` once
+    the job finished, as a Celery user reads AsyncResult.state; `.get()` names `result()`."""
+    result = await run_script(
+        """
+        import glidemq
+        from glidemq import sync
+
+        @glidemq.task(QUEUE)
+        def add(x: int, y: int) -> int:
+            return x + y
+
+        job = add.delay(2, 3)
+        before = (job.state, job.returnvalue)
+        try:
+            job.get(timeout=10)
+            hint = None
+        except AttributeError as exc:
+            hint = str(exc)
+        with sync.Worker(QUEUE, glidemq.task_processor(add), promotion_interval=20):
+            deadline = __import__("time").monotonic() + 20
+            while job.state != "completed" and __import__("time").monotonic() < deadline:
+                pass
+            print(json.dumps({"before": before, "after": [job.state, job.returnvalue],
+                              "hint": hint}))
+        """,
+        url,
+        queue.name,
+    )
+    assert result["before"] == ["waiting", None]
+    assert result["after"] == ["completed", 5]
+    assert "job.result(timeout=10)" in result["hint"]

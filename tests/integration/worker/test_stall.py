@@ -8,6 +8,7 @@ the job back.
 from __future__ import annotations
 
 import asyncio
+import logging
 import os
 import signal
 import subprocess
@@ -205,3 +206,34 @@ async def test_job_stalled_more_than_max_stalled_count_fails(
     counts = await queue.get_job_counts()
     assert counts.failed == 1
     assert counts.active == 0 and counts.waiting == 0 and counts.completed == 0
+
+
+async def test_stall_recovery_is_logged_with_how_many_and_from_whom(
+    queue: Queue[Any, Any],
+    conn: ConnectionOptions,
+    hanging: tuple[HangingWorker, str],
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    dead, job_id = hanging
+    (owner,) = [w.id for w in await queue.get_workers() if w.pid == dead.proc.pid]
+    dead.kill()
+    caplog.set_level(logging.WARNING, logger="glidemq.worker")
+
+    async def taken_back(job: Job[Any, Any]) -> str:
+        return "recovered"
+
+    settings = {"lock_duration": LOCK_MS, "stalled_interval": STALLED_INTERVAL_MS}
+    async with Worker(queue.name, taken_back, connection=conn, **settings):
+
+        def logged() -> list[logging.LogRecord]:
+            return [
+                r for r in caplog.records if getattr(r, "glidemq", {}).get("event") == "stalled"
+            ]
+
+        (record,) = await wait_for(logged, timeout=LOCK_MS / 1000 + 10)
+        recovered = await queue.get_job(job_id)
+        assert recovered is not None
+        assert await recovered.wait_until_finished(timeout=10) == "completed"
+    facts = record.glidemq  # type: ignore[attr-defined]
+    assert (facts["requeued"], facts["failed"], facts["from"]) == (1, 0, {owner: 1})
+    assert f"took back 1 stalled job(s) from {owner} (1)" in record.getMessage()

@@ -12,7 +12,7 @@ from glidemq import wire
 from glidemq.client.functions import library_source
 from glidemq.keys import QueueKeys
 from glidemq.types import Backoff, JobOptions
-from glidemq.wire import adds, features, fetch, flows, groups, ops
+from glidemq.wire import adds, features, fetch, flows, groups, ops, steps
 from glidemq.wire.layout import Call, Layout
 from tests.lua_headers import Arity, WireHeader, registered_functions, wire_headers
 
@@ -123,9 +123,13 @@ SAMPLES: dict[str, Callable[[], Iterable[Call]]] = {
     "glidemq_changePriority": lambda: [ops.job_op_call(ops.CHANGE_PRIORITY, K, "1", "3", "5")],
     "glidemq_changeDelay": lambda: [ops.job_op_call(ops.CHANGE_DELAY, K, "1", "100", "5")],
     "glidemq_promoteJob": lambda: [ops.job_op_call(ops.PROMOTE_JOB, K, "1", "5")],
+    "glidemq_updateData": lambda: [
+        ops.update_data_call(K, "1", b"{}"),
+        ops.update_data_call(K, "1", b"{}", "1-0", "c"),
+    ],
     "glidemq_updateJob": lambda: [
         ops.update_job_call(K, "1", [("progress", "5")]),
-        ops.update_job_call(K, "1", [("data", b"{}"), ("progress", "5")]),
+        ops.update_job_call(K, "1", [("progress", "5"), ("progress", "6")]),
     ],
     "glidemq_log": lambda: [ops.log_call(K, "1", ["line"]), ops.log_call(K, "1", ["a", "b"])],
     "glidemq_retryJobs": lambda: [
@@ -144,6 +148,7 @@ SAMPLES: dict[str, Callable[[], Iterable[Call]]] = {
     "glidemq_clean": lambda: [ops.clean_call(K, "completed", 1, 1000)],
     "glidemq_obliterate": lambda: [ops.obliterate_call(K, "0", False)],
     "glidemq_getCounts": lambda: [ops.get_counts_call(K)],
+    "glidemq_backlog": lambda: [ops.backlog_call(K, 1)],
     "glidemq_getJobIds": lambda: [ops.get_job_ids_call(K, "waiting", 0, -1)],
     "glidemq_searchByName": lambda: [
         ops.search_by_name_call(K, "waiting", b"", 10, 1000, []),
@@ -168,6 +173,17 @@ SAMPLES: dict[str, Callable[[], Iterable[Call]]] = {
     ],
     "glidemq_expireSuspended": lambda: [
         features.expire_suspended_call(K, "glide:{q}:suspended", 1, 100)
+    ],
+    "glidemq_stepRecord": lambda: [
+        steps.step_record_call(K, 1, "1", "1-0", 1, "a", "step", "done", 1, 1, b"1", "", 0, "1"),
+        steps.step_record_call(K, 1, "1", "1-0", 2, "a", "step", "retrying", 1, 1, b"", "", 9, "0"),
+    ],
+    "glidemq_stepSleep": lambda: [steps.step_sleep_call(K, 1, "1", "1-0", 1, "sleep", 9, "1")],
+    "glidemq_stepWait": lambda: [
+        steps.step_wait_call(K, "glide:{q}:suspended", 1, "1", "1-0", 1, "go", 0, "1")
+    ],
+    "glidemq_stepChild": lambda: [
+        steps.step_child_call(K, K2, 1, "1", "1-0", 1, "c", ("c", b"{}", b"{}", 0, 0, 1, 0), "1")
     ],
 }
 
