@@ -14,7 +14,8 @@ a job started twice is:
 
 - `running`: the frozen process had started it before the freeze and not finished it
   (at-least-once: it may run again); also the one start the freeze may have cut in two
-  (its lease checked before, its line written as the first thing after it);
+  (its lease checked before, its line written as the first thing after it), counted apart
+  as `cut` too;
 - `finished`: the frozen process had finished it before the freeze, its completion had not
   left (at-least-once too);
 - `after`: the frozen process started it only after the freeze, and it ran elsewhere too:
@@ -84,13 +85,14 @@ def classify(
     later = sorted((x["ts"], x["event"], x["job_id"]) for x in ledger.get(victim, ()))
     later = [x for x in later if x[0] >= stopped]
     cut = later[0][2] if later and later[0][1] == "started" else None
-    out: dict[str, list[str]] = {"running": [], "finished": [], "after": [], "other": []}
+    out: dict[str, list[str]] = {k: [] for k in ("running", "cut", "finished", "after", "other")}
     for job_id, by_pid in starts.items():
         if sum(len(v) for v in by_pid.values()) < 2:
             continue
         before = [t for t in by_pid.get(victim, []) if t < stopped]
         if job_id == cut:
             out["running"].append(job_id)
+            out["cut"].append(job_id)
         elif before:  # the frozen process had started it: it may run again, anywhere
             done = [t for t in ends.get((victim, job_id), []) if t >= before[0]]
             out["running" if not done or min(done) >= stopped else "finished"].append(job_id)
@@ -183,11 +185,12 @@ async def main(args: argparse.Namespace) -> int:
     try:
         for i in range(1, args.runs + 1):
             r = await one_run(url, args, rnd)
-            totals.update({k: r[k] for k in ("running", "finished", "after", "other")})
+            totals.update({k: r[k] for k in ("running", "cut", "finished", "after", "other")})
             bad += bool(r["after"])
             print(
                 f"run {i}: frozen {r['freeze_s']} s; run twice: running at the freeze "
-                f"{r['running']}, finished before it {r['finished']}, started after it "
+                f"{r['running']} (cut by it {r['cut']}), finished before it {r['finished']}, "
+                f"started after it "
                 f"{r['after']} {r['after_ids'] or ''}, other {r['other']} {r['other_ids'] or ''}; "
                 f"failed {r['failed']}",
                 flush=True,
@@ -196,7 +199,8 @@ async def main(args: argparse.Namespace) -> int:
         if server is not None:
             server.stop()
     print(
-        f"{args.runs} runs: jobs run twice that were running at the freeze {totals['running']}, "
+        f"{args.runs} runs: jobs run twice that were running at the freeze {totals['running']} "
+        f"(cut by it {totals['cut']}), "
         f"finished before it {totals['finished']}, started after it {totals['after']} "
         f"(in {bad} runs), other {totals['other']}"
     )
