@@ -40,8 +40,8 @@ __all__ = [
 ]
 
 LIBRARY_NAME = "glidemq"
-LIBRARY_VERSION = 30
-LIBRARY_SOURCE_SHA256 = "b459fe164f5cd0fc28e6438fa5cbe6c75de45a412845b98eb9d31ecfe10201ff"
+LIBRARY_VERSION = 31
+LIBRARY_SOURCE_SHA256 = "4c016c2c04086e633c326b76bbab03e83ac00ee56a93df9fb99a0e94970a9452"
 LIBRARY_FILES = (
     "00_prelude.lua",  # shebang, version placeholder, constants, input checks, shared helpers
     "05_groups.lua",  # group wait sets, fair scheduling across groups, pausing a group

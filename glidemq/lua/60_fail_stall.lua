@@ -146,17 +146,64 @@ local function claimIdle(stream, prefix, consumer, minIdle, cursor, count, late)
   return {#pend < count and '0-0' or pend[#pend][1], entries}
 end
 
+-- A reclaim that charges no stall (the job was held and never started, or nobody knows
+-- whether it got to run: heldEntry / unsureEntry, 50_fetch_complete.lua) happens at most
+-- this many times in a job's life; one more fails it. Larger than any max_stalled_count in
+-- use, because such a reclaim says nothing against the job: in a kill storm (a random
+-- process of a fleet killed every half second) a job lands held in a dying process a few
+-- times at most. The bound only stops a job that somehow never gets to start (its mere fetch
+-- kills the worker, say) from going round forever.
+local MAX_UNCHARGED_RECLAIMS = 20
+local STALLED_REASON = 'job stalled more than allowable limit'
+
+-- The claimed entry of an unfinished job whose worker died before its start was recorded as
+-- it happened: back to the stream uncharged (an at-most-once job too when it was held), or
+-- failed past MAX_UNCHARGED_RECLAIMS. unsure: it may have run; the job is suspect from now on
+-- and the next stall of it charges this one too. Returns whether it failed.
+local function reclaimUncharged(prefix, jobKey, jobId, now, failedSet, keep, events, emitEvents,
+                                deadLetter, unsure)
+  redis.call('HDEL', jobKey, 'heldEntry', 'unsureEntry')
+  if unsure then
+    redis.call('HINCRBY', jobKey, 'unsureReclaims', 1)
+    redis.call('HSET', jobKey, 'suspect', '1')
+  end
+  local n = redis.call('HINCRBY', jobKey, 'unchargedReclaims', 1)
+  if n > MAX_UNCHARGED_RECLAIMS then
+    local tries = redis.call('HINCRBY', jobKey, 'attemptsMade', 1)
+    local reason = 'job was taken ' .. n .. ' times by workers that died before starting it'
+    recordFailure(prefix, jobKey, jobId, tries, reason, '', now)
+    local rttl = leaveActive(prefix, jobKey, jobId, 'failed', reason, now)
+    if rttl then
+      keepResult(prefix, jobId, rttl, 'state', 'failed', 'failedReason', reason, 'finishedOn', now)
+    end
+    finalFail(prefix, jobKey, jobId, reason, now, failedSet, keep[1], keep[2], events,
+      emitEvents, deadLetter)
+    return true
+  end
+  leaveActive(prefix, jobKey, jobId, 'requeued', nil, now)
+  local sid = redis.call('XADD', prefix .. 'stream', '*', 'id', jobId)
+  redis.call('HSET', jobKey, 'state', 'waiting', 'sid', sid)
+  if emitEvents then emit(events, 'stalled', jobId) end
+  return false
+end
+
 -- KEYS: stream, failed, events, scheduled, meta.
 -- ARGS: now, consumer, minIdleMs, cursor, count, maxStalledCount, emitEvents, keepCount,
---       keepAge, deadLetter, [owner].
+--       keepAge, deadLetter, [owner], [cause].
 -- Claims entries idle longer than minIdleMs (their worker died or hung) and hands each job back
--- to the stream, or fails it once it stalled more than maxStalledCount times. With owner (a
+-- to the stream, or fails it once it stalled more than maxStalledCount times. Only a run whose
+-- start was recorded as it happened counts as a stall: a job its worker held and never
+-- started goes back uncharged, and so does one that may not have run (unsureEntry), charged
+-- with a later stall of the job before its start was confirmed (MAX_UNCHARGED_RECLAIMS
+-- bounds both). With owner (a
 -- dead consumer, e.g. a killed glidemq-run process), takes only what owner holds, at once
 -- (minIdleMs and cursor unused), then removes owner; call again until the cursor is '0-0'.
+-- cause (owner mode): how the owner died, kept in the attempt record (job field failures)
+-- and the failure reason of each job it was running.
 -- Returns {nextCursor, requeued, failed}.
--- @wire glidemq_reclaimStalled keys=5 args=7..11
+-- @wire glidemq_reclaimStalled keys=5 args=7..12
 redis.register_function('glidemq_reclaimStalled', function(keys, args)
-  local err = shape('glidemq_reclaimStalled', keys, args, 5, 7, 11)
+  local err = shape('glidemq_reclaimStalled', keys, args, 5, 7, 12)
   if err then return err end
   local stream, failedSet, events = keys[1], keys[2], keys[3]
   local prefix = prefixOf(stream, 'stream')
@@ -172,6 +219,7 @@ redis.register_function('glidemq_reclaimStalled', function(keys, args)
   end
   local deadLetter = args[10] == '1'
   local owner = args[11]
+  local cause = owner and owner ~= '' and args[12] ~= '' and args[12] or nil
   local r
   if owner and owner ~= '' then
     r = claimOwned(stream, prefix, owner, tonumber(args[5]))
@@ -191,17 +239,42 @@ redis.register_function('glidemq_reclaimStalled', function(keys, args)
     local jobId = entryJobId(f)
     local jobKey = jobId and (prefix .. 'job:' .. jobId)
     local state = jobKey and redis.call('HGET', jobKey, 'state')
-    if state and not isTerminal(state) then
-      local stalls = redis.call('HINCRBY', jobKey, 'stalledCount', 1)
-      local j = redis.call('HMGET', jobKey, 'revoked', 'atMostOnce')
+    local j = state and not isTerminal(state) and redis.call('HMGET', jobKey, 'revoked',
+      'atMostOnce', 'heldEntry', 'attemptsMade', 'unsureEntry', 'unsureReclaims', 'suspect')
+    -- a start recorded and not confirmed: unsure, unless the job is suspect (its start was
+    -- recorded alone, as it ran: a stall then is its own, charged with the unsure ones), and
+    -- charged all the same with maxStalledCount 0 (no stall allowed) or for an at-most-once
+    -- job (it may have run: interrupted, below)
+    local unconfirmed = j and j[5] == entryId
+    local unsure = unconfirmed and not j[7] and maxStalled > 0 and j[2] ~= '1'
+    if cause and j and j[1] ~= '1' and j[3] ~= entryId then
+      -- the try that ran (or was about to) when its worker died, and why
+      local why = unsure and (cause .. ' (it may not have started)') or cause
+      recordFailure(prefix, jobKey, jobId, (tonumber(j[4]) or 0) + 1, why, '', now)
+      redis.call('HSET', jobKey, 'failedReason', why)
+    end
+    if j and j[1] ~= '1' and state == 'active' and (j[3] == entryId or unsure) then
+      if reclaimUncharged(prefix, jobKey, jobId, now, failedSet, {keepCount, keepAge}, events,
+          emitEvents, deadLetter, unsure) then
+        failed = failed + 1
+      else
+        requeued = requeued + 1
+      end
+    elseif j then
+      -- a run known to have started stalled: charged, and a suspect's stall before its start
+      -- was confirmed with the unsure ones before it
+      local extra = unconfirmed and j[7] and tonumber(j[6]) or 0
+      local stalls = redis.call('HINCRBY', jobKey, 'stalledCount', 1 + extra)
+      if extra > 0 then redis.call('HDEL', jobKey, 'unsureReclaims') end
       local revoked = j[1] == '1'
       if j[2] == '1' and not revoked and state == 'active' then
         interrupted(prefix, jobKey, jobId, now, events, emitEvents)
         failed = failed + 1
       elseif stalls > maxStalled or revoked then
         local tries = redis.call('HINCRBY', jobKey, 'attemptsMade', 1)
-        local reason = revoked and 'revoked' or 'job stalled more than allowable limit'
-        recordFailure(prefix, jobKey, jobId, tries, reason, '', now)
+        local reason = revoked and 'revoked' or STALLED_REASON
+        if cause and not revoked then reason = reason .. ': ' .. cause end
+        if not cause or revoked then recordFailure(prefix, jobKey, jobId, tries, reason, '', now) end
         local rttl = leaveActive(prefix, jobKey, jobId, 'failed', reason, now)
         if rttl then
           keepResult(prefix, jobId, rttl, 'state', 'failed', 'failedReason', reason, 'finishedOn', now)
@@ -262,9 +335,9 @@ local function handBack(name, keys, args, unstarted)
     if redis.call('XACK', stream, GROUP, entryId) == 1 then
       redis.call('XDEL', stream, entryId)
       local jobKey = prefix .. 'job:' .. jobId
-      local h = redis.call('HMGET', jobKey, 'state', 'sid')
+      local h = redis.call('HMGET', jobKey, 'state', 'sid', 'heldEntry')
       -- 'waiting' with this entry as its sid: read by the worker but never activated.
-      if jobId ~= '' and h[1] == 'active' and not unstarted
+      if jobId ~= '' and h[1] == 'active' and not unstarted and h[3] ~= entryId -- it ran
           and redis.call('HGET', jobKey, 'atMostOnce') == '1' then
         interrupted(prefix, jobKey, jobId, clockMs(), events, true)
       elseif jobId ~= '' and (h[1] == 'active' or (h[1] == 'waiting' and h[2] == entryId)) then

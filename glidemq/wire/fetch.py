@@ -70,9 +70,9 @@ __all__ = [
 
 COMPLETE_AND_FETCH_NEXT = layout("glidemq_completeAndFetchNext", keys="5", args="5..", safe=True)
 MOVE_TO_ACTIVE = layout("glidemq_moveToActive", keys="5", args="4..")
-ACTIVATE_WOKEN = layout("glidemq_activateWoken", keys="5", args="6", safe=True)
+ACTIVATE_WOKEN = layout("glidemq_activateWoken", keys="5", args="6..7", safe=True)
 FAIL = layout("glidemq_fail", keys="5", args="9..10", safe=True)
-RECLAIM_STALLED = layout("glidemq_reclaimStalled", keys="5", args="7..11", safe=True)
+RECLAIM_STALLED = layout("glidemq_reclaimStalled", keys="5", args="7..12", safe=True)
 DEFER_ACTIVE = layout("glidemq_deferActive", keys="2", args="1..", safe=True)
 RETURN_HELD = layout("glidemq_returnHeld", keys="2", args="3..", safe=True)
 HEARTBEAT = layout("glidemq_heartbeat", keys="1", args="1..", safe=True)
@@ -106,14 +106,23 @@ def complete_and_fetch_next_call(
     emit: str,
     completions: Sequence[Completion],
     limiter: Sequence[str],
+    start_now: int | None = None,
+    started: Sequence[str] = (),
+    confirmed: Sequence[str] = (),
 ) -> Call:
     """glidemq_completeAndFetchNext: record `completions` and take up to `fetch` new jobs for
     `consumer`; `emit` is the events flag, `limiter` the worker limiter's max and duration
-    ('0', '0' without one)."""
+    ('0', '0' without one). How starts are recorded (docs/DESIGN_NOTES.md, "Held jobs"):
+    `start_now` of the jobs taken start at once (None: all, each recorded as it starts),
+    the others are held; `started`, the start report of held jobs about to start, and
+    `confirmed`, jobs whose run is under way, entry and job id after each other."""
     args: list[str | bytes] = [str(now), consumer, str(fetch), emit, str(len(completions))]
     for job_id, entry_id, value, keep_count, keep_age in completions:
         args += [job_id, entry_id, value, str(keep_count), str(keep_age)]
     args += limiter
+    if start_now is not None or started or confirmed:
+        start = fetch if start_now is None else start_now
+        args += [str(start), str(len(started) // 2), *started, *confirmed]
     return COMPLETE_AND_FETCH_NEXT.call(_fetch_keys(keys), args)
 
 
@@ -140,9 +149,15 @@ async def complete_and_fetch_next(
     emit: str,
     completions: Sequence[Completion],
     limiter: Sequence[str],
+    start_now: int | None = None,
+    started: Sequence[str] = (),
+    confirmed: Sequence[str] = (),
 ) -> Fetched:
-    """Store the completions and take up to `fetch` jobs, in one call."""
-    call = complete_and_fetch_next_call(ctx.keys, now, consumer, fetch, emit, completions, limiter)
+    """Store the completions and take up to `fetch` jobs, in one call (the starts as for
+    `complete_and_fetch_next_call`)."""
+    call = complete_and_fetch_next_call(
+        ctx.keys, now, consumer, fetch, emit, completions, limiter, start_now, started, confirmed
+    )
     return fetched_of(await send(ctx, call))
 
 
@@ -172,19 +187,36 @@ async def move_to_active(
 
 
 def activate_woken_call(
-    keys: QueueKeys, consumer: str, wake: str, count: int, emit: str, limiter: Sequence[str]
+    keys: QueueKeys,
+    consumer: str,
+    wake: str,
+    count: int,
+    emit: str,
+    limiter: Sequence[str],
+    start_now: int | None = None,
 ) -> Call:
     """glidemq_activateWoken: move up to `count` entries a blocking read delivered to `wake`
-    over to `consumer` and activate them; `limiter` as for completeAndFetchNext."""
+    over to `consumer` and activate them; `limiter` and `start_now` as for
+    completeAndFetchNext."""
     args: list[str | bytes] = [consumer, wake, str(count), emit, *limiter]
+    if start_now is not None:
+        args.append(str(start_now))
     return ACTIVATE_WOKEN.call(_fetch_keys(keys), args)
 
 
 async def activate_woken(
-    ctx: QueueContext, consumer: str, wake: str, count: int, emit: str, limiter: Sequence[str]
+    ctx: QueueContext,
+    consumer: str,
+    wake: str,
+    count: int,
+    emit: str,
+    limiter: Sequence[str],
+    start_now: int | None = None,
 ) -> Any:
     """[activated entries flat (entry, id, fields), quarantined entry ids]."""
-    return await send(ctx, activate_woken_call(ctx.keys, consumer, wake, count, emit, limiter))
+    return await send(
+        ctx, activate_woken_call(ctx.keys, consumer, wake, count, emit, limiter, start_now)
+    )
 
 
 async def wait_and_activate(
@@ -196,13 +228,14 @@ async def wait_and_activate(
     block_ms: int,
     emit: str,
     limiter: Sequence[str],
+    start_now: int | None = None,
 ) -> tuple[Any, Any]:
     """A blocking read of up to `count` new entries for `wake`, with glidemq_activateWoken
     queued behind it in one pipeline on `client` (a blocking reader's own client): the server
     activates what the read returns at once, without a second round trip. Returns the read's
     reply and activateWoken's, each possibly the RequestError it failed with. Raises what
     valkey-glide raises when the pipeline as a whole fails (closed client, timeout)."""
-    call = activate_woken_call(keys, consumer, wake, count, emit, limiter)
+    call = activate_woken_call(keys, consumer, wake, count, emit, limiter, start_now)
     read = StreamReadGroupOptions(block_ms=block_ms, count=count)
     # the read may block for block_ms; the pipeline's own deadline must outlast it
     timeout = block_ms + _PIPELINE_SLACK_MS
@@ -277,9 +310,11 @@ def reclaim_stalled_call(
     keep: tuple[int, int],
     dead_letter: bool,
     owner: str | None = None,
+    cause: str = "",
 ) -> Call:
     """glidemq_reclaimStalled: take over entries idle longer than `lock_ms`, from `cursor`;
-    with `owner`, only what that (dead) consumer holds, whatever their idle time."""
+    with `owner`, only what that (dead) consumer holds, whatever their idle time, and
+    `cause`, how it died (kept with each job it was running)."""
     args: list[str | bytes] = [
         str(now),
         consumer,
@@ -294,6 +329,8 @@ def reclaim_stalled_call(
     ]
     if owner is not None:
         args.append(owner)
+        if cause:
+            args.append(cause)
     return RECLAIM_STALLED.call(_fail_keys(keys), args)
 
 
@@ -331,11 +368,13 @@ async def reclaim_stalled(
     keep: tuple[int, int],
     dead_letter: bool,
     owner: str | None = None,
+    cause: str = "",
 ) -> Any:
     """[next cursor, re-queued, failed]."""
     call = reclaim_stalled_call(
-        ctx.keys, now, consumer, lock_ms, cursor, count, max_stalled, emit, keep, dead_letter, owner
-    )
+        ctx.keys, now, consumer, lock_ms, cursor, count, max_stalled, emit, keep, dead_letter,
+        owner, cause,
+    )  # fmt: skip
     return await send(ctx, call)
 
 
