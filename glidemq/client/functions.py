@@ -40,8 +40,8 @@ __all__ = [
 ]
 
 LIBRARY_NAME = "glidemq"
-LIBRARY_VERSION = 30
-LIBRARY_SOURCE_SHA256 = "b459fe164f5cd0fc28e6438fa5cbe6c75de45a412845b98eb9d31ecfe10201ff"
+LIBRARY_VERSION = 31
+LIBRARY_SOURCE_SHA256 = "d12b6dbfef326ef37c2337b026160e989061cbb691651ecaa1ce98c792e67486"
 LIBRARY_FILES = (
     "00_prelude.lua",  # shebang, version placeholder, constants, input checks, shared helpers
     "05_groups.lua",  # group wait sets, fair scheduling across groups, pausing a group

@@ -219,7 +219,20 @@ local function admitGroupJob(prefix, stream, entryId, jobId, jobKey, k, now, emi
       parkInGroup(prefix, jobKey, jobId, k, seq)
       return false
     end
-  elseif not reserved then
+  elseif reserved then
+    local max, active = tonumber(g[1]) or 1, tonumber(g[2]) or 0
+    local held = math.min(tonumber(g[13]) or 0, active) -- reservations, this one included
+    if active - held >= max then
+      -- The limit went down after this slot was handed out: the running jobs fill the new
+      -- one, so the slot is given back and the job parks again, in stream order.
+      unstream(stream, jobKey, entryId)
+      redis.call('HDEL', jobKey, 'groupSlot')
+      redis.call('HSET', gk, 'active', active - 1, 'reserved', math.max(0, held - 1))
+      parkInGroup(prefix, jobKey, jobId, k, entryScore(entryId))
+      if active - 1 < max then fillSlots(prefix, k, gk, max, active - 1, now) end
+      return false
+    end
+  else
     local max, active = tonumber(g[1]) or 1, tonumber(g[2]) or 0
     -- parked jobs go first, and so do woken ones not started yet (they re-entered the
     -- stream behind this entry): a job arriving while others wait queues behind them

@@ -148,6 +148,59 @@ async def test_a_concurrency_set_at_run_time_applies_to_running_workers(
         await queue.set_group_concurrency("g", 0)
 
 
+async def test_a_lowered_concurrency_holds_for_slots_handed_out_before_it(
+    backend: Backend,
+) -> None:
+    """Slots freed under the old limit went to parked jobs as reservations; once the limit is
+    lowered, those jobs start within the new limit too, not all at once."""
+    started: list[int] = []
+    done: list[int] = []
+    gates = [asyncio.Event() for _ in range(8)]
+    peak = 0
+
+    async def run(job: Any) -> None:
+        nonlocal peak
+        started.append(job.data)
+        peak = max(peak, len(started) - len(done))
+        await gates[job.data].wait()
+        done.append(job.data)
+
+    async def never(job: Any) -> None:
+        raise AssertionError("the group's jobs park while it is full")
+
+    queue = backend.queue
+    await queue.set_group_concurrency("g", 4)
+    await queue.add_bulk([("j", i, {"group_key": "g", "group_concurrency": 1000}) for i in range(8)])
+    worker = backend.worker(run, concurrency=4)
+    async with worker:
+        await wait_for(lambda: len(started) == 4, timeout=10)
+        async with backend.worker(never, concurrency=1):  # reads the other four: they park
+
+            async def parked() -> bool:
+                info = await queue.get_group("g")
+                return info is not None and info.parked == 4
+
+            await wait_for(parked, timeout=10)
+        worker.pause()  # its slots are full: no read is in flight, and none is sent
+        for i in list(started):
+            gates[i].set()
+        await wait_for(lambda: len(done) == 4, timeout=10)
+        info = await queue.get_group("g")
+        assert info is not None and info.active == 4, "the freed slots were not handed on"
+        await queue.set_group_concurrency("g", 1)
+        peak = 0
+        worker.resume()
+        await wait_for(lambda: len(started) >= 5, timeout=10)
+        await backend.elapse(300)
+        assert peak == 1, f"{peak} jobs ran at once after the limit went down to 1"
+        for gate in gates:
+            gate.set()
+        await wait_for(lambda: len(done) == 8, timeout=10)
+    assert peak == 1, f"{peak} jobs ran at once after the limit went down to 1"
+    info = await queue.get_group("g")
+    assert info is not None and info.active == 0 and info.waiting == 0
+
+
 async def test_an_ordering_key_refuses_a_concurrency(backend: Backend) -> None:
     await backend.queue.add("j", 1, {"ordering_key": "k"})
     with pytest.raises(ValidationError, match="ordering key"):
