@@ -170,7 +170,8 @@ async def test_a_lowered_concurrency_holds_for_slots_handed_out_before_it(
 
     queue = backend.queue
     await queue.set_group_concurrency("g", 4)
-    await queue.add_bulk([("j", i, {"group_key": "g", "group_concurrency": 1000}) for i in range(8)])
+    opts = {"group_key": "g", "group_concurrency": 1000}
+    await queue.add_bulk([("j", i, opts) for i in range(8)])
     worker = backend.worker(run, concurrency=4)
     async with worker:
         await wait_for(lambda: len(started) == 4, timeout=10)
