@@ -40,7 +40,7 @@ __all__ = [
 ]
 
 LIBRARY_NAME = "glidemq"
-LIBRARY_VERSION = 31
+LIBRARY_VERSION = 32
 LIBRARY_SOURCE_SHA256 = "4c016c2c04086e633c326b76bbab03e83ac00ee56a93df9fb99a0e94970a9452"
 LIBRARY_FILES = (
     "00_prelude.lua",  # shebang, version placeholder, constants, input checks, shared helpers

@@ -238,6 +238,13 @@ def _stall_limit(world: World, f: Facts) -> Iterator[Violation]:
                 )
 
 
+def _activated(f: Facts, run: Run) -> float:
+    """When the server last activated `run`'s job before the run began (its start, when
+    the history has no activation)."""
+    before = [e.t for e in f.server_events(run.job, "active") if e.t <= run.start]
+    return max(before) if before else run.start
+
+
 def _over(f: Facts, runs: list[Run], run: Run, limit: int) -> int:
     """How many of `runs` other than `run` are live when `run` starts, if that reaches
     `limit` (0 when it does not)."""
@@ -287,8 +294,8 @@ def _global_concurrency(world: World, f: Facts) -> Iterator[Violation]:
 
 @invariant(
     "group-concurrency",
-    "a group's concurrency is never exceeded by a start, and a "
-    "start after a change returned obeys the new limit",
+    "a group's concurrency is never exceeded by a start, and a job the "
+    "server activated after a change returned obeys the new limit",
 )
 def _group_concurrency(world: World, f: Facts) -> Iterator[Violation]:
     groups: dict[str, list[Run]] = defaultdict(list)
@@ -298,7 +305,10 @@ def _group_concurrency(world: World, f: Facts) -> Iterator[Violation]:
             groups[str(key)].append(run)
     for key, runs in groups.items():
         for run in runs:
-            limit = f.limit(key, run.start)
+            # The group's slot is taken when the server activates the job: a job activated
+            # before a change was applied keeps the limit of then, even if its worker starts
+            # it after the change returned.
+            limit = f.limit(key, _activated(f, run))
             live = _over(f, runs, run, limit)
             if live:
                 yield Violation(

@@ -79,7 +79,8 @@ class _Link:
         self.broken = False
         self.busy = False  # a blocking call (or a batch) is running on the server
         self.queue: deque[_Call] = deque()
-        self.inflight: set[_Call] = set()
+        # insertion-ordered (a set's order follows memory addresses: not deterministic)
+        self.inflight: dict[_Call, None] = {}
         self.task: asyncio.Task[None] | None = None
 
 
@@ -214,7 +215,7 @@ class Network:
             call.lose = True
             if self.on_lost is not None:
                 self.on_lost(name, request_type)
-        link.inflight.add(call)
+        link.inflight[call] = None
         loop.call_at(arrival, self._arrive, call, context=self.server_context)
         timeout = self.config.request_timeout
         if blocking:
@@ -224,7 +225,7 @@ class Network:
             return await fut
         finally:
             timer.cancel()
-            link.inflight.discard(call)
+            link.inflight.pop(call, None)
 
     # -- the server's side -----------------------------------------------------------------
 
