@@ -90,11 +90,13 @@ class Fetcher:
         order: InOrder,
         completing: Callable[[], bool],
         starts: StartReports,
+        recorded: Callable[[], None],
     ) -> None:
         self.link = link
         self.order = order
         self.completing = completing
         self.starts = starts
+        self.recorded = recorded  # the server recorded a start report: held jobs may start
         self.drained_emitted = False
         # A completion's fetch came back short: the queue had nothing more to take, so the
         # next fetch goes straight to the blocking read (which still returns at once if
@@ -221,6 +223,8 @@ class Fetcher:
         finally:
             self.starts.answered(rec, ok, sent)
             self.order.deliver(ticket, flat, n, sent, rec)
+            if rec.pairs and ok:  # as a flush does: else nothing starts a recorded held job
+                self.recorded()
         self.took(got, 0)
         if got.paused:
             return None

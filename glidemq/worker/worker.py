@@ -166,7 +166,9 @@ class Worker(WorkerLifecycle, Generic[D, R]):
         self._intake = Intake(
             self._link, self._order, flush_size, self._stored, self._starts, self._recorded
         )
-        self._fetcher = Fetcher(self._link, self._order, self._intake.completing, self._starts)
+        self._fetcher = Fetcher(
+            self._link, self._order, self._intake.completing, self._starts, self._recorded
+        )
         self._intake.fetcher = self._fetcher
         self.watchdog = Watchdog(self._link, self._fetcher, self._restart_fetch)
         """Replaces this worker's clients when its connection goes silent (`watchdog`)."""
