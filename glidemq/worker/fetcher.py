@@ -223,7 +223,7 @@ class Fetcher:
         finally:
             self.starts.answered(rec, ok, sent)
             self.order.deliver(ticket, flat, n, sent, rec)
-            if rec.pairs and ok:  # as a flush does: else nothing starts a recorded held job
+            if rec.pairs:  # as a flush does: else nothing starts a recorded held job
                 self.recorded()
         self.took(got, 0)
         if got.paused:

@@ -42,8 +42,8 @@ Pending = tuple["Job[Any, Any]", bytes, tuple[int, int]]
 class Intake:
     """Completions of one Worker (`complete`), their flushes of `size` jobs each, and the
     background server calls close waits for (`spawn`, `tasks`). `completed(job)` is called
-    for each completion the server stored; `recorded()` once the server recorded the starts
-    of a report (held jobs may start then)."""
+    for each completion the server stored; `recorded()` once a call carrying a start report
+    was answered, recorded or failed (held jobs may start then)."""
 
     def __init__(
         self,
@@ -212,5 +212,5 @@ class Intake:
                 self.order.deliver(ticket, fetched, fetch, sent, rec)
             else:
                 self.starts.delivered(rec)
-            if rec.pairs and ok:
+            if rec.pairs:  # recorded, or failed (then a held job recorded before may start)
                 self.recorded()

@@ -237,19 +237,24 @@ class Slots(Generic[J]):
                 self._exact_only.add(entry_id)
 
     def first_leased(self) -> float | None:
-        """When the oldest held job's lease started, or None when none is held."""
-        for leased in self._held.values():
-            return leased
+        """When the lease of the job `next_held` gives started, or None when no held job's
+        start is recorded."""
+        unrecorded = self._unrecorded
+        for entry_id, leased in self._held.items():
+            if entry_id not in unrecorded or entry_id not in self._jobs:
+                return leased
         return None
 
     def next_held(self) -> tuple[str, J] | None:
-        """The oldest held job, no longer held (the caller starts it), or None: none is
-        held, or the server has not recorded the oldest one's start yet (it stays held)."""
-        while self._held:
-            entry_id = next(iter(self._held))
+        """The oldest held job whose start the server has recorded, no longer held (the
+        caller starts it), or None: none is. Jobs before it that wait for their start to be
+        recorded stay held: a suspect's start is reported only once no recorded one waits
+        (`to_report`), so a recorded job held behind it must not wait for it."""
+        unrecorded = self._unrecorded
+        for entry_id in list(self._held):
             held = self._jobs.get(entry_id)
-            if held is not None and entry_id in self._unrecorded:
-                return None
+            if held is not None and entry_id in unrecorded:
+                continue
             del self._held[entry_id]
             if held is not None:
                 return entry_id, held[0]
@@ -282,8 +287,8 @@ class Slots(Generic[J]):
         only when no job runs, and none after it.
         Entry and job id after each other, marked as being reported."""
         out: list[str] = []
-        if now + ahead <= 0 or not self._unrecorded:
-            return out
+        if now + ahead <= 0 or not self._unrecorded or self._suspect is not None:
+            return out  # (a suspect's report is on its way, or it runs: nothing beside it)
         unrecorded, reporting, jobs, exact = self._unrecorded, self._reporting, self._jobs, None
         for entry_id in self._held:
             if entry_id not in unrecorded or entry_id in reporting:
@@ -418,14 +423,18 @@ class Slots(Generic[J]):
 
     # -- aborting -------------------------------------------------------------------------
 
-    def abort(self, job_id: str, *, revoked: bool) -> bool:
+    def abort(self, job_id: str, *, revoked: bool, entries: set[str] | None = None) -> bool:
         """Cancel the running tasks of job `job_id`; returns whether one was. A revoked job
         is marked so that its run fails with `revoked` (`take_revoked`); otherwise another
-        worker owns it now and the job leaves the table (nothing is reported for it)."""
+        worker owns it now and the job leaves the table (nothing is reported for it).
+        `entries`: only runs under these stream entries (those a heartbeat asked about: a
+        later try of the same job, delivered meanwhile, is not the one the server lost)."""
         cancelled = False
         for entry_id, (job, task) in list(self._jobs.items()):
             if entry_id in self._finishing:
                 continue  # its failure is being recorded: that try is over
+            if entries is not None and entry_id not in entries:
+                continue
             if job.id == job_id and entry_id in self._held:
                 # Not started: a revoked one fails when it would start; a lost one leaves.
                 if revoked:

@@ -395,7 +395,8 @@ class Worker(WorkerLifecycle, Generic[D, R]):
             self._intake.report()  # record the next starts ahead
 
     def _recorded(self) -> None:
-        """The server recorded the starts of a report: held jobs may start in free slots."""
+        """A start report was answered (recorded, or failed: then held jobs recorded before
+        it may start, and it is sent again): held jobs may start in free slots."""
         if self._slots.held_count and not (self._closing or self._paused):
             self._resume_held()
 
