@@ -250,15 +250,21 @@ class Slots(Generic[J]):
         caller starts it), or None: none is. Jobs before it that wait for their start to be
         recorded stay held: a suspect's start is reported only once no recorded one waits
         (`to_report`), so a recorded job held behind it must not wait for it."""
-        unrecorded = self._unrecorded
-        for entry_id in list(self._held):
-            held = self._jobs.get(entry_id)
-            if held is not None and entry_id in unrecorded:
-                continue
+        unrecorded, jobs = self._unrecorded, self._jobs
+        gone: list[str] = []
+        found = None
+        for entry_id in self._held:
+            held = jobs.get(entry_id)
+            if held is None:
+                gone.append(entry_id)
+            elif entry_id not in unrecorded:
+                found = entry_id, held[0]
+                break
+        for entry_id in gone:
             del self._held[entry_id]
-            if held is not None:
-                return entry_id, held[0]
-        return None
+        if found is not None:
+            del self._held[found[0]]
+        return found
 
     # -- what the server knows of held jobs' starts (glidemq/worker/starts.py) -----------
 
