@@ -294,6 +294,38 @@ redis.register_function('glidemq_reclaimStalled', function(keys, args)
   return {r[1], requeued, failed}
 end)
 
+-- Hands the {entryId, jobId} pairs back to the stream (deferActive, returnHeld,
+-- forgetFetch); `unstarted` as for handBack. Returns the count.
+local function handBackPairs(prefix, stream, events, pairs_, unstarted)
+  local n = 0
+  for _, p in ipairs(pairs_) do
+    local entryId, jobId = p[1], p[2]
+    if jobId == '' then -- another producer's entry is kept aside, not dropped
+      local e = redis.call('XRANGE', stream, entryId, entryId)
+      if e[1] and not entryJobId(e[1][2]) then
+        quarantine(prefix, stream, events, entryId, e[1][2], nil)
+      end
+    end
+    if redis.call('XACK', stream, GROUP, entryId) == 1 then
+      redis.call('XDEL', stream, entryId)
+      local jobKey = prefix .. 'job:' .. jobId
+      local h = redis.call('HMGET', jobKey, 'state', 'sid', 'heldEntry')
+      -- 'waiting' with this entry as its sid: read by the worker but never activated.
+      if jobId ~= '' and h[1] == 'active' and not unstarted and h[3] ~= entryId -- it ran
+          and redis.call('HGET', jobKey, 'atMostOnce') == '1' then
+        interrupted(prefix, jobKey, jobId, clockMs(), events, true)
+      elseif jobId ~= '' and (h[1] == 'active' or (h[1] == 'waiting' and h[2] == entryId)) then
+        leaveActive(prefix, jobKey, jobId, 'requeued', nil, 0)
+        local sid = redis.call('XADD', stream, '*', 'id', jobId)
+        redis.call('HSET', jobKey, 'state', 'waiting', 'sid', sid)
+        emit(events, 'waiting', jobId, 'reason', unstarted and 'returned' or 'deferred')
+        n = n + 1
+      end
+    end
+  end
+  return n
+end
+
 -- Hands entries of a consumer back to the stream: deferActive and returnHeld. `unstarted`:
 -- the worker never ran these jobs, so an at-most-once one goes back to waiting as well.
 local function handBack(name, keys, args, unstarted)
@@ -323,32 +355,7 @@ local function handBack(name, keys, args, unstarted)
       end
     end
   end
-  local n = 0
-  for _, p in ipairs(pairs_) do
-    local entryId, jobId = p[1], p[2]
-    if jobId == '' then -- another producer's entry is kept aside, not dropped
-      local e = redis.call('XRANGE', stream, entryId, entryId)
-      if e[1] and not entryJobId(e[1][2]) then
-        quarantine(prefix, stream, events, entryId, e[1][2], nil)
-      end
-    end
-    if redis.call('XACK', stream, GROUP, entryId) == 1 then
-      redis.call('XDEL', stream, entryId)
-      local jobKey = prefix .. 'job:' .. jobId
-      local h = redis.call('HMGET', jobKey, 'state', 'sid', 'heldEntry')
-      -- 'waiting' with this entry as its sid: read by the worker but never activated.
-      if jobId ~= '' and h[1] == 'active' and not unstarted and h[3] ~= entryId -- it ran
-          and redis.call('HGET', jobKey, 'atMostOnce') == '1' then
-        interrupted(prefix, jobKey, jobId, clockMs(), events, true)
-      elseif jobId ~= '' and (h[1] == 'active' or (h[1] == 'waiting' and h[2] == entryId)) then
-        leaveActive(prefix, jobKey, jobId, 'requeued', nil, 0)
-        local sid = redis.call('XADD', stream, '*', 'id', jobId)
-        redis.call('HSET', jobKey, 'state', 'waiting', 'sid', sid)
-        emit(events, 'waiting', jobId, 'reason', unstarted and 'returned' or 'deferred')
-        n = n + 1
-      end
-    end
-  end
+  local n = handBackPairs(prefix, stream, events, pairs_, unstarted)
   if #args == 1 then
     pcall(redis.call, 'XGROUP', 'DELCONSUMER', stream, GROUP, consumer)
     pcall(redis.call, 'XGROUP', 'DELCONSUMER', stream, GROUP, consumer .. ':wake')
@@ -378,6 +385,57 @@ redis.register_function('glidemq_returnHeld', function(keys, args)
   local err = shape('glidemq_returnHeld', keys, args, 2, 3)
   if err then return err end
   return handBack('glidemq_returnHeld', keys, args, true)
+end)
+
+-- Tokens of fetches given up on are kept this long, at most this many (the key `forgot`).
+local FORGOTTEN_MS = 600000
+local MAX_FORGOTTEN = 10000
+
+-- KEYS: stream, events. ARGS: consumer, token, then entry ids to keep. A call that fetched
+-- for consumer with this token (job field fetchTok, 50_fetch_complete.lua) failed without an
+-- answer, or was answered only by a later try of it (whose entries are those kept): the
+-- worker never saw the other jobs it took, so they go back to the stream uncharged, as held
+-- jobs do (an at-most-once one too: it never ran). Jobs since taken by stall recovery or
+-- finished are left alone. The token is remembered (key `forgot`), so a try of the call
+-- still on its way, on a connection the worker has since replaced, takes nothing when it
+-- arrives. Returns the count handed back.
+-- @wire glidemq_forgetFetch keys=2 args=2..
+redis.register_function('glidemq_forgetFetch', function(keys, args)
+  local err = shape('glidemq_forgetFetch', keys, args, 2, 2)
+  if err then return err end
+  local consumer, tok = args[1], args[2]
+  if consumer == '' or tok == '' then
+    return badCall('ERR:BAD_ARGS', 'glidemq_forgetFetch', 'arguments')
+  end
+  local keep = {}
+  for i = 3, #args do
+    if not entryIdOk(args[i]) then
+      return badCall('ERR:BAD_ARGS', 'glidemq_forgetFetch', 'entry id at argument ' .. i)
+    end
+    keep[args[i]] = true
+  end
+  local stream = keys[1]
+  local prefix = prefixOf(stream, 'stream')
+  local ok, pend = pcall(redis.call, 'XPENDING', stream, GROUP, '-', '+', 10000, consumer)
+  if not ok then return 0 end
+  local pairs_ = {}
+  for _, p in ipairs(pend) do
+    local entryId = p[1]
+    local e = not keep[entryId] and redis.call('XRANGE', stream, entryId, entryId)
+    local jobId = e and e[1] and entryJobId(e[1][2])
+    if jobId then
+      local h = redis.call('HMGET', prefix .. 'job:' .. jobId, 'state', 'sid', 'fetchTok')
+      if h[1] == 'active' and h[2] == entryId and h[3] == tok then
+        pairs_[#pairs_ + 1] = {entryId, jobId}
+      end
+    end
+  end
+  -- the failed call may still be on its way (on a connection since replaced): it takes nothing
+  local forgot = prefix .. 'forgot'
+  if redis.call('HLEN', forgot) >= MAX_FORGOTTEN then redis.call('DEL', forgot) end
+  redis.call('HSET', forgot, consumer .. ' ' .. tok, clockMs())
+  redis.call('PEXPIRE', forgot, FORGOTTEN_MS)
+  return handBackPairs(prefix, stream, keys[2], pairs_, true)
 end)
 
 -- KEYS: stream. ARGS: consumer, then entryId/jobId pairs of the jobs the worker is running.

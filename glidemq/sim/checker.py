@@ -17,6 +17,7 @@ from .known import classify
 from .plan import GROUP_LIMITS
 
 if TYPE_CHECKING:
+    from .history import Record
     from .world import World
 
 __all__ = ["INVARIANTS", "Violation", "check"]
@@ -207,19 +208,40 @@ def _amo(world: World, f: Facts) -> Iterator[Violation]:
                 )
 
 
+_STOPS = frozenset({"crash", "freeze"})
+
+
 def _stalled_runs(f: Facts, job: str) -> int:
-    """Reclaims of `job` that took back a run which had started since the previous one."""
+    """Reclaims of `job` that took back a run which had started since the previous one, or a
+    start the server had recorded (not held) for a worker that crashed or froze before it
+    began: the server cannot tell that from a job that stops its worker as it starts, and
+    charges it so that such a job still fails after max_stalled_count + 1 runs."""
     n, last = 0, float("-inf")
     for c in f.reclaims_of.get(job, []):
-        if any(last < r.start <= c.t for r in f.runs_of.get(job, [])):
+        if any(last < r.start <= c.t for r in f.runs_of.get(job, [])) or _stopped_first(f, c):
             n += 1
         last = c.t
     return n
 
 
+def _stopped_first(f: Facts, c: Record) -> bool:
+    """Whether reclaim `c` took a recorded start from a worker that crashed or froze between
+    the job's activation and the reclaim."""
+    if c.info.get("start", "recorded") == "held":
+        return False
+    owner = str(c.info.get("owner", "")).removesuffix(":wake")
+    if not owner:
+        return False
+    since = f.activated_before(c.job, c.t)
+    dead = f.dead_at.get(owner)
+    return (dead is not None and since <= dead <= c.t) or f.faulted(owner, since, c.t, _STOPS)
+
+
 @invariant(
     "stall-limit",
-    "a job fails by the stall limit only after max_stalled_count + 1 of its started runs were lost",
+    "a job fails by the stall limit only after max_stalled_count + 1 of its runs were lost "
+    "after they started, or after the server had recorded their start for a worker that "
+    "crashed or froze before it began",
 )
 def _stall_limit(world: World, f: Facts) -> Iterator[Violation]:
     need = world.s.max_stalled + 1

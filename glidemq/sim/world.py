@@ -140,8 +140,8 @@ class World:
             wait = 0.5 if rec is None else int(rec.spec.run.get("s", 500)) / 1000
             self.loop.call_later(wait, self._signal, job, context=self._server_ctx)
 
-    def _on_reclaim(self, job: str, entry: str, owner: str) -> None:
-        self.record("reclaim", "server", job, entry=entry, owner=owner)
+    def _on_reclaim(self, job: str, entry: str, owner: str, start: str) -> None:
+        self.record("reclaim", "server", job, entry=entry, owner=owner, start=start)
 
     def _on_stranded(self, process: str, jobs: list[tuple[str, str]]) -> None:
         for entry, job in jobs:

@@ -21,6 +21,7 @@ from .lease import Lease
 from .starts import ALL_RECORDED, Recording
 
 if TYPE_CHECKING:
+    from .forget import LostFetches
     from .link import WorkerLink
     from .slots import Slots
     from .starts import StartReports
@@ -91,11 +92,13 @@ class Fetcher:
         completing: Callable[[], bool],
         starts: StartReports,
         recorded: Callable[[], None],
+        lost: LostFetches,
     ) -> None:
         self.link = link
         self.order = order
         self.completing = completing
         self.starts = starts
+        self.lost = lost  # fetches whose answer was lost: their jobs go back
         self.recorded = recorded  # the server recorded a start report: held jobs may start
         self.drained_emitted = False
         # A completion's fetch came back short: the queue had nothing more to take, so the
@@ -207,13 +210,15 @@ class Fetcher:
         n = w.slots.reserve()
         ticket, flat = self.order.ticket(), []
         rec = self.starts.for_call(n)
+        token = self.lost.token()
+        hook, ambiguous = self.lost.watch()
         sent = monotonic()
         ok = False
         try:
             try:
                 got = await fetch.complete_and_fetch_next(
                     ctx, ctx.now_ms(), w.consumer, n, w.emit_flag, (), w.limiter,
-                    rec.start_now, rec.pairs, rec.confirmed,
+                    rec.start_now, rec.pairs, rec.confirmed, token, hook,
                 )  # fmt: skip
             except DurabilityError as exc:
                 # taken on the primary, not confirmed: run them (their completions wait)
@@ -221,6 +226,8 @@ class Fetcher:
                 got = fetch.fetched_of(exc.reply)
             flat, ok = got.entries, True  # the server ran the call: its starts are recorded
         finally:
+            if ambiguous():
+                self.lost.lost(token, flat)
             self.starts.answered(rec, ok, sent)
             self.order.deliver(ticket, flat, n, sent, rec)
             if rec.pairs:  # as a flush does: else nothing starts a recorded held job
@@ -266,14 +273,16 @@ class Fetcher:
         wake = wake_consumer(w.consumer)
         rec = self.starts.for_call(n, report=False)
         start_now = rec.start_now
+        token = self.lost.token()
         sent = monotonic()
         try:
             try:
                 read, woken = await fetch.wait_and_activate(
                     blocking, w.keys, w.consumer, wake, n, self.block_ms,
-                    w.emit_flag, w.limiter, start_now,
+                    w.emit_flag, w.limiter, start_now, token,
                 )  # fmt: skip
             except _GlideError as exc:
+                self.lost.lost(token, client=blocking)  # it may have run
                 if w.closing:
                     return
                 raise to_glidemq_error(exc, "blocking read") from exc
@@ -282,9 +291,15 @@ class Fetcher:
             if isinstance(woken, Exception):
                 # e.g. the library was lost with a server restart: once more through the
                 # context, which loads it again; the entries wait for it under `wake`
-                woken = await fetch.activate_woken(
-                    ctx, w.consumer, wake, n, w.emit_flag, w.limiter, start_now
-                )
+                hook, ambiguous = self.lost.watch()
+                woken = []
+                try:
+                    woken = await fetch.activate_woken(
+                        ctx, w.consumer, wake, n, w.emit_flag, w.limiter, start_now, token, hook
+                    )
+                finally:
+                    if ambiguous():
+                        self.lost.lost(token, woken[0] if woken else ())
             flat, moved = woken[0], woken[1]
             if moved:
                 self.quarantined(moved)

@@ -24,6 +24,7 @@ from .starts import CONFIRM_AFTER
 if TYPE_CHECKING:
     from ..job.job import Job
     from .fetcher import Fetcher, InOrder
+    from .forget import LostFetches
     from .link import WorkerLink
     from .starts import Recording, StartReports
 
@@ -53,12 +54,14 @@ class Intake:
         completed: Callable[[Job[Any, Any]], None],
         starts: StartReports,
         recorded: Callable[[], None],
+        lost: LostFetches,
     ) -> None:
         self.link = link
         self.order = order
         self.size = size
         self.completed = completed
         self.starts = starts
+        self.lost = lost
         self.recorded = recorded
         self.fetcher: Fetcher | None = None  # set by the Worker once both exist
         self.tasks: set[asyncio.Task[None]] = set()
@@ -141,6 +144,16 @@ class Intake:
             if self.tasks:
                 await asyncio.gather(*list(self.tasks), return_exceptions=True)
 
+    def _stored_batch(self, batch: list[Pending], statuses: list[bytes]) -> None:
+        """The server answered a flush of `batch`: one status per completion."""
+        slots = self.link.slots
+        for (job, _, _), status in zip(batch, statuses, strict=True):
+            slots.drop(job.entry_id)
+            if status == b"ok":
+                self.completed(job)
+            elif status == b"stale":
+                log.info("glidemq: job %s was reclaimed by another worker; result dropped", job.id)
+
     async def _flush(self, batch: list[Pending], fetch: int, rec: Recording) -> None:
         link, slots = self.link, self.link.slots
         ctx = link.ctx
@@ -151,6 +164,8 @@ class Intake:
         ]
         ticket = self.order.ticket() if fetch else -1
         fetched: list[Any] = []
+        token = self.lost.token() if fetch else None
+        hook, ambiguous = self.lost.watch()
         sent = monotonic()
         ok = dropped = False
         try:
@@ -167,6 +182,8 @@ class Intake:
                     rec.start_now,
                     rec.pairs,
                     rec.confirmed,
+                    token,
+                    hook,
                 )
                 ok = True
             except DurabilityError as exc:
@@ -183,15 +200,7 @@ class Intake:
                 # The jobs stay in the PEL; stall recovery runs them again.
                 return
             else:
-                for (job, _, _), status in zip(batch, got.statuses, strict=True):
-                    slots.drop(job.entry_id)
-                    if status == b"ok":
-                        self.completed(job)
-                    elif status == b"stale":
-                        log.info(
-                            "glidemq: job %s was reclaimed by another worker; result dropped",
-                            job.id,
-                        )
+                self._stored_batch(batch, got.statuses)
                 dropped = True
             fetched = got.entries
             if self.fetcher is not None:
@@ -199,6 +208,8 @@ class Intake:
         except Exception as exc:  # a fault here must not leave the batch held either
             link.fault(exc, "handling a completion reply")
         finally:
+            if token is not None and ambiguous():
+                self.lost.lost(token, fetched)
             if not dropped:  # a failure anywhere above: nothing of the batch stays held
                 for job, _, _ in batch:
                     slots.drop(job.entry_id)

@@ -37,6 +37,7 @@ from .batch import BatchOutcomes, BatchRunner
 from .executor import executor_for
 from .failure import expired_error, job_failure, record_failure
 from .fetcher import Fetcher, InOrder
+from .forget import LostFetches
 from .hold import HeldJobs, HoldWindow, send_back
 from .intake import Intake
 from .lease import Lease, Revalidation
@@ -163,11 +164,12 @@ class Worker(WorkerLifecycle, Generic[D, R]):
             )
         self._order = InOrder(self._start_jobs, self._slots)
         self._starts = StartReports(self._slots, self._hold)  # glidemq/worker/starts.py
+        lost = LostFetches(self._link, self._spawn)  # glidemq/worker/forget.py
         self._intake = Intake(
-            self._link, self._order, flush_size, self._stored, self._starts, self._recorded
+            self._link, self._order, flush_size, self._stored, self._starts, self._recorded, lost
         )
         self._fetcher = Fetcher(
-            self._link, self._order, self._intake.completing, self._starts, self._recorded
+            self._link, self._order, self._intake.completing, self._starts, self._recorded, lost
         )
         self._intake.fetcher = self._fetcher
         self.watchdog = Watchdog(self._link, self._fetcher, self._restart_fetch)
