@@ -9,6 +9,7 @@ from __future__ import annotations
 import pytest
 
 from glidemq.sim import make_plan, run_plan
+from glidemq.sim.revert import lua_reverted, reverted
 
 ALL = "crash,freeze,slow,lossy,reset,restart,stall,clock,block"
 
@@ -45,3 +46,29 @@ def test_a_recorded_held_job_does_not_wait_for_a_suspect_held_before_it() -> Non
 )
 def test_seeds_of_held_jobs_hold(seed: int, invariants: set[str]) -> None:
     assert not invariants & _broken(make_plan(seed, faults=ALL))
+
+
+# A fetch whose answer was lost (a reply lost or late, a connection reset) left its jobs in
+# the worker's pending list, started as far as the server knew: stall recovery charged each
+# (with max_stalled_count 0, failed it). Seed 4: a reply lost to a live worker; seed 239: the
+# lost call arrived after its token was forgotten, on a connection the worker had replaced.
+_TOMBSTONE = (
+    "  if tok and #entries > 0 and forgotten(prefix, stream, entries, consumer, tok) then "
+    "return end\n",
+    "",
+)
+
+
+@pytest.mark.parametrize("seed", [4, 239])
+def test_the_jobs_of_a_lost_fetch_are_not_charged(seed: int) -> None:
+    assert "stall-limit" not in _broken(make_plan(seed))
+
+
+def test_without_forgetting_lost_fetches_their_jobs_are_charged() -> None:
+    with reverted("glidemq.worker.forget:LostFetches.lost", lambda *a, **k: None):
+        assert "stall-limit" in _broken(make_plan(4))
+
+
+def test_without_the_tombstone_a_late_try_of_a_forgotten_fetch_is_charged() -> None:
+    with lua_reverted(_TOMBSTONE):
+        assert "stall-limit" in _broken(make_plan(239))
