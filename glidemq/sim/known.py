@@ -74,12 +74,6 @@ def _always(v: Violation, f: Facts) -> bool:
     return True
 
 
-def _after_group_change(v: Violation, f: Facts) -> bool:
-    """A group start over the limit after the group's concurrency was changed."""
-    key = v.detail.split(":", 1)[0].removeprefix("group ")
-    return any(at <= v.t for at, _, _ in f.limits.get(key, []))
-
-
 def _after_thaw(v: Violation, f: Facts) -> bool:
     """A start by a worker that was frozen less than a lock duration before it."""
     starts = [r for r in f.runs_of.get(v.job, []) if abs(r.start - v.t) < 1e-9]
@@ -108,12 +102,6 @@ KNOWN: tuple[Known, ...] = (
         "issue 44 item 2: a held job decided after a freeze",
         "completed-twice",
         _after_thaw,
-    ),
-    Known(
-        "group-change",
-        "issue 44 item 4: a lowered group concurrency",
-        "group-concurrency",
-        _after_group_change,
     ),
 )
 
