@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Sequence
 from functools import partial
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from glide import (
     Batch,
@@ -41,6 +41,8 @@ if TYPE_CHECKING:
     from ..encoding.serializers import Serializer
 
 __all__ = ["ClientSender", "QueueContext", "now_ms"]
+
+T = TypeVar("T")
 
 
 def _s(value: bytes | str | int | None) -> str:
@@ -131,13 +133,20 @@ class QueueContext:
         async def send(client: Client) -> Any:
             return await client.fcall(function, keys=key_list, arguments=arg_list)
 
+        return await self._retrying(send, function, safe)
+
+    async def _retrying(
+        self, send: Callable[[Client], Awaitable[T]], what: str, safe: bool, library: bool = True
+    ) -> T:
+        """`send` on this context's client under its retry policy, outage hooks and budget
+        (`library`: a node that lost the function library gets it again)."""
         return await retrying(
             send,
             self._client,
-            what=function,
+            what=what,
             safe=safe,
             policy=self.retry,
-            reload_library=ensure_library,
+            reload_library=ensure_library if library else None,
             on_transport_failure=self.on_transport_failure,
             on_success=self.on_success,
             keep_trying=self.keep_trying,
@@ -172,17 +181,7 @@ class QueueContext:
                 raise reply  # as a lone FCALL would have: retried, reloaded or raised
             return reply, confirmation
 
-        reply, confirmation = await retrying(
-            send,
-            self._client,
-            what=function,
-            safe=safe,
-            policy=self.retry,
-            reload_library=ensure_library,
-            on_transport_failure=self.on_transport_failure,
-            on_success=self.on_success,
-            keep_trying=self.keep_trying,
-        )
+        reply, confirmation = await self._retrying(send, function, safe)
         check_confirmation(durability, function, confirmation, reply)
         return reply
 
@@ -196,17 +195,7 @@ class QueueContext:
         tried once.
         """
         if callable(call):
-            return await retrying(
-                call,
-                self._client,
-                what="command",
-                safe=safe,
-                policy=self.retry,
-                on_transport_failure=self.on_transport_failure,
-                on_success=self.on_success,
-                keep_trying=self.keep_trying,
-                where=self.where,
-            )
+            return await self._retrying(call, "command", safe, library=False)
         try:
             return await call
         except _GlideError as exc:
