@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Sequence
 from functools import partial
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from glide import (
     Batch,
@@ -41,6 +41,8 @@ if TYPE_CHECKING:
     from ..encoding.serializers import Serializer
 
 __all__ = ["ClientSender", "QueueContext", "now_ms"]
+
+T = TypeVar("T")
 
 
 def _s(value: bytes | str | int | None) -> str:
@@ -127,21 +129,33 @@ class QueueContext:
         failure that may have run it (the wire layouts say which functions are);
         `on_ambiguous` runs after each such failure, before any retry."""
         key_list, arg_list = list(keys), list(args)
-        hook = self._hook(on_ambiguous)
         if self.durability is not None and function not in needs_no_wait():
-            return await self._fcall_confirmed(function, key_list, arg_list, safe, hook)
+            return await self._fcall_confirmed(function, key_list, arg_list, safe, on_ambiguous)
 
         async def send(client: Client) -> Any:
             return await client.fcall(function, keys=key_list, arguments=arg_list)
 
+        return await self._retrying(send, function, safe, on_ambiguous=on_ambiguous)
+
+    async def _retrying(
+        self,
+        send: Callable[[Client], Awaitable[T]],
+        what: str,
+        safe: bool,
+        library: bool = True,
+        on_ambiguous: Callable[[], None] | None = None,
+    ) -> T:
+        """`send` on this context's client under its retry policy, outage hooks and budget
+        (`library`: a node that lost the function library gets it again; `on_ambiguous` as
+        for `fcall`)."""
         return await retrying(
             send,
             self._client,
-            what=function,
+            what=what,
             safe=safe,
             policy=self.retry,
-            reload_library=ensure_library,
-            on_transport_failure=hook,
+            reload_library=ensure_library if library else None,
+            on_transport_failure=self._hook(on_ambiguous),
             on_success=self.on_success,
             keep_trying=self.keep_trying,
             where=self.where,
@@ -178,7 +192,7 @@ class QueueContext:
         keys: list[str],
         args: list[str | bytes],
         safe: bool,
-        on_transport_failure: Callable[[BaseException], Awaitable[None]] | None,
+        on_ambiguous: Callable[[], None] | None,
     ) -> Any:
         """FCALL then the durability wait, in one pipeline on the slot's primary."""
         durability = self.durability
@@ -195,17 +209,7 @@ class QueueContext:
                 raise reply  # as a lone FCALL would have: retried, reloaded or raised
             return reply, confirmation
 
-        reply, confirmation = await retrying(
-            send,
-            self._client,
-            what=function,
-            safe=safe,
-            policy=self.retry,
-            reload_library=ensure_library,
-            on_transport_failure=on_transport_failure,
-            on_success=self.on_success,
-            keep_trying=self.keep_trying,
-        )
+        reply, confirmation = await self._retrying(send, function, safe, on_ambiguous=on_ambiguous)
         check_confirmation(durability, function, confirmation, reply)
         return reply
 
@@ -219,17 +223,7 @@ class QueueContext:
         tried once.
         """
         if callable(call):
-            return await retrying(
-                call,
-                self._client,
-                what="command",
-                safe=safe,
-                policy=self.retry,
-                on_transport_failure=self.on_transport_failure,
-                on_success=self.on_success,
-                keep_trying=self.keep_trying,
-                where=self.where,
-            )
+            return await self._retrying(call, "command", safe, library=False)
         try:
             return await call
         except _GlideError as exc:

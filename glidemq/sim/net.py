@@ -371,29 +371,27 @@ class SimClient(MemoryClient):
         self.process = process
         self.link = _Link(0.0)
 
-    def reconnect(self, up_at: float) -> None:
-        """Break the connection: calls in flight fail; a new one is up at `up_at`."""
+    def _break(self, error: Callable[[], BaseException]) -> _Link:
+        """Break the current link: its calls in flight fail with `error()`, in call order."""
         old = self.link
         old.broken = True
         if old.task is not None:
             old.task.cancel()
         for call in list(old.inflight):
             if not call.fut.done():
-                call.fut.set_exception(GlideConnectionError("Connection reset by peer"))
-        old.queue.clear()
+                call.fut.set_exception(error())
+        return old
+
+    def reconnect(self, up_at: float) -> None:
+        """Break the connection: calls in flight fail; a new one is up at `up_at`."""
+        self._break(lambda: GlideConnectionError("Connection reset by peer")).queue.clear()
         self.link = _Link(up_at)
 
     async def close(self, err_message: str | None = None) -> None:
         if self._closed:
             return
         self._closed = True
-        old = self.link
-        old.broken = True
-        if old.task is not None:
-            old.task.cancel()
-        for call in list(old.inflight):
-            if not call.fut.done():
-                call.fut.set_exception(ClosingError("the client is closed"))
+        self._break(lambda: ClosingError("the client is closed"))
 
     async def _execute_command(self, request_type: int, args: list[Any], route: Any = None) -> Any:
         self._check_open()

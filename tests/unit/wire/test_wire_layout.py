@@ -80,12 +80,10 @@ SAMPLES: dict[str, Callable[[], Iterable[Call]]] = {
             [("id", "1-0", b"rv", 0, 0), ("j", "2-0", b"", 5, 60)],
             ("10", "1000"),
         ),
-        fetch.complete_and_fetch_next_call(
-            K, 1, "c", 4, "1", (), ("0", "0"), None, (), (), "t.1"
-        ),  # fmt: skip
+        fetch.complete_and_fetch_next_call(K, 1, "c", 4, "1", (), ("0", "0"), None, (), (), "t.1"),
         fetch.complete_and_fetch_next_call(
             K, 1, "c", 4, "1", (), ("0", "0"), 2, ["1-0", "1"], ["2-0", "2"], "t.2"
-        ),  # fmt: skip
+        ),
     ],
     "glidemq_moveToActive": lambda: [
         fetch.move_to_active_call(K, 1, "1", ("0", "0"), []),
