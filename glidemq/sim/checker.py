@@ -165,8 +165,11 @@ def _unrecorded(world: World, f: Facts) -> Iterator[Violation]:
             upto = runs[i + 1].start if i + 1 < len(runs) else float("inf")
             names = ("completed",) if run.outcome == "ok" else ("retrying", "failed")
             stored = [e for e in f.server_events(job, *names) if run.end <= e.t <= upto]
-            if not stored or str(stored[0].info.get("failedReason", "")).startswith("job stalled"):
+            if not stored or _by_stall_recovery(str(stored[0].info.get("failedReason", ""))):
                 continue
+            end = world.finished_at - world.t0
+            if f.frozen_until_death(run.worker, stored[0].t, end):
+                continue  # frozen before the reply could be read, until the run was over
             dead = f.dead_at.get(run.worker)
             if dead is not None and dead <= stored[0].t + grace:
                 continue
@@ -181,6 +184,12 @@ def _unrecorded(world: World, f: Facts) -> Iterator[Violation]:
                 f"the server recorded run {run.token}'s {stored[0].info['event']}, "
                 f"but {run.worker} never reported it",
             )
+
+
+def _by_stall_recovery(reason: str) -> bool:
+    """Whether a failure reason is stall recovery's, not a worker's recorded outcome: the
+    stall limit, an at-most-once job's interrupted run, the bound of uncharged reclaims."""
+    return reason.startswith(("job stalled", "job was taken")) or reason == "interrupted"
 
 
 @invariant(
