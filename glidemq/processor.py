@@ -63,8 +63,8 @@ def user_exit(exc: BaseException) -> BaseException:
 
 
 async def _guarded(call: Awaitable[Any]) -> Any:
-    # Inside its own task (wait_for's): an asyncio Task re-raises KeyboardInterrupt and
-    # SystemExit into the event loop, so they must not leave this coroutine.
+    # An asyncio Task re-raises KeyboardInterrupt and SystemExit into the event loop, so
+    # they must not leave this coroutine.
     try:
         return await call
     except (KeyboardInterrupt, SystemExit) as exc:
@@ -113,8 +113,12 @@ class ProcessorCall:
         processor come out as ProcessorExitError."""
         try:
             if timeout_ms:
+                # In this task, not in a task of its own (asyncio.wait_for's on 3.11): that
+                # one begins a loop step later, after the worker's lease check, so a freeze
+                # in between started the processor after the thaw with its lease run out.
                 try:
-                    return await asyncio.wait_for(_guarded(self._call(job)), timeout_ms / 1000)
+                    async with asyncio.timeout(timeout_ms / 1000):
+                        return await _guarded(self._call(job))
                 except TimeoutError:
                     raise JobTimeoutError("timeout") from None
             return await self._call(job)

@@ -10,6 +10,8 @@ the Worker was told the server stored the completion (its `completed` event: wit
 durability on, only once the replicas confirmed it). Each line is one unbuffered
 `write(2)`, so a SIGKILL loses nothing that was written.
 
+`GLIDEMQ_CHAOS_MAX_STALLED` sets the processor's `max_stalled_count` (default 20).
+
 Planted behaviours, for the verdict's own tests (set per job by the run, never by
 default): `data["fail"]` raises with that message; `data["hang"]` never returns;
 `data["grow_mb"]` allocates that much memory before the work (on the first
@@ -29,9 +31,10 @@ import orjson
 
 from ..processor import processor
 
-__all__ = ["DIR_ENV", "exec_file", "process", "result_digest"]
+__all__ = ["DIR_ENV", "MAX_STALLED_ENV", "exec_file", "process", "result_digest"]
 
 DIR_ENV = "GLIDEMQ_CHAOS_DIR"
+MAX_STALLED_ENV = "GLIDEMQ_CHAOS_MAX_STALLED"
 
 _fd = -1
 _fd_pid = -1
@@ -79,8 +82,8 @@ def _listen(worker: Any) -> None:
 
 
 # A job may stall more than once in a run that kills several workers: let it come back
-# instead of failing it on the second stall.
-@processor(max_stalled_count=20, setup=_listen)
+# instead of failing it on the second stall (a scenario may ask for the default's 1).
+@processor(max_stalled_count=int(os.environ.get(MAX_STALLED_ENV) or 20), setup=_listen)
 async def process(job: Any) -> dict[str, Any]:
     """Record the execution, sleep `ms`, return the job id, this pid and the run token."""
     token = f"{os.getpid()}-{next(_runs)}"

@@ -18,10 +18,13 @@ from .settings import FleetSettings
 from .target import Target
 
 if TYPE_CHECKING:
+    from collections.abc import Mapping
+
     import psutil
 
     from ..client.connection import Client
     from ..queue.queue import Queue
+    from .collect import JobRecord
     from .fleet import Fleet
     from .producer import Producer
 
@@ -82,6 +85,7 @@ class ChaosRun:
     queue: Queue[Any, Any] | None = None
     client: Client | None = None  # a direct client of the run's own (not through a proxy)
     executions: Executions | None = None  # the processors' ledger, read before `check`
+    records: Mapping[str, JobRecord] | None = None  # the jobs' hashes at the end, before `check`
     producer: Producer | None = None
     progress: Progress = field(default_factory=Progress)
     faults: list[Fault] = field(default_factory=list)

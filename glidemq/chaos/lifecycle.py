@@ -225,7 +225,7 @@ async def run_scenario(scenario: Scenario, args: argparse.Namespace) -> dict[str
         run.fleet = Fleet(
             PROCESSOR,
             _fleet_args(run) + scenario.fleet_args(run),
-            {DIR_ENV: str(exec_dir)},
+            {DIR_ENV: str(exec_dir), **scenario.fleet_env(run)},
             workdir / "glidemq-run.log",
         )
         run.fleet.start()
@@ -301,6 +301,7 @@ async def run_scenario(scenario: Scenario, args: argparse.Namespace) -> dict[str
         leftovers = await read_leftovers(tail_client, keys, records)
         in_queue = await read_in_queue(tail_client, keys)
         executions = run.executions = read_executions(exec_dir, sink=run.ledger)
+        run.records = records
         verdict = check_invariants(enqueued, records, leftovers, tail, executions, removed=removed)
         scenario.check(run)
         s = settings

@@ -67,6 +67,10 @@ class Scenario:
         """Extra `glidemq-run` flags of this scenario (a memory limit, a metrics port)."""
         return []
 
+    def fleet_env(self, run: ChaosRun) -> dict[str, str]:
+        """Extra environment of the fleet (settings of the fixture processor)."""
+        return {}
+
     def job_data(self, run: ChaosRun) -> dict[str, dict[str, object]]:
         """Extra data for some jobs, by id (planted behaviours of the fixture processor)."""
         return {}

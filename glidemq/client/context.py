@@ -123,23 +123,31 @@ class QueueContext:
         args: Sequence[str | bytes],
         *,
         safe: bool = False,
+        on_ambiguous: Callable[[], None] | None = None,
     ) -> Any:
         """Call a library function on this queue's slot. `safe` allows a retry after a
-        failure that may have run it (the wire layouts say which functions are)."""
+        failure that may have run it (the wire layouts say which functions are);
+        `on_ambiguous` runs after each such failure, before any retry."""
         key_list, arg_list = list(keys), list(args)
         if self.durability is not None and function not in needs_no_wait():
-            return await self._fcall_confirmed(function, key_list, arg_list, safe)
+            return await self._fcall_confirmed(function, key_list, arg_list, safe, on_ambiguous)
 
         async def send(client: Client) -> Any:
             return await client.fcall(function, keys=key_list, arguments=arg_list)
 
-        return await self._retrying(send, function, safe)
+        return await self._retrying(send, function, safe, on_ambiguous=on_ambiguous)
 
     async def _retrying(
-        self, send: Callable[[Client], Awaitable[T]], what: str, safe: bool, library: bool = True
+        self,
+        send: Callable[[Client], Awaitable[T]],
+        what: str,
+        safe: bool,
+        library: bool = True,
+        on_ambiguous: Callable[[], None] | None = None,
     ) -> T:
         """`send` on this context's client under its retry policy, outage hooks and budget
-        (`library`: a node that lost the function library gets it again)."""
+        (`library`: a node that lost the function library gets it again; `on_ambiguous` as
+        for `fcall`)."""
         return await retrying(
             send,
             self._client,
@@ -147,11 +155,26 @@ class QueueContext:
             safe=safe,
             policy=self.retry,
             reload_library=ensure_library if library else None,
-            on_transport_failure=self.on_transport_failure,
+            on_transport_failure=self._hook(on_ambiguous),
             on_success=self.on_success,
             keep_trying=self.keep_trying,
             where=self.where,
         )
+
+    def _hook(
+        self, on_ambiguous: Callable[[], None] | None
+    ) -> Callable[[BaseException], Awaitable[None]] | None:
+        """The transport-failure hook of one call: the context's, after `on_ambiguous`."""
+        if on_ambiguous is None:
+            return self.on_transport_failure
+        then = self.on_transport_failure
+
+        async def hook(exc: BaseException) -> None:
+            on_ambiguous()
+            if then is not None:
+                await then(exc)
+
+        return hook
 
     def _batch(
         self, cluster: bool
@@ -164,7 +187,12 @@ class QueueContext:
         return ClusterBatch(False), ClusterBatchOptions(route=route, timeout=self._wait_timeout_ms)
 
     async def _fcall_confirmed(
-        self, function: str, keys: list[str], args: list[str | bytes], safe: bool
+        self,
+        function: str,
+        keys: list[str],
+        args: list[str | bytes],
+        safe: bool,
+        on_ambiguous: Callable[[], None] | None,
     ) -> Any:
         """FCALL then the durability wait, in one pipeline on the slot's primary."""
         durability = self.durability
@@ -181,7 +209,7 @@ class QueueContext:
                 raise reply  # as a lone FCALL would have: retried, reloaded or raised
             return reply, confirmation
 
-        reply, confirmation = await self._retrying(send, function, safe)
+        reply, confirmation = await self._retrying(send, function, safe, on_ambiguous=on_ambiguous)
         check_confirmation(durability, function, confirmation, reply)
         return reply
 

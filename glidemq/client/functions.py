@@ -40,8 +40,8 @@ __all__ = [
 ]
 
 LIBRARY_NAME = "glidemq"
-LIBRARY_VERSION = 31
-LIBRARY_SOURCE_SHA256 = "d12b6dbfef326ef37c2337b026160e989061cbb691651ecaa1ce98c792e67486"
+LIBRARY_VERSION = 33
+LIBRARY_SOURCE_SHA256 = "7fd5f0337cf3ff1fbcd9a321339aa5f5bc42bd91bc32405442a565a49f633ce7"
 LIBRARY_FILES = (
     "00_prelude.lua",  # shebang, version placeholder, constants, input checks, shared helpers
     "05_groups.lua",  # group wait sets, fair scheduling across groups, pausing a group

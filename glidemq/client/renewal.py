@@ -17,6 +17,8 @@ import ssl
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING
 
+from glide import GlideError as _GlideError
+
 from ..errors import ConnectionError
 from ..timing.clock import monotonic
 from .connection import Client, ConnectionOptions, close_client, create_client
@@ -56,6 +58,16 @@ async def probe(opts: ConnectionOptions, timeout: float = _PROBE_TIMEOUT) -> boo
                 writer.close()
 
     async def any_answers() -> bool:
+        backend = opts.backend
+        if backend is not None:  # a server in this process: ask it over a client of its own
+            client = await backend.connect("glidemq-probe")
+            try:
+                await client.ping()
+                return True
+            except _GlideError:
+                return False
+            finally:
+                await client.close()
         for host, port in opts.addresses:
             if await one(host, port):
                 return True

@@ -11,8 +11,8 @@ Every call glidemq makes goes through `retrying`. A failure is one of:
   have run. Retried only when running it twice is safe (`safe=True`):
 
   * safe: reads; completion and failure of a job (a second run finds the entry already
-    acknowledged and reports 'stale'); fetching (entries whose reply was lost stay in this
-    worker's pending list and come back through stall recovery); heartbeat, promotion,
+    acknowledged and reports 'stale'); fetching (a worker hands back what a try
+    whose reply was lost took: glidemq/worker/forget.py); heartbeat, promotion,
     stall recovery, hand-back, pause/resume, field updates; adds whose jobs all carry a
     custom id or a deduplication id (a second run finds the job and reports a duplicate).
   * not safe: adds without a custom id (a second run would add the job twice), log lines,

@@ -60,14 +60,79 @@ local function budgetStops(prefix, stream, events, entryId, jobId, jobKey, bk, n
   return true
 end
 
+-- Held jobs. A worker may take jobs beyond the ones it starts at once (it holds them) and
+-- start them later without asking, so it tells the server which start, by the calls it makes
+-- anyway and always before the run begins: how many of the jobs a fetch takes start at once,
+-- and a start report (completeAndFetchNext) of held jobs about to start; a later call
+-- confirms each start once the run is under way. Job fields, each naming the entry the job
+-- was activated under: heldEntry, its worker has not started it (stall recovery hands it
+-- back uncharged); unsureEntry, its start was recorded and not confirmed yet. A worker that
+-- dies then leaves it unknown whether the job got to run (recorded just before the death, or
+-- behind the job that caused it): that reclaim is not charged either, but counted in
+-- unsureReclaims, and the job becomes suspect. A suspect's start is recorded alone, as it
+-- is about to run, with no other suspect running beside it in its worker; a stall of such a
+-- run before it was confirmed is charged with the unsure ones before it. So a job that kills
+-- its worker whenever it starts still fails after maxStalledCount + 1 runs, and the jobs
+-- beside it are not charged for its deaths (60_fail_stall.lua). Calls without the start
+-- arguments record every start as it happens.
+
+-- The start of a job activated now: nil (recorded as it happens), 'unsureEntry' or
+-- 'heldEntry'. startNow: how many of the fetch's jobs start at once (nil: all, as they
+-- happen); taken: its place among the jobs the fetch activated; suspect: job field suspect.
+local function startMark(startNow, taken, suspect)
+  if not startNow then return nil end
+  if taken <= startNow and not suspect then return 'unsureEntry' end
+  return 'heldEntry'
+end
+
+-- A start report: the held job under entryId is about to start.
+local function startReported(prefix, entryId, jobId)
+  local jobKey = prefix .. 'job:' .. jobId
+  if redis.call('HGET', jobKey, 'heldEntry') ~= entryId then return end
+  redis.call('HDEL', jobKey, 'heldEntry')
+  redis.call('HSET', jobKey, 'unsureEntry', entryId)
+end
+
+-- A start confirmed: the job under entryId is running.
+local function startConfirmed(prefix, entryId, jobId)
+  local jobKey = prefix .. 'job:' .. jobId
+  if redis.call('HGET', jobKey, 'unsureEntry') == entryId then
+    redis.call('HDEL', jobKey, 'unsureEntry')
+  end
+end
+
+-- A fetch whose token its worker already gave up on (glidemq_forgetFetch ran first: this call
+-- was on its way on a connection the worker had replaced): the entries it read go back to the
+-- stream untouched, as new entries of their jobs. Returns whether it was so.
+local function forgotten(prefix, stream, entries, consumer, tok)
+  if redis.call('HEXISTS', prefix .. 'forgot', consumer .. ' ' .. tok) == 0 then return false end
+  for _, e in ipairs(entries) do
+    local entryId, jobId = e[1], entryJobId(e[2])
+    redis.call('XACK', stream, GROUP, entryId)
+    redis.call('XDEL', stream, entryId)
+    local jobKey = jobId and (prefix .. 'job:' .. jobId)
+    if jobKey and redis.call('HGET', jobKey, 'sid') == entryId then
+      redis.call('HSET', jobKey, 'sid', redis.call('XADD', stream, '*', 'id', jobId))
+    end
+  end
+  return true
+end
+
 -- Marks stream entries as active and appends {entryId, jobId, {hash fields...}} triples, flat,
--- to out. moved: where the ids of quarantined entries are listed (or nil).
-local function activate(prefix, stream, entries, now, out, emitEvents, events, moved)
+-- to out. moved: where the ids of quarantined entries are listed (or nil). startNow: how many
+-- of them start at once (startMark); the worker reads the marks from the fields returned.
+-- tok: the fetch's token (job field fetchTok), so that a worker whose call failed without an
+-- answer can hand back what it took (glidemq_forgetFetch).
+local function activate(prefix, stream, entries, now, out, emitEvents, events, moved, startNow,
+                        tok, consumer)
+  if tok and #entries > 0 and forgotten(prefix, stream, entries, consumer, tok) then return end
+  local taken = 0
   for _, e in ipairs(entries) do
     local entryId, f = e[1], e[2]
     local jobId = entryJobId(f)
     local jobKey = jobId and (prefix .. 'job:' .. jobId)
-    local h = jobKey and redis.call('HMGET', jobKey, 'state', 'groupKey', 'budget', 'fairSeq')
+    local h = jobKey and redis.call('HMGET', jobKey, 'state', 'groupKey', 'budget', 'fairSeq',
+      'heldEntry', 'unsureEntry', 'suspect', 'fetchTok')
     local state = h and h[1]
     if f and not jobId then
       quarantine(prefix, stream, events, entryId, f, now)
@@ -82,7 +147,17 @@ local function activate(prefix, stream, entries, now, out, emitEvents, events, m
         and (not h[2] or admitGroupJob(prefix, stream, entryId, jobId, jobKey, h[2], now,
         emitEvents, events)) then -- nor parked or dead-lettered by its group
       if h[2] then groupWaiting(prefix, h[2], -1) end
-      redis.call('HSET', jobKey, 'state', 'active', 'processedOn', now, 'sid', entryId)
+      taken = taken + 1
+      if h[5] or h[6] then redis.call('HDEL', jobKey, 'heldEntry', 'unsureEntry') end
+      local mark = startMark(startNow, taken, h[7])
+      local set = {'state', 'active', 'processedOn', now, 'sid', entryId}
+      if mark then set[#set + 1] = mark; set[#set + 1] = entryId end
+      if tok then
+        set[#set + 1] = 'fetchTok'; set[#set + 1] = tok
+      elseif h[8] then
+        redis.call('HDEL', jobKey, 'fetchTok')
+      end
+      redis.call('HSET', jobKey, unpack(set))
       out[#out + 1] = entryId
       out[#out + 1] = jobId
       out[#out + 1] = redis.call('HGETALL', jobKey)
@@ -100,7 +175,8 @@ end
 
 -- Returns the entries read (-1: the queue is paused) and, when a queue-wide limit stopped
 -- the fetch, the ms until it may succeed. lim: the worker's limiter or nil.
-local function fetch(prefix, keys, consumer, count, now, emitEvents, out, lim, moved)
+local function fetch(prefix, keys, consumer, count, now, emitEvents, out, lim, moved, startNow,
+                     tok)
   local stream, scheduled, events, meta = keys[1], keys[4], keys[3], keys[5]
   if count <= 0 then return 0, 0 end
   local m = redis.call('HMGET', meta, unpack(META_LIMITS))
@@ -125,7 +201,7 @@ local function fetch(prefix, keys, consumer, count, now, emitEvents, out, lim, m
     end
   end
   local before = #out
-  activate(prefix, stream, entries, now, out, emitEvents, events, moved)
+  activate(prefix, stream, entries, now, out, emitEvents, events, moved, startNow, tok, consumer)
   if charge then chargeWindows(prefix, charge, (#out - before) / 3) end
   return #entries, 0
 end
@@ -183,7 +259,14 @@ end
 -- KEYS: stream, completed, events, scheduled, meta.
 -- ARGS: now, consumer, fetchCount, emitEvents, nCompletions,
 --       then per completion: jobId, entryId, returnvalue, keepCount, keepAge,
---       then optionally the worker's limiter: max, duration (ms).
+--       then optionally the worker's limiter: max, duration (ms),
+--       then optionally startNow (how many of the jobs fetched start at once; the others are
+--       held: see heldEntry; '' for all, each recorded as it happens), nReported, optionally
+--       the fetch's token (fetchTok: what glidemq_forgetFetch hands back if the answer never
+--       reaches the worker; told apart by the count of arguments, odd with it), then
+--       entryId/jobId pairs: the first nReported of held jobs about to start (the start
+--       report), the rest of jobs whose run is under way (confirmed starts); both recorded
+--       before anything else.
 -- Returns {statuses (completeOne's), fetched (flat triples), paused, waitMs, quarantined entry
 -- ids}; waitMs > 0 when a queue-wide limit (rate, concurrency, Worker.rate_limit) stopped the
 -- fetch: ask again after that long.
@@ -199,12 +282,39 @@ redis.register_function('glidemq_completeAndFetchNext', function(keys, args)
   local emitEvents = args[4] == '1'
   local n = int(args[5], 0, MAX_INT)
   if not now then return badCall('ERR:BAD_TIMESTAMP', 'glidemq_completeAndFetchNext', 'now') end
-  if not fetchCount or not n or consumer == '' or (#args ~= 5 + 5 * n and #args ~= 7 + 5 * n)
+  -- limiter (2), starts (2), the token (1, optional), pairs (2 each)
+  local extra = n and #args - 5 - 5 * n
+  if not fetchCount or not n or consumer == '' or not (extra == 0 or extra == 2 or extra >= 4)
       or not limiterOk(args[6 + 5 * n], args[7 + 5 * n]) then
     return badCall('ERR:BAD_ARGS', 'glidemq_completeAndFetchNext', 'arguments')
   end
   err = checkCompletions('glidemq_completeAndFetchNext', args, 6, n)
   if err then return err end
+  local startNow, tok
+  if extra >= 4 then
+    local withTok = extra % 2 == 1
+    local r0 = (withTok and 11 or 10) + 5 * n
+    local all = args[8 + 5 * n] == ''
+    startNow = not all and int(args[8 + 5 * n], 0, MAX_INT)
+    local reported = int(args[9 + 5 * n], 0, (#args - r0 + 1) / 2)
+    tok = withTok and args[10 + 5 * n]
+    if (not startNow and not all) or not reported or tok == '' then
+      return badCall('ERR:BAD_ARGS', 'glidemq_completeAndFetchNext', 'starts')
+    end
+    if all then startNow = nil end
+    for r = r0, #args, 2 do
+      if not entryIdOk(args[r]) or args[r + 1] == '' then
+        return badCall('ERR:BAD_ARGS', 'glidemq_completeAndFetchNext', 'start at argument ' .. r)
+      end
+    end
+    for r = r0, #args, 2 do
+      if r < r0 + 2 * reported then
+        startReported(prefix, args[r], args[r + 1])
+      else
+        startConfirmed(prefix, args[r], args[r + 1])
+      end
+    end
+  end
   local statuses = {}
   local done = 0
   local i = 6
@@ -219,14 +329,14 @@ redis.register_function('glidemq_completeAndFetchNext', function(keys, args)
   if done > 0 then countMetric(prefix .. 'metrics:completed', now, done) end
   local out, moved = {}, {}
   local got, wait = fetch(prefix, keys, consumer, fetchCount, now, emitEvents, out,
-    limiterArg(args[i], args[i + 1]), moved)
+    limiterArg(args[i], args[i + 1]), moved, startNow, tok or nil)
   return {statuses, out, got == -1 and 1 or 0, wait, moved}
 end)
 
 -- Activates entries a blocking read delivered ({entryId, fields} each, every one naming a
 -- job), within the queue's pause and limits: entries over them go back to the stream unstarted.
 -- Returns the activated triples, flat.
-local function activateRead(prefix, keys, entries, now, emitEvents, lim)
+local function activateRead(prefix, keys, entries, now, emitEvents, lim, startNow, tok, consumer)
   local stream = keys[1]
   local out = {}
   local m = redis.call('HMGET', keys[5], unpack(META_LIMITS))
@@ -253,7 +363,7 @@ local function activateRead(prefix, keys, entries, now, emitEvents, lim)
       end
     end
   end
-  activate(prefix, stream, entries, now, out, emitEvents, keys[3])
+  activate(prefix, stream, entries, now, out, emitEvents, keys[3], nil, startNow, tok, consumer)
   if charge then chargeWindows(prefix, charge, #out / 3) end
   return out
 end
@@ -294,21 +404,25 @@ redis.register_function('glidemq_moveToActive', function(keys, args)
 end)
 
 -- KEYS: stream, completed, events, scheduled, meta. ARGS: consumer, wakeConsumer, count,
--- emitEvents, limiterMax, limiterDuration ('0' '0' without a limiter).
+-- emitEvents, limiterMax, limiterDuration ('0' '0' without a limiter), and optionally
+-- startNow (as for completeAndFetchNext; absent or '': every job starts at once, recorded so)
+-- and the fetch's token (as for completeAndFetchNext).
 -- Sent right behind a blocking XREADGROUP for wakeConsumer on the same connection, so the
 -- server runs it as soon as the read returns: the job of an idle worker starts after one
 -- round trip. Moves up to count entries wakeConsumer holds to consumer and activates them as
 -- glidemq_moveToActive does, at the server's time; removes wakeConsumer once it holds
 -- nothing. Running it twice is harmless (the second finds nothing).
 -- Returns {fetched triples (flat), quarantined entry ids}.
--- @wire glidemq_activateWoken keys=5 args=6
+-- @wire glidemq_activateWoken keys=5 args=6..8
 redis.register_function('glidemq_activateWoken', function(keys, args)
-  local err = shape('glidemq_activateWoken', keys, args, 5, 6, 6)
+  local err = shape('glidemq_activateWoken', keys, args, 5, 6, 8)
   if err then return err end
   local consumer, wake = args[1], args[2]
   local count = int(args[3], 1, MAX_INT)
+  local all = not args[7] or args[7] == ''
+  local startNow = not all and int(args[7], 0, MAX_INT)
   if consumer == '' or wake == '' or consumer == wake or not count
-      or not limiterOk(args[5], args[6]) then
+      or not limiterOk(args[5], args[6]) or (not all and not startNow) or args[8] == '' then
     return badCall('ERR:BAD_ARGS', 'glidemq_activateWoken', 'arguments')
   end
   local stream = keys[1]
@@ -338,6 +452,7 @@ redis.register_function('glidemq_activateWoken', function(keys, args)
   if ok and #read < count then
     pcall(redis.call, 'XGROUP', 'DELCONSUMER', stream, GROUP, wake)
   end
-  local out = activateRead(prefix, keys, entries, now, args[4] == '1', limiterArg(args[5], args[6]))
+  local out = activateRead(prefix, keys, entries, now, args[4] == '1', limiterArg(args[5], args[6]),
+    startNow or nil, args[8], consumer)
   return {out, moved}
 end)

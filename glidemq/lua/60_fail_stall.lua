@@ -146,17 +146,64 @@ local function claimIdle(stream, prefix, consumer, minIdle, cursor, count, late)
   return {#pend < count and '0-0' or pend[#pend][1], entries}
 end
 
+-- A reclaim that charges no stall (the job was held and never started, or nobody knows
+-- whether it got to run: heldEntry / unsureEntry, 50_fetch_complete.lua) happens at most
+-- this many times in a job's life; one more fails it. Larger than any max_stalled_count in
+-- use, because such a reclaim says nothing against the job: in a kill storm (a random
+-- process of a fleet killed every half second) a job lands held in a dying process a few
+-- times at most. The bound only stops a job that somehow never gets to start (its mere fetch
+-- kills the worker, say) from going round forever.
+local MAX_UNCHARGED_RECLAIMS = 20
+local STALLED_REASON = 'job stalled more than allowable limit'
+
+-- The claimed entry of an unfinished job whose worker died before its start was recorded as
+-- it happened: back to the stream uncharged (an at-most-once job too when it was held), or
+-- failed past MAX_UNCHARGED_RECLAIMS. unsure: it may have run; the job is suspect from now on
+-- and the next stall of it charges this one too. Returns whether it failed.
+local function reclaimUncharged(prefix, jobKey, jobId, now, failedSet, keep, events, emitEvents,
+                                deadLetter, unsure)
+  redis.call('HDEL', jobKey, 'heldEntry', 'unsureEntry')
+  if unsure then
+    redis.call('HINCRBY', jobKey, 'unsureReclaims', 1)
+    redis.call('HSET', jobKey, 'suspect', '1')
+  end
+  local n = redis.call('HINCRBY', jobKey, 'unchargedReclaims', 1)
+  if n > MAX_UNCHARGED_RECLAIMS then
+    local tries = redis.call('HINCRBY', jobKey, 'attemptsMade', 1)
+    local reason = 'job was taken ' .. n .. ' times by workers that died before starting it'
+    recordFailure(prefix, jobKey, jobId, tries, reason, '', now)
+    local rttl = leaveActive(prefix, jobKey, jobId, 'failed', reason, now)
+    if rttl then
+      keepResult(prefix, jobId, rttl, 'state', 'failed', 'failedReason', reason, 'finishedOn', now)
+    end
+    finalFail(prefix, jobKey, jobId, reason, now, failedSet, keep[1], keep[2], events,
+      emitEvents, deadLetter)
+    return true
+  end
+  leaveActive(prefix, jobKey, jobId, 'requeued', nil, now)
+  local sid = redis.call('XADD', prefix .. 'stream', '*', 'id', jobId)
+  redis.call('HSET', jobKey, 'state', 'waiting', 'sid', sid)
+  if emitEvents then emit(events, 'stalled', jobId) end
+  return false
+end
+
 -- KEYS: stream, failed, events, scheduled, meta.
 -- ARGS: now, consumer, minIdleMs, cursor, count, maxStalledCount, emitEvents, keepCount,
---       keepAge, deadLetter, [owner].
+--       keepAge, deadLetter, [owner], [cause].
 -- Claims entries idle longer than minIdleMs (their worker died or hung) and hands each job back
--- to the stream, or fails it once it stalled more than maxStalledCount times. With owner (a
+-- to the stream, or fails it once it stalled more than maxStalledCount times. Only a run whose
+-- start was recorded as it happened counts as a stall: a job its worker held and never
+-- started goes back uncharged, and so does one that may not have run (unsureEntry), charged
+-- with a later stall of the job before its start was confirmed (MAX_UNCHARGED_RECLAIMS
+-- bounds both). With owner (a
 -- dead consumer, e.g. a killed glidemq-run process), takes only what owner holds, at once
 -- (minIdleMs and cursor unused), then removes owner; call again until the cursor is '0-0'.
+-- cause (owner mode): how the owner died, kept in the attempt record (job field failures)
+-- and the failure reason of each job it was running.
 -- Returns {nextCursor, requeued, failed}.
--- @wire glidemq_reclaimStalled keys=5 args=7..11
+-- @wire glidemq_reclaimStalled keys=5 args=7..12
 redis.register_function('glidemq_reclaimStalled', function(keys, args)
-  local err = shape('glidemq_reclaimStalled', keys, args, 5, 7, 11)
+  local err = shape('glidemq_reclaimStalled', keys, args, 5, 7, 12)
   if err then return err end
   local stream, failedSet, events = keys[1], keys[2], keys[3]
   local prefix = prefixOf(stream, 'stream')
@@ -172,6 +219,7 @@ redis.register_function('glidemq_reclaimStalled', function(keys, args)
   end
   local deadLetter = args[10] == '1'
   local owner = args[11]
+  local cause = owner and owner ~= '' and args[12] ~= '' and args[12] or nil
   local r
   if owner and owner ~= '' then
     r = claimOwned(stream, prefix, owner, tonumber(args[5]))
@@ -191,17 +239,42 @@ redis.register_function('glidemq_reclaimStalled', function(keys, args)
     local jobId = entryJobId(f)
     local jobKey = jobId and (prefix .. 'job:' .. jobId)
     local state = jobKey and redis.call('HGET', jobKey, 'state')
-    if state and not isTerminal(state) then
-      local stalls = redis.call('HINCRBY', jobKey, 'stalledCount', 1)
-      local j = redis.call('HMGET', jobKey, 'revoked', 'atMostOnce')
+    local j = state and not isTerminal(state) and redis.call('HMGET', jobKey, 'revoked',
+      'atMostOnce', 'heldEntry', 'attemptsMade', 'unsureEntry', 'unsureReclaims', 'suspect')
+    -- a start recorded and not confirmed: unsure, unless the job is suspect (its start was
+    -- recorded alone, as it ran: a stall then is its own, charged with the unsure ones), and
+    -- charged all the same with maxStalledCount 0 (no stall allowed) or for an at-most-once
+    -- job (it may have run: interrupted, below)
+    local unconfirmed = j and j[5] == entryId
+    local unsure = unconfirmed and not j[7] and maxStalled > 0 and j[2] ~= '1'
+    if cause and j and j[1] ~= '1' and j[3] ~= entryId then
+      -- the try that ran (or was about to) when its worker died, and why
+      local why = unsure and (cause .. ' (it may not have started)') or cause
+      recordFailure(prefix, jobKey, jobId, (tonumber(j[4]) or 0) + 1, why, '', now)
+      redis.call('HSET', jobKey, 'failedReason', why)
+    end
+    if j and j[1] ~= '1' and state == 'active' and (j[3] == entryId or unsure) then
+      if reclaimUncharged(prefix, jobKey, jobId, now, failedSet, {keepCount, keepAge}, events,
+          emitEvents, deadLetter, unsure) then
+        failed = failed + 1
+      else
+        requeued = requeued + 1
+      end
+    elseif j then
+      -- a run known to have started stalled: charged, and a suspect's stall before its start
+      -- was confirmed with the unsure ones before it
+      local extra = unconfirmed and j[7] and tonumber(j[6]) or 0
+      local stalls = redis.call('HINCRBY', jobKey, 'stalledCount', 1 + extra)
+      if extra > 0 then redis.call('HDEL', jobKey, 'unsureReclaims') end
       local revoked = j[1] == '1'
       if j[2] == '1' and not revoked and state == 'active' then
         interrupted(prefix, jobKey, jobId, now, events, emitEvents)
         failed = failed + 1
       elseif stalls > maxStalled or revoked then
         local tries = redis.call('HINCRBY', jobKey, 'attemptsMade', 1)
-        local reason = revoked and 'revoked' or 'job stalled more than allowable limit'
-        recordFailure(prefix, jobKey, jobId, tries, reason, '', now)
+        local reason = revoked and 'revoked' or STALLED_REASON
+        if cause and not revoked then reason = reason .. ': ' .. cause end
+        if not cause or revoked then recordFailure(prefix, jobKey, jobId, tries, reason, '', now) end
         local rttl = leaveActive(prefix, jobKey, jobId, 'failed', reason, now)
         if rttl then
           keepResult(prefix, jobId, rttl, 'state', 'failed', 'failedReason', reason, 'finishedOn', now)
@@ -220,6 +293,38 @@ redis.register_function('glidemq_reclaimStalled', function(keys, args)
   end
   return {r[1], requeued, failed}
 end)
+
+-- Hands the {entryId, jobId} pairs back to the stream (deferActive, returnHeld,
+-- forgetFetch); `unstarted` as for handBack. Returns the count.
+local function handBackPairs(prefix, stream, events, pairs_, unstarted)
+  local n = 0
+  for _, p in ipairs(pairs_) do
+    local entryId, jobId = p[1], p[2]
+    if jobId == '' then -- another producer's entry is kept aside, not dropped
+      local e = redis.call('XRANGE', stream, entryId, entryId)
+      if e[1] and not entryJobId(e[1][2]) then
+        quarantine(prefix, stream, events, entryId, e[1][2], nil)
+      end
+    end
+    if redis.call('XACK', stream, GROUP, entryId) == 1 then
+      redis.call('XDEL', stream, entryId)
+      local jobKey = prefix .. 'job:' .. jobId
+      local h = redis.call('HMGET', jobKey, 'state', 'sid', 'heldEntry')
+      -- 'waiting' with this entry as its sid: read by the worker but never activated.
+      if jobId ~= '' and h[1] == 'active' and not unstarted and h[3] ~= entryId -- it ran
+          and redis.call('HGET', jobKey, 'atMostOnce') == '1' then
+        interrupted(prefix, jobKey, jobId, clockMs(), events, true)
+      elseif jobId ~= '' and (h[1] == 'active' or (h[1] == 'waiting' and h[2] == entryId)) then
+        leaveActive(prefix, jobKey, jobId, 'requeued', nil, 0)
+        local sid = redis.call('XADD', stream, '*', 'id', jobId)
+        redis.call('HSET', jobKey, 'state', 'waiting', 'sid', sid)
+        emit(events, 'waiting', jobId, 'reason', unstarted and 'returned' or 'deferred')
+        n = n + 1
+      end
+    end
+  end
+  return n
+end
 
 -- Hands entries of a consumer back to the stream: deferActive and returnHeld. `unstarted`:
 -- the worker never ran these jobs, so an at-most-once one goes back to waiting as well.
@@ -250,32 +355,7 @@ local function handBack(name, keys, args, unstarted)
       end
     end
   end
-  local n = 0
-  for _, p in ipairs(pairs_) do
-    local entryId, jobId = p[1], p[2]
-    if jobId == '' then -- another producer's entry is kept aside, not dropped
-      local e = redis.call('XRANGE', stream, entryId, entryId)
-      if e[1] and not entryJobId(e[1][2]) then
-        quarantine(prefix, stream, events, entryId, e[1][2], nil)
-      end
-    end
-    if redis.call('XACK', stream, GROUP, entryId) == 1 then
-      redis.call('XDEL', stream, entryId)
-      local jobKey = prefix .. 'job:' .. jobId
-      local h = redis.call('HMGET', jobKey, 'state', 'sid')
-      -- 'waiting' with this entry as its sid: read by the worker but never activated.
-      if jobId ~= '' and h[1] == 'active' and not unstarted
-          and redis.call('HGET', jobKey, 'atMostOnce') == '1' then
-        interrupted(prefix, jobKey, jobId, clockMs(), events, true)
-      elseif jobId ~= '' and (h[1] == 'active' or (h[1] == 'waiting' and h[2] == entryId)) then
-        leaveActive(prefix, jobKey, jobId, 'requeued', nil, 0)
-        local sid = redis.call('XADD', stream, '*', 'id', jobId)
-        redis.call('HSET', jobKey, 'state', 'waiting', 'sid', sid)
-        emit(events, 'waiting', jobId, 'reason', unstarted and 'returned' or 'deferred')
-        n = n + 1
-      end
-    end
-  end
+  local n = handBackPairs(prefix, stream, events, pairs_, unstarted)
   if #args == 1 then
     pcall(redis.call, 'XGROUP', 'DELCONSUMER', stream, GROUP, consumer)
     pcall(redis.call, 'XGROUP', 'DELCONSUMER', stream, GROUP, consumer .. ':wake')
@@ -305,6 +385,57 @@ redis.register_function('glidemq_returnHeld', function(keys, args)
   local err = shape('glidemq_returnHeld', keys, args, 2, 3)
   if err then return err end
   return handBack('glidemq_returnHeld', keys, args, true)
+end)
+
+-- Tokens of fetches given up on are kept this long, at most this many (the key `forgot`).
+local FORGOTTEN_MS = 600000
+local MAX_FORGOTTEN = 10000
+
+-- KEYS: stream, events. ARGS: consumer, token, then entry ids to keep. A call that fetched
+-- for consumer with this token (job field fetchTok, 50_fetch_complete.lua) failed without an
+-- answer, or was answered only by a later try of it (whose entries are those kept): the
+-- worker never saw the other jobs it took, so they go back to the stream uncharged, as held
+-- jobs do (an at-most-once one too: it never ran). Jobs since taken by stall recovery or
+-- finished are left alone. The token is remembered (key `forgot`), so a try of the call
+-- still on its way, on a connection the worker has since replaced, takes nothing when it
+-- arrives. Returns the count handed back.
+-- @wire glidemq_forgetFetch keys=2 args=2..
+redis.register_function('glidemq_forgetFetch', function(keys, args)
+  local err = shape('glidemq_forgetFetch', keys, args, 2, 2)
+  if err then return err end
+  local consumer, tok = args[1], args[2]
+  if consumer == '' or tok == '' then
+    return badCall('ERR:BAD_ARGS', 'glidemq_forgetFetch', 'arguments')
+  end
+  local keep = {}
+  for i = 3, #args do
+    if not entryIdOk(args[i]) then
+      return badCall('ERR:BAD_ARGS', 'glidemq_forgetFetch', 'entry id at argument ' .. i)
+    end
+    keep[args[i]] = true
+  end
+  local stream = keys[1]
+  local prefix = prefixOf(stream, 'stream')
+  local ok, pend = pcall(redis.call, 'XPENDING', stream, GROUP, '-', '+', 10000, consumer)
+  if not ok then return 0 end
+  local pairs_ = {}
+  for _, p in ipairs(pend) do
+    local entryId = p[1]
+    local e = not keep[entryId] and redis.call('XRANGE', stream, entryId, entryId)
+    local jobId = e and e[1] and entryJobId(e[1][2])
+    if jobId then
+      local h = redis.call('HMGET', prefix .. 'job:' .. jobId, 'state', 'sid', 'fetchTok')
+      if h[1] == 'active' and h[2] == entryId and h[3] == tok then
+        pairs_[#pairs_ + 1] = {entryId, jobId}
+      end
+    end
+  end
+  -- the failed call may still be on its way (on a connection since replaced): it takes nothing
+  local forgot = prefix .. 'forgot'
+  if redis.call('HLEN', forgot) >= MAX_FORGOTTEN then redis.call('DEL', forgot) end
+  redis.call('HSET', forgot, consumer .. ' ' .. tok, clockMs())
+  redis.call('PEXPIRE', forgot, FORGOTTEN_MS)
+  return handBackPairs(prefix, stream, keys[2], pairs_, true)
 end)
 
 -- KEYS: stream. ARGS: consumer, then entryId/jobId pairs of the jobs the worker is running.

@@ -6,7 +6,9 @@ the OOM killer, a crash), the supervisor keeps its holdings and gives them to a 
 forks next: a replacement, or at the end of a drain a short-lived reclaimer. That process
 hands the jobs back with stall recovery in owner mode (one FCALL per batch), so
 they run again at once instead of after the lock duration, and a clean stop leaves no job
-active. The supervisor itself never connects to Valkey.
+active. The same rule as for any stall applies: a job is charged a stall only for a run
+that started, and the jobs that were running carry how the process died (`Holding.cause`).
+The supervisor itself never connects to Valkey.
 """
 
 from __future__ import annotations
@@ -46,6 +48,9 @@ class Holding:
     keep_count: int = -1
     keep_age: int = 0
     dead_letter: bool = False
+    cause: str = ""
+    """How its process died ("worker process killed by SIGKILL while running"), set by the
+    supervisor: kept in the attempt record and failure reason of the jobs it was running."""
 
     @property
     def key(self) -> tuple[str, str, str]:
@@ -92,6 +97,7 @@ async def _reclaim_one(ctx: QueueContext, h: Holding) -> tuple[int, int]:
             (h.keep_count, h.keep_age),
             h.dead_letter,
             owner=h.consumer,  # owner mode: only what this dead consumer holds
+            cause=h.cause,
         )
         requeued += int(reply[1])
         failed += int(reply[2])

@@ -17,6 +17,7 @@ import signal
 import time
 from collections import deque
 from collections.abc import Callable, Sequence
+from dataclasses import replace
 from typing import Any
 
 from ..client.connection import ConnectionOptions
@@ -24,6 +25,7 @@ from ..process.setup import run_as_child
 from . import ipc
 from .children import ForkedProcess
 from .config import ExitCode, RuntimeConfig
+from .deaths import DeathCauses
 from .logs import setup_logging
 from .metrics import MetricsServer
 from .reclaim import Holding, run_reclaimer
@@ -91,6 +93,7 @@ class Supervisor:
         self.orphans: dict[tuple[str, str, str], Holding] = {}
         self.orphans_given: dict[tuple[str, str, str], int] = {}
         self.reclaimed = False
+        self.deaths = DeathCauses()  # how a child died, for the jobs it was running
         self._wakeup_r = self._wakeup_w = -1
         self._status = StatusLine(cfg.status_interval)
 
@@ -365,10 +368,11 @@ class Supervisor:
         if child.reclaimer:
             log.info("reclaimer pid %d exited (%s)", child.pid, how)
             return
+        cause = self.deaths.cause(status)
         if code != ExitCode.OK:
-            # it may not have handed its jobs back: a later child does
+            # it may not have handed its jobs back: a later child does, saying why
             for h in child.holdings:
-                self.orphans[h.key] = h
+                self.orphans[h.key] = replace(h, cause=cause)
         if child.boot_error is not None or (code == ExitCode.BOOT and not child.ready):
             detail = child.boot_error or {}
             tb = str(detail.get("traceback", "")).rstrip()

@@ -17,6 +17,7 @@ from .known import classify
 from .plan import GROUP_LIMITS
 
 if TYPE_CHECKING:
+    from .history import Record
     from .world import World
 
 __all__ = ["INVARIANTS", "Violation", "check"]
@@ -164,8 +165,11 @@ def _unrecorded(world: World, f: Facts) -> Iterator[Violation]:
             upto = runs[i + 1].start if i + 1 < len(runs) else float("inf")
             names = ("completed",) if run.outcome == "ok" else ("retrying", "failed")
             stored = [e for e in f.server_events(job, *names) if run.end <= e.t <= upto]
-            if not stored or str(stored[0].info.get("failedReason", "")).startswith("job stalled"):
+            if not stored or _by_stall_recovery(str(stored[0].info.get("failedReason", ""))):
                 continue
+            end = world.finished_at - world.t0
+            if f.frozen_until_death(run.worker, stored[0].t, end):
+                continue  # frozen before the reply could be read, until the run was over
             dead = f.dead_at.get(run.worker)
             if dead is not None and dead <= stored[0].t + grace:
                 continue
@@ -180,6 +184,12 @@ def _unrecorded(world: World, f: Facts) -> Iterator[Violation]:
                 f"the server recorded run {run.token}'s {stored[0].info['event']}, "
                 f"but {run.worker} never reported it",
             )
+
+
+def _by_stall_recovery(reason: str) -> bool:
+    """Whether a failure reason is stall recovery's, not a worker's recorded outcome: the
+    stall limit, an at-most-once job's interrupted run, the bound of uncharged reclaims."""
+    return reason.startswith(("job stalled", "job was taken")) or reason == "interrupted"
 
 
 @invariant(
@@ -207,19 +217,40 @@ def _amo(world: World, f: Facts) -> Iterator[Violation]:
                 )
 
 
+_STOPS = frozenset({"crash", "freeze"})
+
+
 def _stalled_runs(f: Facts, job: str) -> int:
-    """Reclaims of `job` that took back a run which had started since the previous one."""
+    """Reclaims of `job` that took back a run which had started since the previous one, or a
+    start the server had recorded (not held) for a worker that crashed or froze before it
+    began: the server cannot tell that from a job that stops its worker as it starts, and
+    charges it so that such a job still fails after max_stalled_count + 1 runs."""
     n, last = 0, float("-inf")
     for c in f.reclaims_of.get(job, []):
-        if any(last < r.start <= c.t for r in f.runs_of.get(job, [])):
+        if any(last < r.start <= c.t for r in f.runs_of.get(job, [])) or _stopped_first(f, c):
             n += 1
         last = c.t
     return n
 
 
+def _stopped_first(f: Facts, c: Record) -> bool:
+    """Whether reclaim `c` took a recorded start from a worker that crashed or froze between
+    the job's activation and the reclaim."""
+    if c.info.get("start", "recorded") == "held":
+        return False
+    owner = str(c.info.get("owner", "")).removesuffix(":wake")
+    if not owner:
+        return False
+    since = f.activated_before(c.job, c.t)
+    dead = f.dead_at.get(owner)
+    return (dead is not None and since <= dead <= c.t) or f.faulted(owner, since, c.t, _STOPS)
+
+
 @invariant(
     "stall-limit",
-    "a job fails by the stall limit only after max_stalled_count + 1 of its started runs were lost",
+    "a job fails by the stall limit only after max_stalled_count + 1 of its runs were lost "
+    "after they started, or after the server had recorded their start for a worker that "
+    "crashed or froze before it began",
 )
 def _stall_limit(world: World, f: Facts) -> Iterator[Violation]:
     need = world.s.max_stalled + 1

@@ -47,8 +47,9 @@ FIXES: dict[str, tuple[str, Callable[[], bool]]] = {
         _lua_has("The limit went down after this slot was handed out"),
     ),
 }
-"""Fixes of issue 44 being finished elsewhere: key -> (what the fix is, whether the code has
-it). A known entry and a revert test of tests/sim name one by its key."""
+"""Fixes of issue 44: key -> (what the fix is, whether the code has it). A known entry and a
+revert test of tests/sim name one by its key (a revert test skips while its fix is absent,
+as on a branch without it)."""
 
 
 @cache
@@ -70,40 +71,9 @@ class Known:
         return self.key not in FIXES or not fixed(self.key)
 
 
-def _always(v: Violation, f: Facts) -> bool:
-    return True
-
-
-def _after_thaw(v: Violation, f: Facts) -> bool:
-    """A start by a worker that was frozen less than a lock duration before it."""
-    starts = [r for r in f.runs_of.get(v.job, []) if abs(r.start - v.t) < 1e-9]
-    for run in starts:
-        if any(0 <= v.t - t <= f.lock_s for t in f.thawed.get(run.worker, [])):
-            return True
-    return False
-
-
-KNOWN: tuple[Known, ...] = (
-    Known("held-stall-charge", "issue 44 item 1: held jobs charged stalls", "stall-limit", _always),
-    Known(
-        "freeze-held",
-        "issue 44 item 2: a held job decided after a freeze",
-        "start-without-hold",
-        _after_thaw,
-    ),
-    Known(
-        "freeze-held",
-        "issue 44 item 2: a held job decided after a freeze",
-        "rerun-without-loss",
-        _after_thaw,
-    ),
-    Known(
-        "freeze-held",
-        "issue 44 item 2: a held job decided after a freeze",
-        "completed-twice",
-        _after_thaw,
-    ),
-)
+KNOWN: tuple[Known, ...] = ()
+"""Empty: the held-job, freeze and group-concurrency defects of issue 44 are fixed in this
+code (their revert tests in tests/sim/reverts.py patch each fix out)."""
 
 
 def classify(violations: list[Violation], facts: Facts) -> list[Violation]:

@@ -47,7 +47,7 @@ class ServerClock:
 
 EventSink = Callable[[str, str, dict[str, str]], None]
 """(event, job id, the other fields) of an event the library wrote."""
-ReclaimSink = Callable[[str, str, str], None]
+ReclaimSink = Callable[[str, str, str, str], None]
 """(job id, entry id, consumer it was taken from) of an entry stall recovery claimed."""
 
 
@@ -81,10 +81,12 @@ class SimServer(MemoryServer):
         if name == b"XCLAIM" and self._function == _RECLAIM:
             owners = self._owners(args)
             reply = super().execute(args)
+            prefix = args[1].decode().removesuffix("stream")
             for item in reply:
                 entry_id = item[0] if isinstance(item, list) else item
                 job, owner = owners.get(entry_id, ("", ""))
-                self.on_reclaim(job, entry_id.decode(), owner)
+                entry = entry_id.decode()
+                self.on_reclaim(job, entry, owner, self._start_mark(prefix, job, entry))
             return reply
         reply = super().execute(args)
         if name == b"XADD" and args[1].endswith(b":events"):
@@ -124,6 +126,15 @@ class SimServer(MemoryServer):
                     job = fields[i + 1].decode()
             out[format_id(entry)] = (job, "" if p is None else p.consumer.decode())
         return out
+
+    def _start_mark(self, prefix: str, job: str, entry: str) -> str:
+        """What the server knew of the start of `job` under `entry` as stall recovery claimed
+        it: "held" (its worker had not started it), "unsure" (recorded, not confirmed) or
+        "recorded"."""
+        h = self.job_hash(f"{prefix}job:{job}") if job else {}
+        if h.get("heldEntry") == entry:
+            return "held"
+        return "unsure" if h.get("unsureEntry") == entry else "recorded"
 
     def holder(self, stream_key: str, entry_id: str) -> str | None:
         """The consumer that holds `entry_id` in the queue's pending list now, if any."""

@@ -33,7 +33,7 @@ from .behaviour import UserProcessor, make_processor
 from .history import History
 from .loop import Process, SimLoop
 from .net import NetConfig, Network, ProcessClock, SimBackend
-from .plan import QUEUE, Action, Fault, JobSpec, Plan
+from .plan import GROUP_LIMITS, QUEUE, Action, Fault, JobSpec, Plan
 from .server import SimServer
 
 __all__ = ["EPOCH_MS", "WorkerSlot", "World"]
@@ -140,8 +140,8 @@ class World:
             wait = 0.5 if rec is None else int(rec.spec.run.get("s", 500)) / 1000
             self.loop.call_later(wait, self._signal, job, context=self._server_ctx)
 
-    def _on_reclaim(self, job: str, entry: str, owner: str) -> None:
-        self.record("reclaim", "server", job, entry=entry, owner=owner)
+    def _on_reclaim(self, job: str, entry: str, owner: str, start: str) -> None:
+        self.record("reclaim", "server", job, entry=entry, owner=owner, start=start)
 
     def _on_stranded(self, process: str, jobs: list[tuple[str, str]]) -> None:
         for entry, job in jobs:
@@ -527,12 +527,25 @@ class World:
         s = self.s
         lock, scan = s.lock_ms / 1000, s.stalled_ms / 1000
         longest = 0.0
+        work = {"": 0.0, "g1": 0.0}  # run time of every try: all jobs, the group's
         for j in self.plan.jobs:
             attempts = int(j.opts.get("attempts", 1))
             backoff = int(j.opts.get("backoff", {}).get("delay", 0)) / 1000
             wait = int(j.opts.get("delay", 0)) / 1000 + int(j.run.get("s", 0)) / 1000
             longest = max(longest, attempts * (int(j.run["d"]) / 1000 + backoff) + wait)
-        return 10.0 + (s.max_stalled + 3) * (lock + scan + 1.0) + longest * 3
+            tries = attempts * int(j.run["d"]) / 1000
+            work[""] += tries
+            if j.opts.get("group_key") == "g1":
+                work["g1"] += tries
+        # a low concurrency in force at the end runs the jobs left one (or a few) at a time
+        limit = {"": s.global_concurrency, "g1": GROUP_LIMITS["g1"]}
+        for a in sorted(self.plan.actions, key=lambda a: a.at_s):
+            if a.kind == "global-concurrency":
+                limit[""] = a.value
+            elif a.kind == "group-concurrency" and a.target in limit:
+                limit[a.target] = a.value
+        serial = max((work[k] / n for k, n in limit.items() if n > 0), default=0.0)
+        return 10.0 + (s.max_stalled + 3) * (lock + scan + 1.0) + longest * 3 + serial * 2
 
     async def _quiet(self) -> None:
         """The faults are over: every process runs again and every job must finish."""

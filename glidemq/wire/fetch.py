@@ -7,7 +7,7 @@ function) so that no per-job work is added here.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any, NamedTuple
 
 from glide import (
@@ -25,7 +25,7 @@ from glide import (
 from ..client.connection import Client
 from ..client.context import QueueContext
 from ..keys import QueueKeys
-from .layout import Call, layout, send
+from .layout import Call, Sender, layout, send
 
 __all__ = [
     "ACTIVATE_WOKEN",
@@ -70,11 +70,12 @@ __all__ = [
 
 COMPLETE_AND_FETCH_NEXT = layout("glidemq_completeAndFetchNext", keys="5", args="5..", safe=True)
 MOVE_TO_ACTIVE = layout("glidemq_moveToActive", keys="5", args="4..")
-ACTIVATE_WOKEN = layout("glidemq_activateWoken", keys="5", args="6", safe=True)
+ACTIVATE_WOKEN = layout("glidemq_activateWoken", keys="5", args="6..8", safe=True)
 FAIL = layout("glidemq_fail", keys="5", args="9..10", safe=True)
-RECLAIM_STALLED = layout("glidemq_reclaimStalled", keys="5", args="7..11", safe=True)
+RECLAIM_STALLED = layout("glidemq_reclaimStalled", keys="5", args="7..12", safe=True)
 DEFER_ACTIVE = layout("glidemq_deferActive", keys="2", args="1..", safe=True)
 RETURN_HELD = layout("glidemq_returnHeld", keys="2", args="3..", safe=True)
+FORGET_FETCH = layout("glidemq_forgetFetch", keys="2", args="2..", safe=True)
 HEARTBEAT = layout("glidemq_heartbeat", keys="1", args="1..", safe=True)
 MOVE_ACTIVE_TO_DELAYED = layout("glidemq_moveActiveToDelayed", keys="3", args="5..6", safe=True)
 PROMOTE = layout("glidemq_promote", keys="3", args="2..3", safe=True)
@@ -106,14 +107,31 @@ def complete_and_fetch_next_call(
     emit: str,
     completions: Sequence[Completion],
     limiter: Sequence[str],
+    start_now: int | None = None,
+    started: Sequence[str] = (),
+    confirmed: Sequence[str] = (),
+    token: str | None = None,
 ) -> Call:
     """glidemq_completeAndFetchNext: record `completions` and take up to `fetch` new jobs for
     `consumer`; `emit` is the events flag, `limiter` the worker limiter's max and duration
-    ('0', '0' without one)."""
+    ('0', '0' without one). How starts are recorded (docs/DESIGN_NOTES.md, "Held jobs"):
+    `start_now` of the jobs taken start at once (None: all, each recorded as it starts),
+    the others are held; `started`, the start report of held jobs about to start, and
+    `confirmed`, jobs whose run is under way, entry and job id after each other. `token`
+    marks the jobs taken, for `forget_fetch` should the answer never arrive."""
     args: list[str | bytes] = [str(now), consumer, str(fetch), emit, str(len(completions))]
     for job_id, entry_id, value, keep_count, keep_age in completions:
         args += [job_id, entry_id, value, str(keep_count), str(keep_age)]
     args += limiter
+    if token is not None:
+        if start_now is not None:
+            start = str(start_now)
+        else:  # '': every job recorded as it starts, unless starts are reported
+            start = str(fetch) if started or confirmed else ""
+        args += [start, str(len(started) // 2), token, *started, *confirmed]
+    elif start_now is not None or started or confirmed:
+        first = fetch if start_now is None else start_now
+        args += [str(first), str(len(started) // 2), *started, *confirmed]
     return COMPLETE_AND_FETCH_NEXT.call(_fetch_keys(keys), args)
 
 
@@ -140,10 +158,23 @@ async def complete_and_fetch_next(
     emit: str,
     completions: Sequence[Completion],
     limiter: Sequence[str],
+    start_now: int | None = None,
+    started: Sequence[str] = (),
+    confirmed: Sequence[str] = (),
+    token: str | None = None,
+    on_ambiguous: Callable[[], None] | None = None,
 ) -> Fetched:
-    """Store the completions and take up to `fetch` jobs, in one call."""
-    call = complete_and_fetch_next_call(ctx.keys, now, consumer, fetch, emit, completions, limiter)
-    return fetched_of(await send(ctx, call))
+    """Store the completions and take up to `fetch` jobs, in one call (the starts and
+    `token` as for `complete_and_fetch_next_call`). `on_ambiguous` runs when a try of the
+    call fails in a way that may have run it (a later try may still succeed)."""
+    call = complete_and_fetch_next_call(
+        ctx.keys, now, consumer, fetch, emit, completions, limiter, start_now, started,
+        confirmed, token,
+    )  # fmt: skip
+    reply = await ctx.fcall(
+        call.function, call.keys, call.args, safe=call.safe, on_ambiguous=on_ambiguous
+    )
+    return fetched_of(reply)
 
 
 def fetched_of(r: Any) -> Fetched:
@@ -172,19 +203,43 @@ async def move_to_active(
 
 
 def activate_woken_call(
-    keys: QueueKeys, consumer: str, wake: str, count: int, emit: str, limiter: Sequence[str]
+    keys: QueueKeys,
+    consumer: str,
+    wake: str,
+    count: int,
+    emit: str,
+    limiter: Sequence[str],
+    start_now: int | None = None,
+    token: str | None = None,
 ) -> Call:
     """glidemq_activateWoken: move up to `count` entries a blocking read delivered to `wake`
-    over to `consumer` and activate them; `limiter` as for completeAndFetchNext."""
+    over to `consumer` and activate them; `limiter`, `start_now` and `token` as for
+    completeAndFetchNext."""
     args: list[str | bytes] = [consumer, wake, str(count), emit, *limiter]
+    if start_now is not None or token is not None:
+        args.append("" if start_now is None else str(start_now))
+    if token is not None:
+        args.append(token)
     return ACTIVATE_WOKEN.call(_fetch_keys(keys), args)
 
 
 async def activate_woken(
-    ctx: QueueContext, consumer: str, wake: str, count: int, emit: str, limiter: Sequence[str]
+    ctx: QueueContext,
+    consumer: str,
+    wake: str,
+    count: int,
+    emit: str,
+    limiter: Sequence[str],
+    start_now: int | None = None,
+    token: str | None = None,
+    on_ambiguous: Callable[[], None] | None = None,
 ) -> Any:
-    """[activated entries flat (entry, id, fields), quarantined entry ids]."""
-    return await send(ctx, activate_woken_call(ctx.keys, consumer, wake, count, emit, limiter))
+    """[activated entries flat (entry, id, fields), quarantined entry ids]; `on_ambiguous`
+    as for `complete_and_fetch_next`."""
+    call = activate_woken_call(ctx.keys, consumer, wake, count, emit, limiter, start_now, token)
+    return await ctx.fcall(
+        call.function, call.keys, call.args, safe=call.safe, on_ambiguous=on_ambiguous
+    )
 
 
 async def wait_and_activate(
@@ -196,13 +251,15 @@ async def wait_and_activate(
     block_ms: int,
     emit: str,
     limiter: Sequence[str],
+    start_now: int | None = None,
+    token: str | None = None,
 ) -> tuple[Any, Any]:
     """A blocking read of up to `count` new entries for `wake`, with glidemq_activateWoken
     queued behind it in one pipeline on `client` (a blocking reader's own client): the server
     activates what the read returns at once, without a second round trip. Returns the read's
     reply and activateWoken's, each possibly the RequestError it failed with. Raises what
     valkey-glide raises when the pipeline as a whole fails (closed client, timeout)."""
-    call = activate_woken_call(keys, consumer, wake, count, emit, limiter)
+    call = activate_woken_call(keys, consumer, wake, count, emit, limiter, start_now, token)
     read = StreamReadGroupOptions(block_ms=block_ms, count=count)
     # the read may block for block_ms; the pipeline's own deadline must outlast it
     timeout = block_ms + _PIPELINE_SLACK_MS
@@ -277,9 +334,11 @@ def reclaim_stalled_call(
     keep: tuple[int, int],
     dead_letter: bool,
     owner: str | None = None,
+    cause: str = "",
 ) -> Call:
     """glidemq_reclaimStalled: take over entries idle longer than `lock_ms`, from `cursor`;
-    with `owner`, only what that (dead) consumer holds, whatever their idle time."""
+    with `owner`, only what that (dead) consumer holds, whatever their idle time, and
+    `cause`, how it died (kept with each job it was running)."""
     args: list[str | bytes] = [
         str(now),
         consumer,
@@ -294,6 +353,8 @@ def reclaim_stalled_call(
     ]
     if owner is not None:
         args.append(owner)
+        if cause:
+            args.append(cause)
     return RECLAIM_STALLED.call(_fail_keys(keys), args)
 
 
@@ -331,11 +392,13 @@ async def reclaim_stalled(
     keep: tuple[int, int],
     dead_letter: bool,
     owner: str | None = None,
+    cause: str = "",
 ) -> Any:
     """[next cursor, re-queued, failed]."""
     call = reclaim_stalled_call(
-        ctx.keys, now, consumer, lock_ms, cursor, count, max_stalled, emit, keep, dead_letter, owner
-    )
+        ctx.keys, now, consumer, lock_ms, cursor, count, max_stalled, emit, keep, dead_letter,
+        owner, cause,
+    )  # fmt: skip
     return await send(ctx, call)
 
 
@@ -368,6 +431,20 @@ def return_held_call(keys: QueueKeys, consumer: str, pairs: Sequence[str | bytes
 async def return_held(ctx: QueueContext, consumer: str, pairs: Sequence[str | bytes]) -> int:
     """How many of the held jobs went back to the queue."""
     return int(await send(ctx, return_held_call(ctx.keys, consumer, pairs)) or 0)
+
+
+def forget_fetch_call(keys: QueueKeys, consumer: str, token: str, keep: Sequence[str]) -> Call:
+    """glidemq_forgetFetch: the call that fetched for `consumer` with `token` failed without an
+    answer (or only a later try of it was answered, taking the entries `keep`): hand back the
+    other jobs it took, uncharged."""
+    return FORGET_FETCH.call([keys.stream, keys.events], [consumer, token, *keep])
+
+
+async def forget_fetch(
+    sender: Sender, keys: QueueKeys, consumer: str, token: str, keep: Sequence[str] = ()
+) -> int:
+    """How many jobs went back to the queue. Send it on the client the failed call used."""
+    return int(await send(sender, forget_fetch_call(keys, consumer, token, keep)) or 0)
 
 
 def heartbeat_call(keys: QueueKeys, consumer: str, pairs: Sequence[str]) -> Call:

@@ -18,10 +18,13 @@ from ..timing.clock import WALL_CLOCK, monotonic
 from ..wire import fetch
 from .hold import send_back
 from .lease import Lease
+from .starts import ALL_RECORDED, Recording
 
 if TYPE_CHECKING:
+    from .forget import LostFetches
     from .link import WorkerLink
     from .slots import Slots
+    from .starts import StartReports
 
 __all__ = ["Fetcher", "InOrder", "wake_consumer"]
 
@@ -36,12 +39,14 @@ class InOrder:
 
     __slots__ = ("_early", "_next", "_sent", "slots", "start")
 
-    def __init__(self, start: Callable[[list[Any], float], None], slots: Slots[Any]) -> None:
+    def __init__(
+        self, start: Callable[[list[Any], float, Recording], None], slots: Slots[Any]
+    ) -> None:
         self.start = start
         self.slots = slots
         self._sent = 0
         self._next = 0
-        self._early: dict[int, tuple[list[Any], int, float]] = {}
+        self._early: dict[int, tuple[list[Any], int, float, Recording]] = {}
 
     def ticket(self) -> int:
         """The place of a fetch about to be sent."""
@@ -49,22 +54,30 @@ class InOrder:
         self._sent += 1
         return t
 
-    def deliver(self, ticket: int, flat: list[Any], reserved: int, sent: float) -> None:
+    def deliver(
+        self,
+        ticket: int,
+        flat: list[Any],
+        reserved: int,
+        sent: float,
+        rec: Recording = ALL_RECORDED,
+    ) -> None:
         """The reply of fetch `ticket`, which reserved `reserved` slots and was sent at `sent`
-        (monotonic seconds, where its jobs' lease starts): start its jobs once every earlier
-        fetch's are, then release its slots."""
+        (monotonic seconds, where its jobs' lease starts); `rec`: what it asked the server to
+        record (how many of its jobs start at once; glidemq/worker/starts.py): start its
+        jobs once every earlier fetch's are, then release its slots."""
         if ticket != self._next:
-            self._early[ticket] = (flat, reserved, sent)
+            self._early[ticket] = (flat, reserved, sent, rec)
             return
         while True:
             self._next += 1
             try:
-                self.start(flat, sent)
+                self.start(flat, sent, rec)
             finally:
                 self.slots.release(reserved)
             if self._next not in self._early:
                 return
-            flat, reserved, sent = self._early.pop(self._next)
+            flat, reserved, sent, rec = self._early.pop(self._next)
 
 
 class Fetcher:
@@ -77,10 +90,16 @@ class Fetcher:
         link: WorkerLink,
         order: InOrder,
         completing: Callable[[], bool],
+        starts: StartReports,
+        recorded: Callable[[], None],
+        lost: LostFetches,
     ) -> None:
         self.link = link
         self.order = order
         self.completing = completing
+        self.starts = starts
+        self.lost = lost  # fetches whose answer was lost: their jobs go back
+        self.recorded = recorded  # the server recorded a start report: held jobs may start
         self.drained_emitted = False
         # A completion's fetch came back short: the queue had nothing more to take, so the
         # next fetch goes straight to the blocking read (which still returns at once if
@@ -190,19 +209,29 @@ class Fetcher:
         assert ctx is not None
         n = w.slots.reserve()
         ticket, flat = self.order.ticket(), []
+        rec = self.starts.for_call(n)
+        token = self.lost.token()
+        hook, ambiguous = self.lost.watch()
         sent = monotonic()
+        ok = False
         try:
             try:
                 got = await fetch.complete_and_fetch_next(
-                    ctx, ctx.now_ms(), w.consumer, n, w.emit_flag, (), w.limiter
-                )
+                    ctx, ctx.now_ms(), w.consumer, n, w.emit_flag, (), w.limiter,
+                    rec.start_now, rec.pairs, rec.confirmed, token, hook,
+                )  # fmt: skip
             except DurabilityError as exc:
                 # taken on the primary, not confirmed: run them (their completions wait)
                 w.events.emit("error", exc)
                 got = fetch.fetched_of(exc.reply)
-            flat = got.entries
+            flat, ok = got.entries, True  # the server ran the call: its starts are recorded
         finally:
-            self.order.deliver(ticket, flat, n, sent)
+            if ambiguous():
+                self.lost.lost(token, flat)
+            self.starts.answered(rec, ok, sent)
+            self.order.deliver(ticket, flat, n, sent, rec)
+            if rec.pairs:  # as a flush does: else nothing starts a recorded held job
+                self.recorded()
         self.took(got, 0)
         if got.paused:
             return None
@@ -242,14 +271,18 @@ class Fetcher:
         n = w.slots.reserve()
         held = n  # released here unless the activation's delivery releases them
         wake = wake_consumer(w.consumer)
+        rec = self.starts.for_call(n, report=False)
+        start_now = rec.start_now
+        token = self.lost.token()
         sent = monotonic()
         try:
             try:
                 read, woken = await fetch.wait_and_activate(
                     blocking, w.keys, w.consumer, wake, n, self.block_ms,
-                    w.emit_flag, w.limiter,
+                    w.emit_flag, w.limiter, start_now, token,
                 )  # fmt: skip
             except _GlideError as exc:
+                self.lost.lost(token, client=blocking)  # it may have run
                 if w.closing:
                     return
                 raise to_glidemq_error(exc, "blocking read") from exc
@@ -258,7 +291,15 @@ class Fetcher:
             if isinstance(woken, Exception):
                 # e.g. the library was lost with a server restart: once more through the
                 # context, which loads it again; the entries wait for it under `wake`
-                woken = await fetch.activate_woken(ctx, w.consumer, wake, n, w.emit_flag, w.limiter)
+                hook, ambiguous = self.lost.watch()
+                woken = []
+                try:
+                    woken = await fetch.activate_woken(
+                        ctx, w.consumer, wake, n, w.emit_flag, w.limiter, start_now, token, hook
+                    )
+                finally:
+                    if ambiguous():
+                        self.lost.lost(token, woken[0] if woken else ())
             flat, moved = woken[0], woken[1]
             if moved:
                 self.quarantined(moved)
@@ -268,7 +309,7 @@ class Fetcher:
                 await send_back(w, pairs)
                 return
             ticket, held = self.order.ticket(), 0
-            self.order.deliver(ticket, flat, n, sent)
+            self.order.deliver(ticket, flat, n, sent, rec)
         finally:
             w.slots.release(held)
 

@@ -127,10 +127,14 @@ class HeldJobs:
         if window is None or not self.link.slots.held_count:
             return
         waited = monotonic() - window.last_start
-        if not window.stuck():
-            self._check = asyncio.get_running_loop().call_later(window.window - waited, self._watch)
+        if not window.stuck() or self.link.slots.suspect_waiting():
+            # (a suspect waits for the running jobs to end, to run alone: starts stop on
+            # purpose, glidemq/worker/starts.py)
+            again = window.window - waited if waited < window.window else window.window
+            self._check = asyncio.get_running_loop().call_later(again, self._watch)
             return
-        window.timed(waited)  # a long run is going on: hold fewer
+        if waited != float("inf"):  # no job started yet: nothing to time (jobs held unrecorded)
+            window.timed(waited)  # a long run is going on: hold fewer
         self.spawn(self.give_back())
 
     async def give_back(self) -> None:

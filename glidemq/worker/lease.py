@@ -115,8 +115,9 @@ class Revalidation:
                     return
                 for raw in revoked:
                     slots.abort(raw.decode(), revoked=True)
+                asked = {entry_id for entry_id, _ in held}
                 for raw in lost:
-                    slots.abort(raw.decode(), revoked=False)
+                    slots.abort(raw.decode(), revoked=False, entries=asked)
                 slots.renew([entry_id for entry_id, _ in held], sent)
                 if not link.closing and not link.paused:
                     self.resume()

@@ -155,8 +155,9 @@ class Maintenance:
                 # Lost: another worker owns the job now; it stops here and reports nothing.
                 for raw in revoked:
                     w.slots.abort(raw.decode(), revoked=True)
+                asked = {entry_id for entry_id, _ in held}
                 for raw in lost:
-                    w.slots.abort(raw.decode(), revoked=False)
+                    w.slots.abort(raw.decode(), revoked=False, entries=asked)
                 w.slots.renew([entry_id for entry_id, _ in held], sent)  # held jobs' leases
             except Exception as exc:
                 w.fault(exc, "heartbeat")

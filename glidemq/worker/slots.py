@@ -13,7 +13,9 @@ A job taken beyond the concurrency (see `hold`), or one whose lease ran out befo
 started (`lease`), is *held*: it takes a slot like a running job, sits in the job
 table without a task, and waits in order until it may start (`next_held`); `executing`
 counts only the jobs actually running. Each held job keeps the monotonic time its lease
-started (the send time of the call that delivered or last renewed it).
+started (the send time of the call that delivered or last renewed it), and whether the
+server has recorded its start: a held job starts only once it has (glidemq/worker/starts.py);
+until then it is *unrecorded*, and *reporting* while a call carries its start report.
 """
 
 from __future__ import annotations
@@ -22,6 +24,8 @@ import asyncio
 from collections.abc import Iterator
 from contextlib import suppress
 from typing import Any, Generic, Protocol, TypeVar
+
+from ..timing.clock import monotonic
 
 __all__ = ["SlotExtension", "Slots"]
 
@@ -54,13 +58,18 @@ class Slots(Generic[J]):
     """
 
     __slots__ = (
+        "_began",
+        "_exact_only",
         "_extension",
         "_finishing",
         "_held",
         "_jobs",
+        "_reporting",
         "_reserved",
         "_revoked",
         "_running",
+        "_suspect",
+        "_unrecorded",
         "_wake",
         "capacity",
         "prefetch",
@@ -78,6 +87,11 @@ class Slots(Generic[J]):
         self._revoked: set[str] = set()
         self._held: dict[str, float] = {}  # held entry id -> its lease's start, oldest first
         self._finishing: set[str] = set()  # entries whose failure is on its way to the server
+        self._unrecorded: set[str] = set()  # held entries whose start the server has not recorded
+        self._reporting: set[str] = set()  # ... and whose start report is on its way
+        self._exact_only: set[str] = set()  # ... suspect: reported alone, when it may start
+        self._suspect: str | None = None  # the suspect reported: running, or about to
+        self._began: dict[str, float] = {}  # runs under way, start not confirmed: since when
         self._wake = asyncio.Event()
 
     # -- counting -------------------------------------------------------------------------
@@ -145,6 +159,8 @@ class Slots(Generic[J]):
         handed back or taken over)."""
         self._jobs.pop(entry_id or "", None)
         self._finishing.discard(entry_id or "")
+        self._began.pop(entry_id or "", None)
+        self._forget_held(entry_id or "")
 
     def finish(self, entry_id: str | None) -> None:
         """`drop` the job and wake the fetch loop."""
@@ -182,6 +198,11 @@ class Slots(Generic[J]):
         self._jobs.clear()
         self._held.clear()
         self._finishing.clear()
+        self._unrecorded.clear()
+        self._reporting.clear()
+        self._exact_only.clear()
+        self._suspect = None
+        self._began.clear()
 
     def __len__(self) -> int:
         return len(self._jobs)
@@ -196,27 +217,190 @@ class Slots(Generic[J]):
         """Jobs taken beyond the concurrency that wait for a running job to end."""
         return len(self._held)
 
-    def hold_back(self, entry_id: str, job: J, leased: float) -> None:
+    def hold_back(
+        self,
+        entry_id: str,
+        job: J,
+        leased: float,
+        recorded: bool = True,
+        exact_only: bool = False,
+    ) -> None:
         """Hold a started job (its slot counted by `start`) until `next_held` gives it;
-        `leased`: when its lease started (monotonic seconds)."""
+        `leased`: when its lease started (monotonic seconds); `recorded`: whether the server
+        has recorded its start already (else it waits for a start report); `exact_only`: a
+        suspect job, reported alone (glidemq/worker/starts.py)."""
         self._jobs[entry_id] = (job, None)
         self._held[entry_id] = leased
+        if not recorded:
+            self._unrecorded.add(entry_id)
+            if exact_only:
+                self._exact_only.add(entry_id)
 
     def first_leased(self) -> float | None:
-        """When the oldest held job's lease started, or None when none is held."""
-        for leased in self._held.values():
-            return leased
+        """When the lease of the job `next_held` gives started, or None when no held job's
+        start is recorded."""
+        unrecorded = self._unrecorded
+        for entry_id, leased in self._held.items():
+            if entry_id not in unrecorded or entry_id not in self._jobs:
+                return leased
         return None
 
     def next_held(self) -> tuple[str, J] | None:
-        """The oldest held job, no longer held (the caller starts it), or None."""
-        while self._held:
-            entry_id = next(iter(self._held))
+        """The oldest held job whose start the server has recorded, no longer held (the
+        caller starts it), or None: none is. Jobs before it that wait for their start to be
+        recorded stay held: a suspect's start is reported only once no recorded one waits
+        (`to_report`), so a recorded job held behind it must not wait for it."""
+        unrecorded, jobs = self._unrecorded, self._jobs
+        gone: list[str] = []
+        found = None
+        for entry_id in self._held:
+            held = jobs.get(entry_id)
+            if held is None:
+                gone.append(entry_id)
+            elif entry_id not in unrecorded:
+                found = entry_id, held[0]
+                break
+        for entry_id in gone:
             del self._held[entry_id]
-            held = self._jobs.get(entry_id)
-            if held is not None:
-                return entry_id, held[0]
-        return None
+        if found is not None:
+            del self._held[found[0]]
+        return found
+
+    # -- what the server knows of held jobs' starts (glidemq/worker/starts.py) -----------
+
+    @property
+    def recorded_held(self) -> int:
+        """Held jobs whose start the server has recorded: they start as slots free."""
+        return len(self._held) - len(self._unrecorded)
+
+    @property
+    def reporting_count(self) -> int:
+        """Held jobs whose start report is on its way."""
+        return len(self._reporting)
+
+    def unreported(self) -> bool:
+        """Whether a held job's start is neither recorded nor on its way."""
+        return len(self._unrecorded) > len(self._reporting)
+
+    @property
+    def unreported_count(self) -> int:
+        """Held jobs whose start is neither recorded nor on its way."""
+        return len(self._unrecorded) - len(self._reporting)
+
+    def to_report(self, now: int, ahead: int) -> list[str]:
+        """Held jobs, oldest first, whose start is neither recorded nor being reported: up to
+        `now` for the free slots, then up to `ahead` more; a suspect's (exact-only) alone, and
+        only when no job runs, and none after it.
+        Entry and job id after each other, marked as being reported."""
+        out: list[str] = []
+        if now + ahead <= 0 or not self._unrecorded or self._suspect is not None:
+            return out  # (a suspect's report is on its way, or it runs: nothing beside it)
+        unrecorded, reporting, jobs, exact = self._unrecorded, self._reporting, self._jobs, None
+        for entry_id in self._held:
+            if entry_id not in unrecorded or entry_id in reporting:
+                continue
+            n = len(out) // 2
+            if n >= now + ahead:
+                break
+            if entry_id in self._exact_only:  # it runs alone: once nothing else does
+                # (nor waits to: a held job whose start is recorded goes first)
+                if n or now <= 0 or self.executing or self._suspect is not None:
+                    break
+                if len(self._held) > len(self._unrecorded):
+                    break
+                exact = entry_id
+                reporting.add(entry_id)
+                out += (entry_id, jobs[entry_id][0].id)
+                break
+            reporting.add(entry_id)
+            out += (entry_id, jobs[entry_id][0].id)
+        if exact is not None:
+            self._suspect = exact
+        return out
+
+    def began(self, entry_id: str | None) -> None:
+        """The run of the job under `entry_id` got control: once it has lasted a moment, a
+        call confirms its start (`to_confirm`)."""
+        if entry_id:
+            self._began[entry_id] = monotonic()
+
+    def ran(self, entry_id: str | None) -> None:
+        """The run of the job under `entry_id` ended (a suspect's: the others may start)."""
+        if entry_id:
+            self._began.pop(entry_id, None)
+            if entry_id == self._suspect:
+                self._suspect = None
+
+    def confirms_pending(self) -> bool:
+        """Whether runs are under way whose start the server has not been told about."""
+        return bool(self._began)
+
+    def to_confirm(self, after: float) -> list[str]:
+        """Entry and job id pairs of the runs under way for `after` seconds or more whose
+        start is not confirmed yet; younger runs wait for a later call."""
+        if not self._began:
+            return []
+        out: list[str] = []
+        jobs, began = self._jobs, self._began
+        due = monotonic() - after
+        for entry_id, at in list(began.items()):
+            if at > due:
+                continue
+            del began[entry_id]
+            held = jobs.get(entry_id)
+            if held is not None and entry_id not in self._finishing:
+                out += (entry_id, held[0].id)
+        return out
+
+    def unconfirmed(self, pairs: list[str]) -> None:
+        """The call confirming `pairs` failed: the next one confirms them."""
+        jobs, began = self._jobs, self._began
+        for entry_id in pairs[::2]:
+            if entry_id in jobs:
+                began.setdefault(entry_id, 0.0)
+
+    def isolating(self) -> bool:
+        """Whether a suspect job's start was reported: it runs alone, nothing else starts
+        until its run ends (glidemq/worker/starts.py)."""
+        return self._suspect is not None
+
+    def take_suspect(self) -> tuple[str, J, float] | None:
+        """The suspect whose start was reported, no longer held (the caller starts it, alone),
+        with when its lease started; None while no job may start: its start is not recorded
+        yet, or other jobs run. Wherever it is among the held jobs: jobs held behind it, and
+        one that came back held after a lease check, wait for its run to end."""
+        entry_id = self._suspect
+        if entry_id is None or self.executing or entry_id in self._unrecorded:
+            return None
+        leased = self._held.pop(entry_id, None)
+        held = self._jobs.get(entry_id)
+        if leased is None or held is None:
+            return None
+        return entry_id, held[0], leased
+
+    def suspect_waiting(self) -> bool:
+        """Whether a suspect job is held, or runs."""
+        return self._suspect is not None or bool(self._exact_only)
+
+    def recorded(self, pairs: list[str], ok: bool) -> None:
+        """The call carrying the start report `pairs` was answered (`ok`: the server recorded
+        those starts) or failed (they are reported again)."""
+        unrecorded, reporting = self._unrecorded, self._reporting
+        for entry_id in pairs[::2]:
+            reporting.discard(entry_id)
+            if ok:
+                unrecorded.discard(entry_id)
+                self._exact_only.discard(entry_id)
+            elif entry_id == self._suspect:
+                self._suspect = None
+
+    def _forget_held(self, entry_id: str) -> None:
+        if self._unrecorded:
+            self._unrecorded.discard(entry_id)
+            self._reporting.discard(entry_id)
+            self._exact_only.discard(entry_id)
+        if entry_id == self._suspect:
+            self._suspect = None
 
     def held_jobs(self) -> list[tuple[str, J]]:
         """(entry id, job) of every held job, oldest first."""
@@ -236,25 +420,34 @@ class Slots(Generic[J]):
         taken = [(e, self._jobs.pop(e)[0]) for e in self._held if e in self._jobs]
         self._running -= len(self._held)
         self._held.clear()
+        self._unrecorded.clear()
+        self._reporting.clear()
+        self._exact_only.clear()
+        self._suspect = None
         self._wake.set()
         return taken
 
     # -- aborting -------------------------------------------------------------------------
 
-    def abort(self, job_id: str, *, revoked: bool) -> bool:
+    def abort(self, job_id: str, *, revoked: bool, entries: set[str] | None = None) -> bool:
         """Cancel the running tasks of job `job_id`; returns whether one was. A revoked job
         is marked so that its run fails with `revoked` (`take_revoked`); otherwise another
-        worker owns it now and the job leaves the table (nothing is reported for it)."""
+        worker owns it now and the job leaves the table (nothing is reported for it).
+        `entries`: only runs under these stream entries (those a heartbeat asked about: a
+        later try of the same job, delivered meanwhile, is not the one the server lost)."""
         cancelled = False
         for entry_id, (job, task) in list(self._jobs.items()):
             if entry_id in self._finishing:
                 continue  # its failure is being recorded: that try is over
+            if entries is not None and entry_id not in entries:
+                continue
             if job.id == job_id and entry_id in self._held:
                 # Not started: a revoked one fails when it would start; a lost one leaves.
                 if revoked:
                     self._revoked.add(job_id)
                 else:
                     del self._held[entry_id], self._jobs[entry_id]
+                    self._forget_held(entry_id)
                     self._running -= 1
                     self._wake.set()
                 cancelled = True
@@ -265,6 +458,7 @@ class Slots(Generic[J]):
                 self._revoked.add(job_id)
             else:
                 self._jobs.pop(entry_id, None)
+                self._forget_held(entry_id)
             task.cancel()
             cancelled = True
         return cancelled

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
@@ -36,6 +37,7 @@ from .batch import BatchOutcomes, BatchRunner
 from .executor import executor_for
 from .failure import expired_error, job_failure, record_failure
 from .fetcher import Fetcher, InOrder
+from .forget import LostFetches
 from .hold import HeldJobs, HoldWindow, send_back
 from .intake import Intake
 from .lease import Lease, Revalidation
@@ -43,6 +45,7 @@ from .lifecycle import WorkerLifecycle
 from .link import WorkerLink
 from .maintenance import Maintenance
 from .slots import Slots
+from .starts import ALL_RECORDED, Recording, StartReports
 from .watchdog import Watchdog
 
 if TYPE_CHECKING:
@@ -160,8 +163,14 @@ class Worker(WorkerLifecycle, Generic[D, R]):
                 self._link, base.batch, self._proc, outcomes, self._serializer
             )
         self._order = InOrder(self._start_jobs, self._slots)
-        self._intake = Intake(self._link, self._order, flush_size, self._stored)
-        self._fetcher = Fetcher(self._link, self._order, self._intake.completing)
+        self._starts = StartReports(self._slots, self._hold)  # glidemq/worker/starts.py
+        lost = LostFetches(self._link, self._spawn)  # glidemq/worker/forget.py
+        self._intake = Intake(
+            self._link, self._order, flush_size, self._stored, self._starts, self._recorded, lost
+        )
+        self._fetcher = Fetcher(
+            self._link, self._order, self._intake.completing, self._starts, self._recorded, lost
+        )
         self._intake.fetcher = self._fetcher
         self.watchdog = Watchdog(self._link, self._fetcher, self._restart_fetch)
         """Replaces this worker's clients when its connection goes silent (`watchdog`)."""
@@ -290,9 +299,11 @@ class Worker(WorkerLifecycle, Generic[D, R]):
 
     # -- taking jobs ----------------------------------------------------------------------
 
-    def _start_jobs(self, flat: list[Any], sent: float) -> None:
+    def _start_jobs(self, flat: list[Any], sent: float, rec: Recording = ALL_RECORDED) -> None:
         """Start (or hold) the jobs of a fetch reply; `sent`: when its call was sent, where
-        their lease starts (glidemq/worker/lease.py)."""
+        their lease starts (glidemq/worker/lease.py); `rec`: what it asked the server to
+        record (glidemq/worker/starts.py): jobs whose start it did not wait held."""
+        self._starts.delivered(rec)
         if not flat:
             return
         if self._closing:
@@ -306,11 +317,12 @@ class Worker(WorkerLifecycle, Generic[D, R]):
         ctx = self._ctx
         link, slots = self._link, self._slots
         emit_active = self.events.listens("active")
-        tracing = self._tracing
         holding, running = self._hold is not None, slots.executing
         # A reply read after its lease ran out (the process was frozen, the server stalled):
         # every job of it waits until the server says which are still this worker's.
         fresh = self._lease.alive(sent)
+        marked = rec.start_now is not None  # the server may have held some: it marks them
+        unrecorded = False
         for i in range(0, len(flat), 3):
             entry_id = flat[i].decode()
             fields = _pairs(flat[i + 2])
@@ -321,27 +333,29 @@ class Worker(WorkerLifecycle, Generic[D, R]):
                 error = UnrecoverableError(f"cannot decode job: {job.decode_error}")
                 slots.hold(entry_id, job, loop.create_task(self._fail_undecodable(job, error)))
                 continue
-            if not fresh or (holding and slots.executing > slots.capacity):
+            if marked and fields.get(b"heldEntry") == flat[i]:
+                suspect = b"suspect" in fields  # held until its start is recorded
+                slots.hold_back(entry_id, job, sent, recorded=False, exact_only=suspect)
+                unrecorded = True
+                continue
+            if not fresh or (holding and slots.executing > slots.capacity) or slots.isolating():
                 slots.hold_back(entry_id, job, sent)  # starts when it may (_resume_held)
                 continue
             if self._batches is not None:
                 slots.hold(entry_id, job, None)
                 self._batches.add(job)
+                if emit_active:
+                    self.events.emit("active", job)
             else:
-                failing = self._failing
-                if failing and job.id in failing:  # its last try's failure is on its way
-                    after = self._run_after(failing[job.id], entry_id, job, sent)
-                    slots.hold(entry_id, job, loop.create_task(after))
-                    continue
-                run = self._run(job) if tracing is None else self._traced_run(tracing, job)
-                slots.hold(entry_id, job, loop.create_task(run))
-            if emit_active:
-                self.events.emit("active", job)
+                slots.hold(entry_id, job, self._run_task(entry_id, job, sent))
         if self._batches is not None:
             self._batches.dispatch()
+        started = slots.executing - running
         if not fresh:
             self._revalidation.request()
-        self._held.fetched(slots.executing > running)
+        elif unrecorded and slots.executing < slots.capacity:
+            self._resume_held()  # a slot is free: ask the server to record the next start
+        self._held.fetched(started > 0)
 
     def pause(self) -> None:
         """Stop taking new jobs; running jobs go on, held ones go back to the queue."""
@@ -350,42 +364,66 @@ class Worker(WorkerLifecycle, Generic[D, R]):
             self._spawn(self._held.give_back())
 
     def _resume_held(self) -> None:
-        """Start held jobs in the free slots, oldest first, while their lease is alive; one
-        whose lease ran out asks the server first (glidemq/worker/lease.py)."""
+        """Start held jobs in the free slots, oldest first, while their lease is alive and
+        their start is recorded; else the server is asked first (a heartbeat,
+        glidemq/worker/lease.py; a start report, glidemq/worker/starts.py)."""
         slots, lease = self._slots, self._lease
         holding = self._hold is not None
         now = monotonic()
-        started = False
+        started = 0
         while slots.held_count and not (holding and slots.executing >= slots.capacity):
+            if slots.isolating():  # a suspect runs alone (glidemq/worker/starts.py)
+                suspect = slots.take_suspect()
+                if suspect is not None:
+                    self._begin(*suspect)
+                    started += 1
+                break
             leased = slots.first_leased()
             if leased is not None and not lease.alive(leased, now):
                 self._revalidation.request()
                 break
             held = slots.next_held()
             if held is None:
+                if slots.held_count:
+                    self._intake.report()  # the oldest waits for its start to be recorded
                 break
             self._begin(*held, leased)
-            started = True
+            started += 1
         if started:
             if self._batches is not None:
                 self._batches.dispatch()
             self._held.started()
+        if holding and slots.held_count and self._starts.wanted():
+            self._intake.report()  # record the next starts ahead
+
+    def _recorded(self) -> None:
+        """A start report was answered (recorded, or failed: then held jobs recorded before
+        it may start, and it is sent again): held jobs may start in free slots."""
+        if self._slots.held_count and not (self._closing or self._paused):
+            self._resume_held()
 
     def _begin(self, entry_id: str, job: Job[D, R], leased: float | None) -> None:
         """Start the run of a job that was held (its lease started at `leased`)."""
+        since = monotonic() if leased is None else leased
         if self._batches is not None:
             self._slots.hold(entry_id, job, None)
             self._batches.add(job)
-        elif job.id in self._failing:
-            since = monotonic() if leased is None else leased
-            after = self._run_after(self._failing[job.id], entry_id, job, since)
-            self._slots.hold(entry_id, job, asyncio.get_running_loop().create_task(after))
-            return
+            if self.events.listens("active"):
+                self.events.emit("active", job)
         else:
-            run = self._run(job) if self._tracing is None else self._traced_run(self._tracing, job)
-            self._slots.hold(entry_id, job, asyncio.get_running_loop().create_task(run))
-        if self.events.listens("active"):
-            self.events.emit("active", job)
+            self._slots.hold(entry_id, job, self._run_task(entry_id, job, since))
+
+    def _run_task(self, entry_id: str, job: Job[D, R], leased: float) -> asyncio.Task[str]:
+        """The task running a try of `job` (once its last try's failure is recorded, when
+        that is on its way)."""
+        failing = self._failing.get(job.id) if self._failing else None
+        if failing is not None:
+            run = self._run_after(failing, entry_id, job, leased)
+        elif self._tracing is None:
+            run = self._run(job, leased)
+        else:
+            run = self._traced_run(self._tracing, job, leased)
+        return asyncio.get_running_loop().create_task(run)
 
     async def _run_after(
         self, recorded: asyncio.Future[None], entry_id: str, job: Job[D, R], leased: float
@@ -406,28 +444,24 @@ class Worker(WorkerLifecycle, Generic[D, R]):
             self._slots.hold_back(entry_id, job, leased)
             self._spawn(self._held.give_back())  # never started: back as held jobs go
             return "handed-back"
-        if not self._lease.alive(leased):
-            self._slots.hold_back(entry_id, job, leased)
-            self._revalidation.request()
-            return "held"
-        if self.events.listens("active"):
-            self.events.emit("active", job)
+        tracing = self._tracing
         return await (
-            self._run(job) if self._tracing is None else self._traced_run(self._tracing, job)
+            self._run(job, leased) if tracing is None else self._traced_run(tracing, job, leased)
         )
 
     async def _cancelled(self, job: Job[D, R]) -> str:
         """A try's task was cancelled: revoked, it fails for good; else (closing) the job
         stays in the PEL and deferActive hands it back, or (lost) another worker owns it."""
-        self._job_ended()
+        self._job_ended(job)
         self._slots.wake()  # its slot is free: the fetch loop may be waiting for one
         if not self._closing and self._slots.take_revoked(job.id):
             return await self._fail(job, UnrecoverableError(_REASON_REVOKED), counted=True)
         return "handed-back"
 
-    def _job_ended(self) -> None:
+    def _job_ended(self, job: Job[D, R]) -> None:
         """A job's outcome is known: its slot frees, and the oldest held job starts in it."""
         self._slots.end()
+        self._slots.ran(job.entry_id)
         if self._slots.held_count and not (self._closing or self._paused):
             self._resume_held()
 
@@ -436,7 +470,7 @@ class Worker(WorkerLifecycle, Generic[D, R]):
         self._intake.spawn(call)
 
     async def _fail_undecodable(self, job: Job[D, R], error: BaseException) -> None:
-        self._job_ended()
+        self._job_ended(job)
         await self._fail(job, error, counted=True)
 
     async def _fail_counted(self, job: Job[D, R], error: BaseException) -> str:
@@ -445,23 +479,30 @@ class Worker(WorkerLifecycle, Generic[D, R]):
 
     def _complete_later(self, job: Job[D, R], result: Any, rv: bytes) -> None:
         """Queue a success; completions of one loop iteration go out together."""
-        self._job_ended()
+        self._job_ended(job)
         job.returnvalue = result
         keep = job_retention(job.opts, "removeOnComplete", self._keep_complete)
         self._intake.complete(job, rv, keep)
 
     # -- running --------------------------------------------------------------------------
 
-    async def _traced_run(self, tracing: otel.JobTracing, job: Job[D, R]) -> str:
-        return await tracing.process(job, self._run, sandbox=self._executor.sandboxed)
+    async def _traced_run(self, tracing: otel.JobTracing, job: Job[D, R], leased: float) -> str:
+        run = functools.partial(self._run, leased=leased)
+        return await tracing.process(job, run, sandbox=self._executor.sandboxed)
 
-    async def _run(self, job: Job[D, R]) -> str:
-        """Run one try of the job; returns its outcome (`completed`, `retry`, `failed`, ...)
-        for the tracing, which is the only reader."""
+    async def _run(self, job: Job[D, R], leased: float) -> str:
+        """Run one try of the job, taken under a lease that started at `leased`; returns its
+        outcome (`completed`, `retry`, `failed`, ...) for the tracing, the only reader."""
         hold = self._hold
         try:
             if self._link.pacer is not None or self._link.global_pacer is not None:
                 await worker_limits.pace(self._link)
+            if not self._lease.alive(leased):  # a freeze since the start was decided
+                self._slots.hold_back(job.entry_id or "", job, leased)  # the server says
+                self._revalidation.request()
+                return "held"
+            if self.events.listens("active"):
+                self.events.emit("active", job)
             if job.expire_at is not None and self.connection.clock.now_ms() > job.expire_at:
                 raise expired_error()
             if self._slots.take_revoked(job.id):
@@ -470,6 +511,9 @@ class Worker(WorkerLifecycle, Generic[D, R]):
             if hold is None:
                 result = await self._proc.job(job, timeout)
             else:
+                # the start is confirmed to the server by the next call (glidemq/worker/starts.py)
+                self._slots.began(job.entry_id)
+                self._intake.confirm_soon()
                 # perf_counter: uvloop's loop.time() moves in whole milliseconds.
                 began = perf_counter()
                 try:
@@ -480,23 +524,23 @@ class Worker(WorkerLifecycle, Generic[D, R]):
         except asyncio.CancelledError:
             return await self._cancelled(job)
         except SandboxHandBack:
-            self._job_ended()
+            self._job_ended(job)
             await self._defer([job])
             return "handed-back"
         except DelayedError:
-            self._job_ended()
+            self._job_ended(job)
             if job.moved:
                 self._slots.finish(job.entry_id)
                 return "moved"
             return await self._fail(job, DelayedError("DelayedError without move_to_delayed"), True)
         except BaseException as exc:
-            self._job_ended()
+            self._job_ended(job)
             if job.moved:  # move_to_failed already recorded the failure
                 self._slots.finish(job.entry_id)
                 return "moved"
             return await self._fail(job, exc, counted=True)
         if job.moved:
-            self._job_ended()
+            self._job_ended(job)
             self._slots.finish(job.entry_id)
             return "moved"
         self._complete_later(job, result, rv)

@@ -258,7 +258,7 @@ REVERTS = (
         "a run decided before a freeze begins after it on an expired lease",
         (("glidemq.worker.worker:Worker._run", _run_before_9ed2e79),),
         "start-without-hold",
-        faults="freeze,slow,stall",
+        faults="freeze,slow,stall,block",
         needs="freeze-held",
     ),
 )

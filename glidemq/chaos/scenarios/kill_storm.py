@@ -5,6 +5,11 @@ The supervisor must keep replacing them without backing off so far that the flee
 the run reports the longest time without a single completion during the storm (from the
 processors' own ledger) and fails when it is above `--max-gap` (default: lock duration +
 stalled interval + 3 s, the time a dead process's jobs need to come back, plus slack).
+
+A stall is charged only for a run that started: the run fails when a job failed by the
+stall limit although the processors' ledger shows fewer than `--max-stalled` + 1 starts of
+it (`--max-stalled` is the fixture processor's max_stalled_count, 20 unless given; 1, the
+default of a Worker, makes a storm charge every job it kills while running).
 """
 
 from __future__ import annotations
@@ -15,6 +20,7 @@ import itertools
 import signal
 import time
 
+from ..app import MAX_STALLED_ENV
 from ..context import ChaosRun
 from ..faults import kill_process, process_tree
 from ..outcomes import Prediction
@@ -22,6 +28,8 @@ from ..registry import register
 from ..scenario import FleetSettings, Scenario
 
 __all__ = ["KillStorm", "longest_gap"]
+
+STALLED_PREFIX = "job stalled more than allowable limit"
 
 STALLED_TOO_OFTEN = Prediction(
     pattern=r"stalled more than allowable limit",
@@ -71,6 +79,16 @@ class KillStorm(Scenario):
             help="fail when no job completed for longer than this during the storm "
             "(default: lock duration + stalled interval + 3 s)",
         )
+        parser.add_argument(
+            "--max-stalled",
+            type=int,
+            default=20,
+            metavar="N",
+            help="the processor's max_stalled_count (default 20)",
+        )
+
+    def fleet_env(self, run: ChaosRun) -> dict[str, str]:
+        return {MAX_STALLED_ENV: str(int(run.args.max_stalled))}
 
     async def inject(self, run: ChaosRun) -> None:
         assert run.fleet is not None
@@ -118,8 +136,34 @@ class KillStorm(Scenario):
             workers_started=started,
         )
         run.say(f"longest time without a completion during the storm: {gap:.2f} s")
+        self._check_charges(run)
         if gap > bound:
             run.problem(
                 f"kill-storm: no job completed for {gap:.2f} s during the storm "
                 f"(bound {bound:g} s): the fleet stopped working under repeated kills"
+            )
+
+    def _check_charges(self, run: ChaosRun) -> None:
+        """No job failed by the stall limit that started fewer than max_stalled + 1 times."""
+        if run.records is None or run.executions is None:
+            return
+        limit = int(run.args.max_stalled) + 1
+        started = run.executions.started
+        stalled = [
+            r.job_id
+            for r in run.records.values()
+            if r.state == "failed" and (r.failed_reason or "").startswith(STALLED_PREFIX)
+        ]
+        short = sorted(j for j in stalled if len(started.get(j, ())) < limit)
+        run.extra["storm"].update(
+            failed_by_stalls=len(stalled), failed_with_fewer_starts=len(short)
+        )
+        run.say(
+            f"{len(stalled)} jobs failed by the stall limit, {len(short)} of them with fewer "
+            f"than {limit} starts"
+        )
+        if short:
+            run.problem(
+                f"kill-storm: {len(short)} jobs failed by the stall limit although they started "
+                f"fewer than {limit} times: {', '.join(short[:5])}"
             )

@@ -237,13 +237,21 @@ def build_cases(r: Any, p: str) -> list[Case]:
             negative_ok=frozenset({7}),
             entry_ids=(3,),
             min_args=7,
-            max_args=11,  # the 11th, a dead consumer whose entries to hand back, is optional
+            max_args=12,  # optional: the 11th, a dead consumer to hand back; the 12th, its death
         ),
         Case(
             "glidemq_deferActive", k("stream", "events"), ["c1", ea, a], entry_ids=(1,), min_args=1
         ),
         Case(
             "glidemq_returnHeld", k("stream", "events"), ["c1", ea, a], entry_ids=(1,), min_args=3
+        ),
+        Case(
+            "glidemq_forgetFetch",
+            k("stream", "events"),
+            ["c1", "t.1", ea],
+            entry_ids=(2,),
+            min_args=2,
+            too_many=False,
         ),
         Case("glidemq_heartbeat", k("stream"), ["c1", ea, a], entry_ids=(1,), min_args=1),
         Case(

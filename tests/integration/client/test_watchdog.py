@@ -149,3 +149,12 @@ async def test_queue_events_replace_a_silent_client(
         assert first is not None and second is not None
         await wait_for(lambda: seen == [first.id, second.id], timeout=10)
         await queue.obliterate(force=True)
+
+
+async def test_probe_asks_a_server_in_this_process_not_an_address() -> None:
+    # glidemq.memory (and the simulator's servers) have no socket: the probe asks the server
+    # itself, as a new client would; the address given must not be tried (port 1 refuses)
+    from glidemq.memory import MemoryServer
+
+    conn = ConnectionOptions(addresses=(("127.0.0.1", 1),), backend=MemoryServer())
+    assert await probe(conn)

@@ -234,7 +234,8 @@ async def test_a_killed_worker_loses_none_of_its_held_jobs(
     standalone_conn: ConnectionOptions, queue_name: str, tmp_path: Path
 ) -> None:
     """SIGKILL a worker (another process) while it holds jobs: stall recovery brings back
-    every job it had; the jobs it held but never started run once, in the live worker."""
+    every job it had; the jobs it held but never started run once, in the live worker, and
+    are not charged a stall."""
     total = 400
     ledger = tmp_path / "dead.ledger"
     out = (tmp_path / "hold_worker.out").open("wb")
@@ -294,6 +295,9 @@ async def test_a_killed_worker_loses_none_of_its_held_jobs(
         assert twice <= at_kill, f"jobs finished before the kill ran again: {twice - at_kill}"
         for job_id in held_unstarted:
             assert live_runs.count(job_id) == 1, f"held job {job_id} did not run exactly once"
+            job = await queue.get_job(job_id)
+            # the server knew it never started: back without a stall charged
+            assert job is not None and job.stalled_count == 0, (job_id, job and job.stalled_count)
         assert len(dead_runs) == len(set(dead_runs))
         assert recovered_in < 60
         await queue.obliterate(force=True)

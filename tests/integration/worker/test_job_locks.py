@@ -15,7 +15,7 @@ import pytest
 from glidemq import ConnectionOptions, Job, Queue, ValidationError, Worker
 from glidemq.types import JobOptions
 from tests.helpers import wait_for
-from tests.integration.worker.test_stall import HangingWorker
+from tests.integration.worker.test_stall import HangingWorker, run_confirmed
 
 LOCK_MS = 1000  # the workers' lock duration
 LONG_LOCK_MS = 5000  # the long job's own
@@ -35,7 +35,7 @@ async def hang_on(
         if worker.proc.poll() is not None:
             raise AssertionError(f"stall worker exited early:\n{worker.output()}")
         lines, _ = await queue.get_job_logs(job.id)
-        return f"started pid={worker.proc.pid}" in lines
+        return f"started pid={worker.proc.pid}" in lines and await run_confirmed(queue, job.id)
 
     await wait_for(hanging_on_it, timeout=30, interval=0.05)
     return worker, job.id

@@ -24,6 +24,7 @@ from tests.helpers import wait_for
 
 ROOT = Path(__file__).resolve().parents[3]
 HOLD_WORKER = ROOT / "tests" / "fixtures" / "hold_worker.py"
+BLOCK_WORKER = ROOT / "tests" / "fixtures" / "block_worker.py"
 
 
 def _status(path: Path) -> tuple[int, int]:
@@ -38,6 +39,14 @@ def _spawn(url: str, queue_name: str, ledger: Path, status: Path, log: Path) -> 
     with open(log, "wb") as out:
         return subprocess.Popen(
             [sys.executable, str(HOLD_WORKER), url, queue_name, str(ledger), str(status)],
+            cwd=ROOT, stdout=out, stderr=subprocess.STDOUT,
+        )  # fmt: skip
+
+
+def _spawn_block(url: str, queue_name: str, ledger: Path, status: Path, log: Path) -> Any:
+    with open(log, "wb") as out:
+        return subprocess.Popen(
+            [sys.executable, str(BLOCK_WORKER), url, queue_name, str(ledger), str(status), "2.5"],
             cwd=ROOT, stdout=out, stderr=subprocess.STDOUT,
         )  # fmt: skip
 
@@ -137,3 +146,47 @@ async def test_a_stalled_server_makes_no_job_run_twice_that_had_not_started(
         assert len(twice) <= 4, f"{len(twice)} jobs ran twice: {twice[:20]}"
     finally:
         server.stop()
+
+
+async def test_a_job_started_with_one_that_freezes_the_worker_does_not_run_after_the_freeze(
+    standalone_conn: ConnectionOptions, queue_name: str, tmp_path: Path
+) -> None:
+    """One fetch brings two jobs and both start; the first blocks the worker's event loop
+    for longer than the lock before the second's run gets control. Meanwhile another worker
+    took both over. The second never ran in the frozen worker, so it must not run there
+    after the freeze: the lease is checked where the run begins, not only where it was
+    decided."""
+    ledger, status = tmp_path / "ledger", tmp_path / "status"
+    runs_b: list[str] = []
+
+    async def work_b(job: Job[Any, None]) -> None:
+        runs_b.append(job.id)
+
+    async with Queue(queue_name, connection=standalone_conn) as queue:
+        block, victim = await queue.add_bulk([("block", {}, None), ("victim", {}, None)])
+        assert block is not None and victim is not None
+        proc = _spawn_block(standalone_conn.url, queue_name, ledger, status, tmp_path / "log")
+        try:
+            await wait_for(lambda: ledger.exists() and "block" in ledger.read_text(), timeout=30)
+            worker_b = Worker(
+                queue_name, work_b, connection=standalone_conn, concurrency=2,
+                lock_duration=1000, stalled_interval=200, block_timeout=500,
+            )  # fmt: skip
+            async with worker_b:
+                await wait_for(lambda: victim.id in runs_b, timeout=30)
+                await wait_for(lambda: "unblocked" in ledger.read_text(), timeout=30)
+                tick = _status(status)[0]
+
+                async def settled() -> bool:
+                    t, held = _status(status)
+                    return t > tick + 5 and held == 0 and block.id in runs_b
+
+                await wait_for(settled, timeout=30)
+        finally:
+            proc.kill()
+            proc.wait()
+        runs_a = [line.split()[0] for line in ledger.read_text().splitlines()
+                  if not line.endswith("unblocked")]  # fmt: skip
+        assert runs_a.count(block.id) == 1 and runs_b.count(victim.id) == 1
+        assert victim.id not in runs_a, "the job started beside the freeze ran after it"
+        await queue.obliterate(force=True)

@@ -61,11 +61,20 @@ class HangingWorker:
         self._file.close()
 
 
+async def run_confirmed(queue: Queue[Any, Any], job_id: str) -> bool:
+    """Whether the worker running the job has confirmed its start to the server (the run
+    lasted a moment, glidemq/worker/starts.py): a stall of it is then charged."""
+    ctx = await queue._context()
+    key = queue.keys.job(job_id)
+    return await ctx.command(lambda c: c.hget(key, "unsureEntry")) is None
+
+
 @pytest.fixture
 async def hanging(
     queue: Queue[Any, Any], conn: ConnectionOptions, tmp_path: Path
 ) -> AsyncIterator[tuple[HangingWorker, str]]:
-    """A job taken by a worker in another process, which is now hanging on it."""
+    """A job taken by a worker in another process, which is now hanging on it (and has told
+    the server its run is under way, glidemq/worker/starts.py)."""
     job = await queue.add("victim", {"payload": 1}, {"attempts": 1})
     assert job is not None
     worker = HangingWorker(conn, queue.name, tmp_path / "stall_worker.out")
@@ -78,7 +87,7 @@ async def hanging(
             if stored is None or stored.state != "active":
                 return False
             lines, _ = await queue.get_job_logs(job.id)
-            return f"started pid={worker.proc.pid}" in lines
+            return f"started pid={worker.proc.pid}" in lines and await run_confirmed(queue, job.id)
 
         await wait_for(hanging_on_it, timeout=30, interval=0.05)
         yield worker, job.id

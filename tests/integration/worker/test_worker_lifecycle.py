@@ -393,10 +393,10 @@ async def test_worker_emits_lifecycle_events(
     assert ("progress", (ok.id, 50)) in log
     assert names.index("progress") < names.index("completed")
     assert ("failed", (bad.id, "bad data")) in log
-    # drained: nothing left to take, so only after the last job was taken (it may come
-    # while that job's result is still being recorded)
-    last_active = len(names) - 1 - names[::-1].index("active")
-    assert names.index("drained") > last_active
+    # drained: nothing left to take, so only after a job was taken (it may come while a
+    # result is still being recorded, or before a held job's run begins: `active` fires
+    # where the run begins)
+    assert names.index("drained") > names.index("active")
     assert names[-2:] == ["closing", "closed"]
     assert names.count("closed") == 1
 

@@ -80,6 +80,10 @@ SAMPLES: dict[str, Callable[[], Iterable[Call]]] = {
             [("id", "1-0", b"rv", 0, 0), ("j", "2-0", b"", 5, 60)],
             ("10", "1000"),
         ),
+        fetch.complete_and_fetch_next_call(K, 1, "c", 4, "1", (), ("0", "0"), None, (), (), "t.1"),
+        fetch.complete_and_fetch_next_call(
+            K, 1, "c", 4, "1", (), ("0", "0"), 2, ["1-0", "1"], ["2-0", "2"], "t.2"
+        ),
     ],
     "glidemq_moveToActive": lambda: [
         fetch.move_to_active_call(K, 1, "1", ("0", "0"), []),
@@ -88,6 +92,8 @@ SAMPLES: dict[str, Callable[[], Iterable[Call]]] = {
     "glidemq_activateWoken": lambda: [
         fetch.activate_woken_call(K, "c", "c:wake", 1, "1", ("0", "0")),
         fetch.activate_woken_call(K, "c", "c:wake", 64, "0", ("10", "1000")),
+        fetch.activate_woken_call(K, "c", "c:wake", 8, "1", ("0", "0"), None, "t.1"),
+        fetch.activate_woken_call(K, "c", "c:wake", 8, "1", ("0", "0"), 3, "t.2"),
     ],
     "glidemq_fail": lambda: [
         fetch.fail_call(K, 1, "1", "1", "1-0", "boom", -1, (0, 0), True, ""),
@@ -100,6 +106,10 @@ SAMPLES: dict[str, Callable[[], Iterable[Call]]] = {
     "glidemq_deferActive": lambda: [
         fetch.defer_active_call(K, "c"),
         fetch.defer_active_call(K, "c", ["1-0", "1", "2-0", "2"], stream="s"),
+    ],
+    "glidemq_forgetFetch": lambda: [
+        fetch.forget_fetch_call(K, "c", "t.1", []),
+        fetch.forget_fetch_call(K, "c", "t.1", ["1-0", "2-0"]),
     ],
     "glidemq_returnHeld": lambda: [
         fetch.return_held_call(K, "c", ["1-0", "1"]),

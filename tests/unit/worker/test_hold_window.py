@@ -97,7 +97,7 @@ def test_in_order_starts_replies_in_the_order_their_fetches_were_sent() -> None:
     slots: Slots[Any] = Slots(capacity=10, prefetch=10)
     sent: list[float] = []
 
-    def start(flat: list[str], at: float) -> None:
+    def start(flat: list[str], at: float, rec: Any) -> None:
         started.append(flat)
         sent.append(at)
 
@@ -116,7 +116,7 @@ def test_in_order_starts_replies_in_the_order_their_fetches_were_sent() -> None:
 def test_in_order_releases_the_slots_of_a_reply_whose_start_failed() -> None:
     slots: Slots[Any] = Slots(capacity=4, prefetch=4)
 
-    def explode(flat: list[Any], sent: float) -> None:
+    def explode(flat: list[Any], sent: float, rec: Any) -> None:
         raise RuntimeError("boom")
 
     order = InOrder(explode, slots)

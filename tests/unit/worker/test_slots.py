@@ -106,3 +106,32 @@ async def test_wait_returns_on_wake_or_after_its_timeout() -> None:
     loop.call_later(0.01, slots.wake)
     await asyncio.wait_for(slots.wait(), 5)
     await slots.wait(0.01)  # nobody wakes it: the timeout ends the wait
+
+
+def test_a_suspect_is_reported_only_once_no_recorded_start_waits_before_it() -> None:
+    """A suspect runs alone. Its start is reported only when nothing runs and no held job
+    whose start is recorded waits (that one goes first); once reported, it is taken wherever
+    it sits among the held jobs, so a recorded job held ahead of it cannot keep it, and with
+    it the worker, waiting forever (glidemq/worker/starts.py)."""
+    slots: Slots[_Job] = Slots(4, prefetch=4)
+    slots.start(2)
+    slots.hold_back("1-0", _Job("recorded"), 10.0)  # its start is recorded: it waits for a slot
+    slots.hold_back("2-0", _Job("suspect"), 10.0, recorded=False, exact_only=True)
+    assert slots.executing == 0
+    assert slots.to_report(4, 0) == []  # the recorded job goes first
+    assert slots.next_held() == ("1-0", _Job("recorded"))
+    assert slots.to_report(4, 0) == []  # it runs now
+    slots.end()
+    slots.drop("1-0")
+    assert slots.to_report(4, 0) == ["2-0", "suspect"] and slots.isolating()
+    assert slots.take_suspect() is None  # the report is on its way
+    slots.start()
+    slots.hold_back("3-0", _Job("later"), 5.0)  # held after it, or back from a lease check
+    slots.recorded(["2-0", "suspect"], True)
+    assert slots.next_held() == ("2-0", _Job("suspect"))  # oldest first here, and
+    slots.hold_back("2-0", _Job("suspect"), 20.0)  # back behind "later" (its lease ran out)
+    assert slots.take_suspect() == ("2-0", _Job("suspect"), 20.0)
+    assert slots.executing == 1 and slots.isolating()
+    assert slots.take_suspect() is None  # it runs: nothing else starts
+    slots.ran("2-0")
+    assert not slots.isolating()
