@@ -86,18 +86,22 @@ class Intake:
             self._scheduled = True
             asyncio.get_running_loop().call_soon(self.kick)
 
-    def confirm_soon(self) -> None:
+    def confirm_soon(self, delay: float = CONFIRM_AFTER) -> None:
         """A run began: confirm its start once it lasted CONFIRM_AFTER, by a flush of its own
         when no other call does (glidemq/worker/starts.py)."""
         if self._confirm is None:
-            self._confirm = asyncio.get_running_loop().call_later(CONFIRM_AFTER, self._confirm_now)
+            self._confirm = asyncio.get_running_loop().call_later(delay, self._confirm_now)
 
     def _confirm_now(self) -> None:
         self._confirm = None
-        if self.link.slots.confirms_pending():
+        slots = self.link.slots
+        if slots.confirms_pending():
             self._confirm_due = True
             self.report()
-            self.confirm_soon()  # runs that began meanwhile are due later
+            # runs that began meanwhile: when the next of them is due, not a whole period
+            # later (a death in between would leave its start unsure)
+            wait = slots.next_confirm_in(CONFIRM_AFTER)
+            self.confirm_soon(CONFIRM_AFTER if wait is None else wait)
 
     def report(self) -> None:
         """Held jobs wait for their start to be recorded: send a flush for it soon (with

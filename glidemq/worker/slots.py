@@ -335,6 +335,15 @@ class Slots(Generic[J]):
         """Whether runs are under way whose start the server has not been told about."""
         return bool(self._began)
 
+    def next_confirm_in(self, after: float) -> float | None:
+        """Seconds until the next run under way, unconfirmed and younger than `after`,
+        reaches that age (None: there is none)."""
+        due = monotonic() - after
+        for at in self._began.values():  # in the order the runs began
+            if at > due:
+                return at - due
+        return None
+
     def to_confirm(self, after: float) -> list[str]:
         """Entry and job id pairs of the runs under way for `after` seconds or more whose
         start is not confirmed yet; younger runs wait for a later call."""

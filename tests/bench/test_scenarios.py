@@ -107,7 +107,9 @@ async def test_cluster_scenario_spreads_queues_over_the_primaries(
     )  # fmt: skip
     rec = make_record(system, params, 0, result)
     assert scenario_key(rec) == "cluster 3q c=4" and rec["queues"] == 3
-    assert rec["jobs"] == 300 and rec["server_us_per_job"] > 0
+    # Server CPU is read in 10 ms clock ticks per node: 300 jobs over three primaries
+    # can round to zero, so only its presence is a pass/fail matter here.
+    assert rec["jobs"] == 300 and rec["server_us_per_job"] >= 0
     _check_jobs(read_jsonl(raw), 300)
 
 

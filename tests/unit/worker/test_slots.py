@@ -135,3 +135,25 @@ def test_a_suspect_is_reported_only_once_no_recorded_start_waits_before_it() -> 
     assert slots.take_suspect() is None  # it runs: nothing else starts
     slots.ran("2-0")
     assert not slots.isolating()
+
+
+def test_the_next_confirmation_is_due_when_the_oldest_young_run_reaches_the_age() -> None:
+    # a run that began just after a confirmation timer was armed is confirmed when it is due,
+    # not a whole period later (a death in between would leave its start unsure)
+    from glidemq.timing.clock import use_monotonic
+
+    now = [100.0]
+    use_monotonic(lambda: now[0])
+    try:
+        slots: Slots[_Job] = Slots(4, prefetch=4)
+        assert slots.next_confirm_in(0.005) is None
+        slots.began("1-0")
+        now[0] = 100.004
+        slots.began("2-0")
+        assert abs((slots.next_confirm_in(0.005) or 0) - 0.001) < 1e-9  # 1-0 is due first
+        now[0] = 100.006  # 1-0 is due, 2-0 is not
+        assert abs((slots.next_confirm_in(0.005) or 0) - 0.003) < 1e-9
+        now[0] = 100.02
+        assert slots.next_confirm_in(0.005) is None  # both due: the next call confirms them
+    finally:
+        use_monotonic(None)
