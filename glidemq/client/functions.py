@@ -40,8 +40,8 @@ __all__ = [
 ]
 
 LIBRARY_NAME = "glidemq"
-LIBRARY_VERSION = 33
-LIBRARY_SOURCE_SHA256 = "7fd5f0337cf3ff1fbcd9a321339aa5f5bc42bd91bc32405442a565a49f633ce7"
+LIBRARY_VERSION = 34
+LIBRARY_SOURCE_SHA256 = "08f20cef60fb4196091aca73a755a67acbb94ae468c72b351ffc2a26d721ec7c"
 LIBRARY_FILES = (
     "00_prelude.lua",  # shebang, version placeholder, constants, input checks, shared helpers
     "05_groups.lua",  # group wait sets, fair scheduling across groups, pausing a group

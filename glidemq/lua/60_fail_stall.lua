@@ -199,11 +199,14 @@ end
 -- dead consumer, e.g. a killed glidemq-run process), takes only what owner holds, at once
 -- (minIdleMs and cursor unused), then removes owner; call again until the cursor is '0-0'.
 -- cause (owner mode): how the owner died, kept in the attempt record (job field failures)
--- and the failure reason of each job it was running.
--- Returns {nextCursor, requeued, failed}.
--- @wire glidemq_reclaimStalled keys=5 args=7..12
+-- and the failure reason of each job it was running. began (owner mode): a JSON array of the
+-- entries whose run had begun when the owner died (its supervisor's run ledger; '' or
+-- absent: unknown); a recorded start of an entry not in it never ran, so it goes back
+-- uncharged and the job is not made suspect.
+-- Returns {nextCursor, requeued, failed}; ERR:BAD_ARGS for a began that is not such an array.
+-- @wire glidemq_reclaimStalled keys=5 args=7..13
 redis.register_function('glidemq_reclaimStalled', function(keys, args)
-  local err = shape('glidemq_reclaimStalled', keys, args, 5, 7, 12)
+  local err = shape('glidemq_reclaimStalled', keys, args, 5, 7, 13)
   if err then return err end
   local stream, failedSet, events = keys[1], keys[2], keys[3]
   local prefix = prefixOf(stream, 'stream')
@@ -220,6 +223,20 @@ redis.register_function('glidemq_reclaimStalled', function(keys, args)
   local deadLetter = args[10] == '1'
   local owner = args[11]
   local cause = owner and owner ~= '' and args[12] ~= '' and args[12] or nil
+  local began = nil
+  if owner and owner ~= '' and args[13] and args[13] ~= '' then
+    local ok, list = pcall(cjson.decode, args[13])
+    if not ok or type(list) ~= 'table' then
+      return badCall('ERR:BAD_ARGS', 'glidemq_reclaimStalled', 'began')
+    end
+    began = {}
+    for k, e in pairs(list) do
+      if type(k) ~= 'number' or type(e) ~= 'string' or not entryIdOk(e) then
+        return badCall('ERR:BAD_ARGS', 'glidemq_reclaimStalled', 'began')
+      end
+      began[e] = true
+    end
+  end
   local r
   if owner and owner ~= '' then
     r = claimOwned(stream, prefix, owner, tonumber(args[5]))
@@ -246,14 +263,16 @@ redis.register_function('glidemq_reclaimStalled', function(keys, args)
     -- charged all the same with maxStalledCount 0 (no stall allowed) or for an at-most-once
     -- job (it may have run: interrupted, below)
     local unconfirmed = j and j[5] == entryId
-    local unsure = unconfirmed and not j[7] and maxStalled > 0 and j[2] ~= '1'
-    if cause and j and j[1] ~= '1' and j[3] ~= entryId then
+    -- recorded, and the owner's ledger says the run never began: as if held
+    local never = began and unconfirmed and not began[entryId]
+    local unsure = unconfirmed and not never and not j[7] and maxStalled > 0 and j[2] ~= '1'
+    if cause and j and j[1] ~= '1' and j[3] ~= entryId and not never then
       -- the try that ran (or was about to) when its worker died, and why
       local why = unsure and (cause .. ' (it may not have started)') or cause
       recordFailure(prefix, jobKey, jobId, (tonumber(j[4]) or 0) + 1, why, '', now)
       redis.call('HSET', jobKey, 'failedReason', why)
     end
-    if j and j[1] ~= '1' and state == 'active' and (j[3] == entryId or unsure) then
+    if j and j[1] ~= '1' and state == 'active' and (j[3] == entryId or unsure or never) then
       if reclaimUncharged(prefix, jobKey, jobId, now, failedSet, {keepCount, keepAge}, events,
           emitEvents, deadLetter, unsure) then
         failed = failed + 1

@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..process.frames import FrameDecoder
+from ..process.ledger import RunLedger
 from . import ipc
 from .reclaim import Holding
 
@@ -38,6 +39,8 @@ class ForkedProcess:
     running: list[list[str]] = field(default_factory=list)
     """[queue, job id, job name] of the jobs it ran at its last heartbeat (at most 20)."""
     reported: float = 0.0  # monotonic time of that heartbeat
+    ledger: RunLedger | None = None
+    """The runs it has under way, readable after its death (worker processes only)."""
 
     def what_it_ran(self) -> str:
         """What the process ran as of its last heartbeat, for the line telling its death."""

@@ -51,6 +51,10 @@ class Holding:
     cause: str = ""
     """How its process died ("worker process killed by SIGKILL while running"), set by the
     supervisor: kept in the attempt record and failure reason of the jobs it was running."""
+    began: tuple[str, ...] | None = None
+    """The stream entries whose run had begun when its process died, from the process's run
+    ledger (glidemq/process/ledger.py); None: unknown. A start recorded for an entry not in
+    it never ran, so it goes back uncharged and unsuspected."""
 
     @property
     def key(self) -> tuple[str, str, str]:
@@ -64,7 +68,10 @@ class Holding:
     @classmethod
     def from_wire(cls, data: dict[str, Any]) -> Holding:
         """The Holding a `to_wire` dict describes."""
-        return cls(**{k: data[k] for k in cls.__dataclass_fields__ if k in data})
+        fields = {k: data[k] for k in cls.__dataclass_fields__ if k in data}
+        if fields.get("began") is not None:
+            fields["began"] = tuple(str(e) for e in fields["began"])
+        return cls(**fields)
 
 
 def holding_of(queue: str, prefix: str, consumer: str, opts: WorkerOptions) -> Holding:
@@ -98,6 +105,7 @@ async def _reclaim_one(ctx: QueueContext, h: Holding) -> tuple[int, int]:
             h.dead_letter,
             owner=h.consumer,  # owner mode: only what this dead consumer holds
             cause=h.cause,
+            began=h.began,
         )
         requeued += int(reply[1])
         failed += int(reply[2])

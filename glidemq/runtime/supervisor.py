@@ -21,6 +21,8 @@ from dataclasses import replace
 from typing import Any
 
 from ..client.connection import ConnectionOptions
+from ..process.ledger import RunLedger
+from ..process.ledger import install as install_ledger
 from ..process.setup import run_as_child
 from . import ipc
 from .children import ForkedProcess
@@ -243,11 +245,13 @@ class Supervisor:
         self, slot: int, generation: int, body: Callable[[int], int], role: str = "worker"
     ) -> ForkedProcess:
         r, w = os.pipe()
+        ledger = RunLedger() if role == "worker" else None
         blocked = signal.pthread_sigmask(signal.SIG_BLOCK, HANDLED)
         pid = os.fork()
         if pid == 0:  # pragma: no cover - runs in the child, measured by the CLI tests
 
             def child_body() -> int:
+                install_ledger(ledger)
                 setup_logging(
                     self.cfg.log_format, self.cfg.log_level, role, slot if slot >= 0 else None
                 )
@@ -261,7 +265,7 @@ class Supervisor:
         os.close(w)
         os.set_blocking(r, False)
         now = time.monotonic()
-        child = ForkedProcess(slot, pid, r, generation, now, last_seen=now)
+        child = ForkedProcess(slot, pid, r, generation, now, last_seen=now, ledger=ledger)
         self.children[pid] = child
         self.selector.register(r, selectors.EVENT_READ, child)
         return child
@@ -369,10 +373,15 @@ class Supervisor:
             log.info("reclaimer pid %d exited (%s)", child.pid, how)
             return
         cause = self.deaths.cause(status)
+        began = child.ledger.began() if child.ledger is not None else None
+        if child.ledger is not None:
+            child.ledger.close()
         if code != ExitCode.OK:
-            # it may not have handed its jobs back: a later child does, saying why
+            # it may not have handed its jobs back: a later child does, saying why and
+            # which of its runs had begun
             for h in child.holdings:
-                self.orphans[h.key] = replace(h, cause=cause)
+                runs = None if began is None else tuple(began.get(h.consumer, ()))
+                self.orphans[h.key] = replace(h, cause=cause, began=runs)
         if child.boot_error is not None or (code == ExitCode.BOOT and not child.ready):
             detail = child.boot_error or {}
             tb = str(detail.get("traceback", "")).rstrip()

@@ -7,6 +7,7 @@ function) so that no per-job work is added here.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Sequence
 from typing import Any, NamedTuple
 
@@ -72,7 +73,7 @@ COMPLETE_AND_FETCH_NEXT = layout("glidemq_completeAndFetchNext", keys="5", args=
 MOVE_TO_ACTIVE = layout("glidemq_moveToActive", keys="5", args="4..")
 ACTIVATE_WOKEN = layout("glidemq_activateWoken", keys="5", args="6..8", safe=True)
 FAIL = layout("glidemq_fail", keys="5", args="9..10", safe=True)
-RECLAIM_STALLED = layout("glidemq_reclaimStalled", keys="5", args="7..12", safe=True)
+RECLAIM_STALLED = layout("glidemq_reclaimStalled", keys="5", args="7..13", safe=True)
 DEFER_ACTIVE = layout("glidemq_deferActive", keys="2", args="1..", safe=True)
 RETURN_HELD = layout("glidemq_returnHeld", keys="2", args="3..", safe=True)
 FORGET_FETCH = layout("glidemq_forgetFetch", keys="2", args="2..", safe=True)
@@ -335,10 +336,12 @@ def reclaim_stalled_call(
     dead_letter: bool,
     owner: str | None = None,
     cause: str = "",
+    began: Sequence[str] | None = None,
 ) -> Call:
     """glidemq_reclaimStalled: take over entries idle longer than `lock_ms`, from `cursor`;
-    with `owner`, only what that (dead) consumer holds, whatever their idle time, and
-    `cause`, how it died (kept with each job it was running)."""
+    with `owner`, only what that (dead) consumer holds, whatever their idle time, `cause`,
+    how it died (kept with each job it was running), and `began`, the entries whose run had
+    begun when it died (None: unknown)."""
     args: list[str | bytes] = [
         str(now),
         consumer,
@@ -353,8 +356,10 @@ def reclaim_stalled_call(
     ]
     if owner is not None:
         args.append(owner)
-        if cause:
+        if cause or began is not None:
             args.append(cause)
+        if began is not None:
+            args.append(json.dumps(list(began)))
     return RECLAIM_STALLED.call(_fail_keys(keys), args)
 
 
@@ -393,11 +398,12 @@ async def reclaim_stalled(
     dead_letter: bool,
     owner: str | None = None,
     cause: str = "",
+    began: Sequence[str] | None = None,
 ) -> Any:
     """[next cursor, re-queued, failed]."""
     call = reclaim_stalled_call(
         ctx.keys, now, consumer, lock_ms, cursor, count, max_stalled, emit, keep, dead_letter,
-        owner, cause,
+        owner, cause, began,
     )  # fmt: skip
     return await send(ctx, call)
 

@@ -27,6 +27,7 @@ from ..errors import DelayedError, DurabilityError, GlideMQError, RateLimitError
 from ..job.job import Job
 from ..keys import DEFAULT_PREFIX, QueueKeys
 from ..options.durability import DurabilityLike
+from ..process import ledger as run_ledger
 from ..processor import ProcessorCall
 from ..sandbox.errors import SandboxHandBack
 from ..timing.clock import monotonic, perf_counter
@@ -494,6 +495,9 @@ class Worker(WorkerLifecycle, Generic[D, R]):
         """Run one try of the job, taken under a lease that started at `leased`; returns its
         outcome (`completed`, `retry`, `failed`, ...) for the tracing, the only reader."""
         hold = self._hold
+        # marks the run for the supervisor to read if the process dies, until its outcome
+        # is known (glidemq/process/ledger.py)
+        ledger, mark = run_ledger.current(), -1
         try:
             if self._link.pacer is not None or self._link.global_pacer is not None:
                 await worker_limits.pace(self._link)
@@ -514,6 +518,7 @@ class Worker(WorkerLifecycle, Generic[D, R]):
                 # the start is confirmed to the server by the next call (glidemq/worker/starts.py)
                 self._slots.began(job.entry_id)
                 self._intake.confirm_soon()
+                mark = ledger.begin(self.consumer, job.entry_id or "")
                 # perf_counter: uvloop's loop.time() moves in whole milliseconds.
                 began = perf_counter()
                 try:
@@ -539,6 +544,8 @@ class Worker(WorkerLifecycle, Generic[D, R]):
                 self._slots.finish(job.entry_id)
                 return "moved"
             return await self._fail(job, exc, counted=True)
+        finally:
+            ledger.end(mark)
         if job.moved:
             self._job_ended(job)
             self._slots.finish(job.entry_id)

@@ -11,9 +11,12 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
 from glide import StreamGroupOptions
 
+from glidemq.errors import GlideMQError
 from glidemq.wire import fetch
+from glidemq.wire.layout import send
 from tests.behaviour.conftest import Backend
 
 NO_LIMITER = ("0", "0")
@@ -48,11 +51,14 @@ async def _call(ctx: Any, consumer: str, started: list[str], confirmed: list[str
     )
 
 
-async def _die(ctx: Any, consumer: str, max_stalled: int = 1) -> tuple[int, int]:
-    """Owner-mode reclaim of everything `consumer` holds, as after its process died."""
+async def _die(
+    ctx: Any, consumer: str, max_stalled: int = 1, began: list[str] | None = None
+) -> tuple[int, int]:
+    """Owner-mode reclaim of everything `consumer` holds, as after its process died
+    (`began`: the entries its supervisor's run ledger had as begun)."""
     reply = await fetch.reclaim_stalled(
         ctx, ctx.now_ms(), consumer, 0, "0-0", 100, max_stalled, "1", (-1, 0), False,
-        owner=consumer, cause=CAUSE,
+        owner=consumer, cause=CAUSE, began=began,
     )  # fmt: skip
     return int(reply[1]), int(reply[2])
 
@@ -90,6 +96,43 @@ async def test_only_started_runs_are_charged_and_a_suspect_pays_for_both(
     assert jb.failed_reason == f"job stalled more than allowable limit: {CAUSE}"
     ja, jc = await queue.get_job(a), await queue.get_job(c)
     assert ja.stalled_count == 1 and jc.stalled_count == 0  # both unsure this time
+
+
+async def test_the_run_ledger_tells_a_recorded_start_that_never_ran_from_one_that_did(
+    backend: Backend,
+) -> None:
+    queue = backend.queue
+    jobs = await queue.add_bulk([("j", {"i": i}, None) for i in range(3)])
+    a, b, c = (j.id for j in jobs)
+    ctx = await _context(backend)
+
+    took = await _take(ctx, "w1", 3, start_now=0)  # all three held
+    for job_id in (a, b, c):
+        await _call(ctx, "w1", [took[job_id][0], job_id], [])  # each start recorded
+    # the process died with a's run begun; b and c never began
+    assert await _die(ctx, "w1", began=[took[a][0]]) == (3, 0)
+    ja, jb, jc = [await queue.get_job(i) for i in (a, b, c)]
+    assert ja.failures[-1]["reason"] == CAUSE + " (it may not have started)"
+    assert ja.stalled_count == 0  # unsure as without a ledger: it may be the killer
+    for j in (jb, jc):
+        assert j.stalled_count == 0 and j.failures == [] and j.state == "waiting"
+    took = await _take(ctx, "w2", 3, start_now=3)
+    assert b"suspect" in took[a][1]  # the unsure one runs alone next
+    assert b"suspect" not in took[b][1] and b"suspect" not in took[c][1]
+
+
+async def test_a_run_ledger_that_is_not_a_list_of_entry_ids_is_refused(backend: Backend) -> None:
+    await backend.queue.add("j", {})
+    ctx = await _context(backend)
+    await _take(ctx, "w1", 1, start_now=1)
+    good = fetch.reclaim_stalled_call(
+        ctx.keys, ctx.now_ms(), "w1", 0, "0-0", 100, 1, "1", (-1, 0), False,
+        owner="w1", cause=CAUSE, began=[],
+    )  # fmt: skip
+    for bad in ("{", '["x"]', "[1]", '{"a": "1-0"}'):
+        with pytest.raises(GlideMQError, match="ERR:BAD_ARGS"):
+            await send(ctx, good._replace(args=[*good.args[:-1], bad]))
+    assert await _die(ctx, "w1", began=[]) == (1, 0)  # known empty: nothing had begun
 
 
 async def test_a_job_that_never_gets_to_start_fails_after_twenty_uncharged_reclaims(

@@ -237,7 +237,9 @@ def build_cases(r: Any, p: str) -> list[Case]:
             negative_ok=frozenset({7}),
             entry_ids=(3,),
             min_args=7,
-            max_args=12,  # optional: the 11th, a dead consumer to hand back; the 12th, its death
+            # optional: the 11th, a dead consumer to hand back; the 12th, its death; the 13th,
+            # the runs it had begun
+            max_args=13,
         ),
         Case(
             "glidemq_deferActive", k("stream", "events"), ["c1", ea, a], entry_ids=(1,), min_args=1

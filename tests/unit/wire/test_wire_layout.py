@@ -102,6 +102,9 @@ SAMPLES: dict[str, Callable[[], Iterable[Call]]] = {
     "glidemq_reclaimStalled": lambda: [
         fetch.reclaim_stalled_call(K, 1, "c", 30_000, "0-0", 100, 1, "1", (0, 0), False),
         fetch.reclaim_stalled_call(K, 1, "c", 0, "0-0", 100, 1, "1", (1, 2), True, owner="dead"),
+        fetch.reclaim_stalled_call(
+            K, 1, "c", 0, "0-0", 100, 1, "1", (1, 2), True, owner="dead", began=["1-0"]
+        ),
     ],
     "glidemq_deferActive": lambda: [
         fetch.defer_active_call(K, "c"),
