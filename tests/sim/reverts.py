@@ -162,7 +162,7 @@ _SCAN_IGNORES_ITS_WAIT = (
 # job's run had started or it was only held.
 _EVERY_RECLAIM_CHARGED = (
     (
-        "if j and j[1] ~= '1' and state == 'active' and (j[3] == entryId or unsure) then",
+        "if j and j[1] ~= '1' and state == 'active' and (j[3] == entryId or unsure or never) then",
         "if false then",
     ),
 )
