@@ -532,18 +532,10 @@ class Worker(WorkerLifecycle, Generic[D, R]):
             self._job_ended(job)
             await self._defer([job])
             return "handed-back"
-        except DelayedError:
-            self._job_ended(job)
-            if job.moved:
-                self._slots.finish(job.entry_id)
-                return "moved"
-            return await self._fail(job, DelayedError("DelayedError without move_to_delayed"), True)
+        except GeneratorExit:
+            raise  # the coroutine is being closed unfinished (its loop went away): no await
         except BaseException as exc:
-            self._job_ended(job)
-            if job.moved:  # move_to_failed already recorded the failure
-                self._slots.finish(job.entry_id)
-                return "moved"
-            return await self._fail(job, exc, counted=True)
+            return await self._raised(job, exc)
         finally:
             ledger.end(mark)
         if job.moved:
@@ -552,6 +544,16 @@ class Worker(WorkerLifecycle, Generic[D, R]):
             return "moved"
         self._complete_later(job, result, rv)
         return "completed"
+
+    async def _raised(self, job: Job[D, R], exc: BaseException) -> str:
+        """The try ended by `exc` from the processor (or the checks before it)."""
+        self._job_ended(job)
+        if job.moved:  # move_to_delayed / move_to_failed already recorded where it went
+            self._slots.finish(job.entry_id)
+            return "moved"
+        if isinstance(exc, DelayedError):
+            exc = DelayedError("DelayedError without move_to_delayed")
+        return await self._fail(job, exc, counted=True)
 
     # -- completing (glidemq.worker.intake sends the completions) ----------------------------------
 

@@ -4,6 +4,10 @@ what the run did; docs/SIMULATION.md, "What it found")."""
 
 from __future__ import annotations
 
+import gc
+import sys
+from typing import Any
+
 import pytest
 
 from glidemq.sim import make_plan, run_plan
@@ -26,3 +30,17 @@ from glidemq.sim import make_plan, run_plan
 def test_found_seeds_hold(seed: int, invariant: str) -> None:
     result = run_plan(make_plan(seed))
     assert invariant not in {v.invariant for v in result.violations}
+
+
+def test_a_crashed_workers_runs_are_closed_without_awaiting_again(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # seed 466: a crashed worker's run, closed by the garbage collector mid-await, caught
+    # GeneratorExit as a processor failure and awaited the failure call ("coroutine ignored
+    # GeneratorExit"): a dropped task must run none of that
+    seen: list[Any] = []
+    monkeypatch.setattr(sys, "unraisablehook", seen.append)
+    run_plan(make_plan(466))
+    gc.collect()
+    ignored = [u for u in seen if "GeneratorExit" in str(u.exc_value)]
+    assert ignored == [], [str(u.exc_value) for u in ignored]
