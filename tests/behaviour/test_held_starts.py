@@ -31,6 +31,13 @@ async def _context(backend: Backend) -> Any:
     return ctx
 
 
+async def _three_jobs(backend: Backend) -> tuple[Any, tuple[str, str, str]]:
+    """Three waiting jobs and the queue's context: (context, their ids)."""
+    jobs = await backend.queue.add_bulk([("j", {"i": i}, None) for i in range(3)])
+    a, b, c = (j.id for j in jobs)
+    return await _context(backend), (a, b, c)
+
+
 async def _take(ctx: Any, consumer: str, n: int, start_now: int) -> dict[str, tuple[str, dict]]:
     """Fetch up to n jobs as `consumer`, the first `start_now` starting at once: {job id:
     (entry id, the fields returned)}."""
@@ -67,9 +74,7 @@ async def test_only_started_runs_are_charged_and_a_suspect_pays_for_both(
     backend: Backend,
 ) -> None:
     queue = backend.queue
-    jobs = await queue.add_bulk([("j", {"i": i}, None) for i in range(3)])
-    a, b, c = (j.id for j in jobs)
-    ctx = await _context(backend)
+    ctx, (a, b, c) = await _three_jobs(backend)
 
     took = await _take(ctx, "w1", 3, start_now=1)  # a starts at once, b and c are held
     assert set(took) == {a, b, c}
@@ -102,9 +107,7 @@ async def test_the_run_ledger_tells_a_recorded_start_that_never_ran_from_one_tha
     backend: Backend,
 ) -> None:
     queue = backend.queue
-    jobs = await queue.add_bulk([("j", {"i": i}, None) for i in range(3)])
-    a, b, c = (j.id for j in jobs)
-    ctx = await _context(backend)
+    ctx, (a, b, c) = await _three_jobs(backend)
 
     took = await _take(ctx, "w1", 3, start_now=0)  # all three held
     for job_id in (a, b, c):
